@@ -1,0 +1,89 @@
+package v1alpha1
+
+// Condition types of ManagedProxyConfiguration.
+const (
+	ConditionProxyServerDeployed     = "ProxyServerDeployed"
+	ConditionProxyServerSecretSigned = "ProxyServerSecretSigned"
+	ConditionAgentServerSecretSigned = "AgentServerSecretSigned"
+	ConditionProxyClientSecretSigned = "ProxyClientSecretSigned"
+	ConditionUserServerSecretSigned  = "UserServerSecretSigned"
+	ConditionSignerReady             = "SignerReady"
+	ConditionEntrypointReady         = "EntrypointReady"
+	ConditionReady                   = "Ready"
+)
+
+// Condition types of ProxyCertificate (Ready is shared).
+const (
+	ConditionIssuing = "Issuing"
+)
+
+// Condition types of ClusterProxyStatus.
+const (
+	ConditionAgentDeployed        = "AgentDeployed"
+	ConditionAgentConnected       = "AgentConnected"
+	ConditionTunnelHealthy        = "TunnelHealthy"
+	ConditionProxySettingsApplied = "ProxySettingsApplied"
+	ConditionCertificateReady     = "CertificateReady"
+	ConditionAvailable            = "Available"
+)
+
+// Condition reasons. They are CamelCase and stable: users and alerts match on them.
+const (
+	// ProxyServerDeployed.
+	ReasonSuccessfullyDeployed = "SuccessfullyDeployed"
+	ReasonNotYetDeployed       = "NotYetDeployed"
+
+	// *SecretSigned.
+	ReasonSuccessfullySigned = "SuccessfullySigned"
+	ReasonNotYetSigned       = "NotYetSigned"
+
+	// SignerReady.
+	ReasonSignerReady         = "SignerReady"
+	ReasonCARollover          = "CARolloverInProgress"
+	ReasonSignerSecretMissing = "SignerSecretNotFound"
+	ReasonSignerSecretInvalid = "SignerSecretInvalid"
+
+	// EntrypointReady.
+	ReasonEntrypointResolved      = "EntrypointResolved"
+	ReasonLoadBalancerPending     = "LoadBalancerIngressPending"
+	ReasonPortForwardEntrypoint   = "PortForward"
+	ReasonEntrypointMisconfigured = "EntrypointMisconfigured"
+
+	// Ready.
+	ReasonAllComponentsReady = "AllComponentsReady"
+
+	// ProxyCertificate Ready.
+	ReasonCertificateIssued = "Issued"
+	ReasonIssuerNotFound    = "IssuerNotFound"
+	ReasonIssuerNotReady    = "IssuerNotReady"
+	ReasonIssueFailed       = "IssueFailed"
+
+	// ProxyCertificate Issuing=False.
+	ReasonUpToDate = "UpToDate"
+)
+
+// Well-known names, labels and annotations.
+const (
+	// DefaultConfigurationName is the name of the default ManagedProxyConfiguration.
+	DefaultConfigurationName = "cluster-proxy"
+	// AddonName is the name of the ClusterManagementAddOn and of every ManagedClusterAddOn.
+	AddonName = "cluster-proxy"
+	// SignerSecretName is the secret that holds the self-signed CA.
+	SignerSecretName = "cluster-proxy-signer"
+	// CABundleSecretName is the secret in the proxy-server namespace that publishes the trusted CA bundle (ca.crt).
+	CABundleSecretName = "proxy-server-ca"
+	// UserServerSecretName is the serving certificate of the user-server.
+	UserServerSecretName = "cluster-proxy-user-serving-cert"
+	// UserServerServiceName is the in-cluster Service of the user-server.
+	UserServerServiceName = "cluster-proxy-addon-user"
+	// UserServerPort is the HTTPS port of the user-server.
+	UserServerPort = 9092
+
+	// ComponentLabel labels the pods of each component; its value is ComponentProxyServer for the proxy servers.
+	ComponentLabel       = "proxy.open-cluster-management.io/component-name"
+	ComponentProxyServer = "proxy-server"
+
+	// RotateCAAnnotation on a ManagedProxyConfiguration requests a CA rotation: set it to a new value (for example
+	// a timestamp) and the SelfSigned signer rotates once for that value.
+	RotateCAAnnotation = "proxy.open-cluster-management.io/rotate-ca"
+)

@@ -1,0 +1,365 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ManagedProxyConfigurationSpec is the desired state of the hub proxy servers and of the agents they serve.
+// Field names and defaults match the existing OCM cluster-proxy addon so its manifests apply unchanged.
+type ManagedProxyConfigurationSpec struct {
+	// authentication says how the certificates between proxy servers, agents and clients are signed and stored.
+	// +required
+	Authentication ManagedProxyConfigurationAuthentication `json:"authentication"`
+	// proxyServer describes the proxy-server Deployment on the hub.
+	// +required
+	ProxyServer ManagedProxyConfigurationProxyServer `json:"proxyServer"`
+	// proxyAgent describes the proxy-agent Deployment installed on every managed cluster.
+	// +required
+	ProxyAgent ManagedProxyConfigurationProxyAgent `json:"proxyAgent"`
+	// deploy overrides details shared by servers and agents, such as ports.
+	// +optional
+	// +kubebuilder:default={ports:{}}
+	Deploy *ManagedProxyConfigurationDeploy `json:"deploy,omitempty"`
+	// userServer configures the HTTPS user-server that routes https://<user-server>/<cluster>/... to managed clusters.
+	// +optional
+	UserServer *ManagedProxyConfigurationUserServer `json:"userServer,omitempty"`
+}
+
+// AuthenticationSignerType is the source of the CA that signs every proxy certificate.
+// +kubebuilder:validation:Enum=SelfSigned;Provided
+type AuthenticationSignerType string
+
+const (
+	// SelfSigned generates the CA into the secret cluster-proxy-signer and rotates it before it expires.
+	SelfSigned AuthenticationSignerType = "SelfSigned"
+	// Provided uses the CA in a user's secret (keys ca.crt and ca.key).
+	Provided AuthenticationSignerType = "Provided"
+)
+
+// ManagedProxyConfigurationAuthentication prescribes the signing and storing of the managed certificates.
+type ManagedProxyConfigurationAuthentication struct {
+	// signer says how server and client certificates are signed.
+	// +optional
+	// +kubebuilder:default={type:SelfSigned}
+	Signer ManagedProxyConfigurationCertificateSigner `json:"signer"`
+	// dump names the secrets the signed certificates are stored in.
+	// +optional
+	// +kubebuilder:default={secrets:{}}
+	Dump ManagedProxyConfigurationCertificateDump `json:"dump"`
+}
+
+// ManagedProxyConfigurationCertificateSigner prescribes how to sign certificates for proxy servers and agents.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Provided' || (has(self.provided) && has(self.provided.secretRef) && size(self.provided.secretRef.name) > 0)",message="signer.provided.secretRef is required when signer.type is Provided"
+type ManagedProxyConfigurationCertificateSigner struct {
+	// type is SelfSigned (the operator generates and rotates the CA) or Provided (the CA comes from a secret).
+	// +optional
+	// +kubebuilder:default=SelfSigned
+	Type AuthenticationSignerType `json:"type"`
+	// selfSigned details the self-signed CA.
+	// +optional
+	SelfSigned *AuthenticationSelfSigned `json:"selfSigned,omitempty"`
+	// provided points to the secret holding the CA when type is Provided.
+	// +optional
+	Provided *AuthenticationProvided `json:"provided,omitempty"`
+}
+
+// AuthenticationSelfSigned prescribes how to self-sign the certificates.
+type AuthenticationSelfSigned struct {
+	// additionalSANs adds hostnames or IPs to the proxy-server, agent-server and proxy-client certificates.
+	// +optional
+	AdditionalSANs []string `json:"additionalSANs,omitempty"`
+}
+
+// AuthenticationProvided references a user-provided CA.
+type AuthenticationProvided struct {
+	// secretRef is the secret with keys ca.crt and ca.key (PEM). The namespace defaults to proxyServer.namespace.
+	// +optional
+	SecretRef *SecretReference `json:"secretRef,omitempty"`
+}
+
+// SecretReference names a secret.
+type SecretReference struct {
+	// name of the secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// namespace of the secret; defaults to proxyServer.namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// ManagedProxyConfigurationCertificateDump prescribes where the signed certificates are stored.
+type ManagedProxyConfigurationCertificateDump struct {
+	// secrets names the secrets for the signed certificates.
+	// +optional
+	// +kubebuilder:default={}
+	Secrets CertificateSigningSecrets `json:"secrets"`
+}
+
+// CertificateSigningSecrets names the secrets mounted by the proxy servers.
+type CertificateSigningSecrets struct {
+	// signingProxyServerSecretName is the secret of the proxy server's frontend serving certificate.
+	// +kubebuilder:default=proxy-server
+	// +optional
+	SigningProxyServerSecretName string `json:"signingProxyServerSecretName,omitempty"`
+	// signingProxyClientSecretName is the secret of the client certificate for the proxy server's frontend.
+	// +kubebuilder:default=proxy-client
+	// +optional
+	SigningProxyClientSecretName string `json:"signingProxyClientSecretName,omitempty"`
+	// signingAgentServerSecretName is the secret of the serving certificate agents connect to.
+	// +kubebuilder:default=agent-server
+	// +optional
+	SigningAgentServerSecretName string `json:"signingAgentServerSecretName,omitempty"`
+}
+
+// ManagedProxyConfigurationDeploy prescribes common details for running components.
+type ManagedProxyConfigurationDeploy struct {
+	// ports are the listening ports of the proxy servers.
+	// +optional
+	// +kubebuilder:default={}
+	Ports ManagedProxyConfigurationDeployPorts `json:"ports"`
+}
+
+// ManagedProxyConfigurationDeployPorts are the ports of the proxy servers.
+// +kubebuilder:validation:XValidation:rule="[has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095].all(p, [has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095].filter(q, q == p).size() == 1)",message="deploy.ports must be four different ports"
+type ManagedProxyConfigurationDeployPorts struct {
+	// proxyServer is the port of the frontend that serves proxy requests (gRPC).
+	// +optional
+	// +kubebuilder:default=8090
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ProxyServer int32 `json:"proxyServer"`
+	// agentServer is the port agents open tunnels to.
+	// +optional
+	// +kubebuilder:default=8091
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	AgentServer int32 `json:"agentServer"`
+	// healthServer serves /healthz, /readyz and /metrics.
+	// +optional
+	// +kubebuilder:default=8092
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	HealthServer int32 `json:"healthServer"`
+	// adminServer is the port for debugging and operating (bound to loopback).
+	// +optional
+	// +kubebuilder:default=8095
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	AdminServer int32 `json:"adminServer"`
+}
+
+// NodePlacement describes node scheduling for pods.
+type NodePlacement struct {
+	// nodeSelector selects the nodes the pods run on.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// tolerations let the pods run on tainted nodes.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// ManagedProxyConfigurationProxyServer prescribes how to deploy proxy servers on the hub.
+type ManagedProxyConfigurationProxyServer struct {
+	// image is the container image of the proxy servers.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// replicas of the proxy servers; also passed as --server-count so agents connect to every server.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// inClusterServiceName is the in-cluster Service that hub clients use to reach the proxy servers.
+	// +optional
+	// +kubebuilder:default=proxy-entrypoint
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	InClusterServiceName string `json:"inClusterServiceName,omitempty"`
+	// namespace the proxy servers and their secrets live in.
+	// +optional
+	// +kubebuilder:default=open-cluster-management-cluster-proxy
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// entrypoint says how agents reach the proxy servers.
+	// +optional
+	// +kubebuilder:default={type:PortForward}
+	Entrypoint *ManagedProxyConfigurationProxyServerEntrypoint `json:"entrypoint"`
+	// additionalArgs are appended to the proxy-server command line.
+	// +optional
+	AdditionalArgs []string `json:"additionalArgs,omitempty"`
+	// nodePlacement places the proxy-server pods.
+	// +optional
+	NodePlacement NodePlacement `json:"nodePlacement,omitempty"`
+}
+
+// EntryPointType is how agents reach the proxy servers.
+// +kubebuilder:validation:Enum=Hostname;LoadBalancerService;PortForward
+type EntryPointType string
+
+const (
+	// EntryPointTypeHostname makes agents dial a fixed hostname.
+	EntryPointTypeHostname EntryPointType = "Hostname"
+	// EntryPointTypeLoadBalancerService makes agents dial the ingress hostname or IP of a LoadBalancer Service.
+	EntryPointTypeLoadBalancerService EntryPointType = "LoadBalancerService"
+	// EntryPointTypePortForward makes agents dial a local port forwarded to a proxy-server pod.
+	EntryPointTypePortForward EntryPointType = "PortForward"
+)
+
+// ManagedProxyConfigurationProxyServerEntrypoint is the ingress for agents' tunnels.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Hostname' || (has(self.hostname) && size(self.hostname.value) > 0)",message="entrypoint.hostname.value is required when entrypoint.type is Hostname"
+type ManagedProxyConfigurationProxyServerEntrypoint struct {
+	// type is Hostname, LoadBalancerService or PortForward.
+	Type EntryPointType `json:"type"`
+	// loadBalancerService configures the LoadBalancer Service (type LoadBalancerService).
+	// +optional
+	LoadBalancerService *EntryPointLoadBalancerService `json:"loadBalancerService,omitempty"`
+	// hostname is the fixed address agents dial (type Hostname).
+	// +optional
+	Hostname *EntryPointHostname `json:"hostname,omitempty"`
+	// port agents dial.
+	// +optional
+	// +kubebuilder:default=8091
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// EntryPointLoadBalancerService configures the LoadBalancer Service in the proxy-server namespace.
+type EntryPointLoadBalancerService struct {
+	// name of the Service.
+	// +optional
+	// +kubebuilder:default=proxy-agent-entrypoint
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// annotations of the Service, e.g. service.beta.kubernetes.io/azure-load-balancer-internal: "true".
+	// +optional
+	// +listType=map
+	// +listMapKey=key
+	Annotations []AnnotationVar `json:"annotations,omitempty"`
+}
+
+// AnnotationVar is one annotation of the LoadBalancer Service.
+type AnnotationVar struct {
+	// key of the annotation (a qualified name).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Key string `json:"key"`
+	// value of the annotation.
+	// +optional
+	Value string `json:"value,omitempty"`
+}
+
+// EntryPointHostname is a fixed hostname for agents' tunnels.
+type EntryPointHostname struct {
+	// value is the hostname or IP.
+	Value string `json:"value"`
+}
+
+// ManagedProxyConfigurationProxyAgent prescribes how to deploy agents to managed clusters.
+type ManagedProxyConfigurationProxyAgent struct {
+	// image is the container image of the proxy agent.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// replicas of the agent on each managed cluster.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	Replicas int32 `json:"replicas"`
+	// additionalArgs are appended to the proxy-agent command line.
+	// +optional
+	AdditionalArgs []string `json:"additionalArgs,omitempty"`
+	// additionalServiceProxyArgs are appended to the service-proxy command line.
+	// +optional
+	AdditionalServiceProxyArgs []string `json:"additionalServiceProxyArgs,omitempty"`
+	// imagePullSecrets are secret names in the agent namespace used to pull the agent image.
+	// +optional
+	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
+	// additionalServiceCAConfigMap is a managed-cluster ConfigMap (key service-ca.crt) trusted for in-cluster services.
+	// +optional
+	AdditionalServiceCAConfigMap string `json:"additionalServiceCAConfigMap,omitempty"`
+	// agentNodePlacements places the agent pods, by managed cluster name.
+	// +optional
+	AgentNodePlacements map[string]NodePlacement `json:"agentNodePlacements,omitempty"`
+}
+
+// ManagedProxyConfigurationUserServer configures the user-server.
+type ManagedProxyConfigurationUserServer struct {
+	// additionalSANs adds hostnames or IPs to the user-server serving certificate.
+	// +optional
+	AdditionalSANs []string `json:"additionalSANs,omitempty"`
+}
+
+// ManagedProxyConfigurationStatus is the observed state of the hub proxy servers.
+type ManagedProxyConfigurationStatus struct {
+	// observedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// lastObservedGeneration mirrors observedGeneration for clients of the existing addon.
+	// +optional
+	LastObservedGeneration int64 `json:"lastObservedGeneration,omitempty"`
+	// entrypoint is the address agents dial, host:port, once known.
+	// +optional
+	Entrypoint string `json:"entrypoint,omitempty"`
+	// signer describes the CA in use and, during a rollover, the previous one.
+	// +optional
+	Signer *SignerStatus `json:"signer,omitempty"`
+	// clustersInstalled counts managed clusters with an agent installed.
+	// +optional
+	ClustersInstalled int32 `json:"clustersInstalled,omitempty"`
+	// clustersConnected counts managed clusters with a connected agent.
+	// +optional
+	ClustersConnected int32 `json:"clustersConnected,omitempty"`
+	// conditions: ProxyServerDeployed, ProxyServerSecretSigned, AgentServerSecretSigned, ProxyClientSecretSigned,
+	// UserServerSecretSigned, SignerReady and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SignerStatus describes the signing CA.
+type SignerStatus struct {
+	// caFingerprint is the SHA-256 fingerprint of the current CA.
+	CAFingerprint string `json:"caFingerprint,omitempty"`
+	// caNotAfter is when the current CA expires.
+	CANotAfter *metav1.Time `json:"caNotAfter,omitempty"`
+	// bundleFingerprints lists the CAs in the published bundle (proxy-server-ca), current first.
+	// +optional
+	BundleFingerprints []string `json:"bundleFingerprints,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mpc
+// +kubebuilder:printcolumn:name="Entrypoint Type",type=string,JSONPath=`.spec.proxyServer.entrypoint.type`
+// +kubebuilder:printcolumn:name="Entrypoint",type=string,JSONPath=`.status.entrypoint`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.proxyServer.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ManagedProxyConfiguration configures the hub proxy servers, their certificates and the agents of every
+// managed cluster. The default instance is named cluster-proxy.
+type ManagedProxyConfiguration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ManagedProxyConfigurationSpec   `json:"spec,omitempty"`
+	Status ManagedProxyConfigurationStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ManagedProxyConfigurationList is a list of ManagedProxyConfiguration.
+type ManagedProxyConfigurationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ManagedProxyConfiguration `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ManagedProxyConfiguration{}, &ManagedProxyConfigurationList{})
+}

@@ -1,0 +1,58 @@
+// Command manager runs the cluster-proxy-operator controllers on the hub.
+package main
+
+import (
+	"flag"
+	"os"
+
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+)
+
+func main() {
+	var metricsAddr, probeAddr string
+	var leaderElect bool
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the health probe endpoint binds to")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one manager is active")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	runtimectrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := runtimectrl.Log.WithName("setup")
+
+	mgr, err := runtimectrl.NewManager(runtimectrl.GetConfigOrDie(), runtimectrl.Options{
+		Scheme:                 controllers.NewScheme(),
+		Cache:                  controllers.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "cluster-proxy-addon-manager.proxy.open-cluster-management.io",
+	})
+	if err != nil {
+		log.Error(err, "Unable to create the manager")
+		os.Exit(1)
+	}
+	ctx := runtimectrl.SetupSignalHandler()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{}); err != nil {
+		log.Error(err, "Unable to set up the controllers")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to add the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Unable to add the ready check")
+		os.Exit(1)
+	}
+	log.Info("Starting the manager")
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "The manager stopped with an error")
+		os.Exit(1)
+	}
+}

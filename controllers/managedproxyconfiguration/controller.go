@@ -1,0 +1,141 @@
+// Package managedproxyconfiguration reconciles a ManagedProxyConfiguration into the hub side of the proxy: the
+// proxy-server namespace, ServiceAccount, RBAC, Services, Deployment, the signer CA and its published bundle, the
+// hub ProxyCertificates and the ClusterManagementAddOn.
+package managedproxyconfiguration
+
+import (
+	"context"
+	"errors"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+)
+
+// Reconciler reconciles ManagedProxyConfigurations.
+type Reconciler struct {
+	Client ctrl.Client
+	// APIReader reads what the cache does not hold: a user-provided signer secret.
+	APIReader ctrl.Reader
+	Recorder  record.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// scope is everything one pass reads and decides.
+type scope struct {
+	mpc        *proxyv1alpha1.ManagedProxyConfiguration
+	status     *proxyv1alpha1.ManagedProxyConfigurationStatus
+	ca         *certs.KeyPair // nil when the signer is not usable
+	entryHost  string         // "" while unknown
+	deployment *appsv1.Deployment
+}
+
+type phase func(context.Context, *scope) (runtimectrl.Result, error)
+
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=secrets;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile brings the hub objects of one ManagedProxyConfiguration in line with its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (_ runtimectrl.Result, reterr error) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mpc); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if !mpc.DeletionTimestamp.IsZero() {
+		return runtimectrl.Result{}, nil // owner references let the garbage collector remove what it owned
+	}
+	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
+
+	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates, r.reconcileServer, r.reconcileAddOn}
+	var result runtimectrl.Result
+	var errs []error
+	for _, p := range phases {
+		res, err := p(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		result = lowestRequeue(result, res)
+	}
+	err := kerrors.NewAggregate(errs)
+	setReadyCondition(s.status, mpc.Generation)
+	if err == nil {
+		s.status.ObservedGeneration = mpc.Generation
+		s.status.LastObservedGeneration = mpc.Generation
+	}
+	if perr := r.patchStatus(ctx, mpc, s.status); perr != nil {
+		err = kerrors.NewAggregate([]error{err, perr})
+	}
+	return result, err
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus) error {
+	if equality.Semantic.DeepEqual(&mpc.Status, status) {
+		return nil
+	}
+	patch := ctrl.MergeFromWithOptions(mpc.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	mpc.Status = *status
+	err := r.Client.Status().Patch(ctx, mpc, patch)
+	if apierrors.IsConflict(err) {
+		return errRequeue
+	}
+	return err
+}
+
+var errRequeue = errors.New("status changed meanwhile; requeue")
+
+func lowestRequeue(a, b runtimectrl.Result) runtimectrl.Result {
+	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {
+		a.RequeueAfter = b.RequeueAfter
+	}
+	return a
+}
+
+func setCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, generation int64, conditionType string, ok bool, reason, message string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionType, Status: s, Reason: reason, Message: message, ObservedGeneration: generation})
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
+	return runtimectrl.NewControllerManagedBy(mgr).
+		For(&proxyv1alpha1.ManagedProxyConfiguration{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&proxyv1alpha1.ProxyCertificate{}).
+		Owns(&addonv1alpha1.ClusterManagementAddOn{}).
+		Named("managedproxyconfiguration").
+		WithOptions(opts).
+		Complete(r)
+}

@@ -1,0 +1,132 @@
+// Package proxycertificate issues ProxyCertificates into kubernetes.io/tls secrets and renews them. The work is
+// split as cert-manager splits it: trigger.go decides whether and why to issue, issuing.go signs and writes the
+// secret, readiness.go reports the result.
+package proxycertificate
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/signer"
+)
+
+// Reconciler issues and renews ProxyCertificates.
+type Reconciler struct {
+	Client    ctrl.Client
+	APIReader ctrl.Reader
+	Recorder  record.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile issues the certificate when it is missing, due for renewal or no longer matches its spec or CA.
+func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
+	pc := &proxyv1alpha1.ProxyCertificate{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pc); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if !pc.DeletionTimestamp.IsZero() {
+		return runtimectrl.Result{}, nil
+	}
+	status := pc.Status.DeepCopy()
+	now := r.Clock.Now()
+
+	result, err := r.reconcile(ctx, pc, status, now)
+	if perr := r.patchStatus(ctx, pc, status); perr != nil {
+		return runtimectrl.Result{}, errors.Join(err, perr)
+	}
+	return result, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCertificate, status *proxyv1alpha1.ProxyCertificateStatus, now time.Time) (runtimectrl.Result, error) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: pc.Spec.IssuerRef.Name}, mpc); err != nil {
+		if apierrors.IsNotFound(err) {
+			setNotReady(status, pc, proxyv1alpha1.ReasonIssuerNotFound, "ManagedProxyConfiguration "+pc.Spec.IssuerRef.Name+" not found: fix spec.issuerRef.name")
+			return runtimectrl.Result{}, nil
+		}
+		return runtimectrl.Result{}, err
+	}
+	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
+	var notReady *signer.NotReadyError
+	if errors.As(err, &notReady) {
+		setNotReady(status, pc, proxyv1alpha1.ReasonIssuerNotReady, notReady.Message)
+		return runtimectrl.Result{}, nil // the issuer's status changes when it becomes ready, which re-queues this
+	}
+	if err != nil {
+		return runtimectrl.Result{}, err
+	}
+
+	secret := &corev1.Secret{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: pc.Namespace, Name: pc.Spec.SecretName}, secret); ctrl.IgnoreNotFound(err) != nil {
+		return runtimectrl.Result{}, err
+	}
+	spec, err := leafSpec(pc)
+	if err != nil {
+		setNotReady(status, pc, proxyv1alpha1.ReasonIssueFailed, err.Error())
+		return runtimectrl.Result{}, nil
+	}
+	reason, leaf := needsIssue(secret, pc, spec, sgn, now)
+	if reason != "" {
+		setIssuing(status, pc, string(reason))
+		leaf, err = r.issue(ctx, pc, spec, sgn, reason, now)
+		if err != nil {
+			return runtimectrl.Result{}, err
+		}
+	} else if err := r.ensureBundle(ctx, pc, secret, sgn); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	renewal := setReady(status, pc, leaf, sgn)
+	return runtimectrl.Result{RequeueAfter: max(renewal.Sub(now), time.Second)}, nil
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, pc *proxyv1alpha1.ProxyCertificate, status *proxyv1alpha1.ProxyCertificateStatus) error {
+	if equality.Semantic.DeepEqual(&pc.Status, status) {
+		return nil
+	}
+	patch := ctrl.MergeFromWithOptions(pc.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	pc.Status = *status
+	return r.Client.Status().Patch(ctx, pc, patch)
+}
+
+// SetupWithManager registers the reconciler; a change of an issuer re-queues its certificates.
+func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
+	return runtimectrl.NewControllerManagedBy(mgr).
+		For(&proxyv1alpha1.ProxyCertificate{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.Secret{}).
+		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.certificatesOfIssuer)).
+		Named("proxycertificate").
+		WithOptions(opts).
+		Complete(r)
+}
+
+func (r *Reconciler) certificatesOfIssuer(ctx context.Context, obj ctrl.Object) []reconcile.Request {
+	list := &proxyv1alpha1.ProxyCertificateList{}
+	if err := r.Client.List(ctx, list, ctrl.MatchingFields{managedproxyconfiguration.IssuerNameField: obj.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, pc := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: ctrl.ObjectKeyFromObject(&pc)})
+	}
+	return reqs
+}

@@ -1,0 +1,91 @@
+// Package controllers wires every reconciler of the operator into a controller-runtime manager.
+package controllers
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+// NewScheme returns a scheme with every kind the operator reads or writes.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, workv1.Install,
+	} {
+		if err := add(s); err != nil {
+			panic(err) // only on a programming error: the kinds are compiled in
+		}
+	}
+	return s
+}
+
+// CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
+// secrets, services and deployments are neither watched nor held in memory.
+func CacheOptions() cache.Options {
+	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}:         owned,
+		&corev1.Service{}:        owned,
+		&corev1.ServiceAccount{}: owned,
+		&appsv1.Deployment{}:     owned,
+		&rbacv1.Role{}:           owned,
+		&rbacv1.RoleBinding{}:    owned,
+	}}
+}
+
+// Options configure the reconcilers.
+type Options struct {
+	// Clock is the time source of certificate decisions; tests pass a fake one.
+	Clock clock.PassiveClock
+}
+
+// Setup registers the field indexes and every reconciler with mgr.
+func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &proxyv1alpha1.ProxyCertificate{}, managedproxyconfiguration.IssuerNameField,
+		func(o client.Object) []string {
+			return []string{o.(*proxyv1alpha1.ProxyCertificate).Spec.IssuerRef.Name}
+		}); err != nil {
+		return err
+	}
+	if err := (&managedproxyconfiguration.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		Recorder: mgr.GetEventRecorderFor("cluster-proxy-operator"),
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()}); err != nil {
+		return err
+	}
+	return (&proxycertificate.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		Recorder: mgr.GetEventRecorderFor("cluster-proxy-operator"),
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()})
+}
+
+// RateLimiter retries a failed reconcile after 5ms, doubling up to 30s: hub objects are few, and a user who fixes
+// what blocked a reconcile should not wait the default 16 minutes.
+func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second)
+}

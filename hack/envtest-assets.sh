@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Provides etcd, kube-apiserver and kube-controller-manager for envtest in $BIN_DIR/k8s/<version>.
+# First tries setup-envtest; where it cannot download (no internet), builds the binaries from Go
+# modules. Prints the directory to use as KUBEBUILDER_ASSETS on its last line. A second run is a no-op.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-3.6.5}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN_DIR=${BIN_DIR:-$ROOT/bin}
+ASSETS="$BIN_DIR/k8s/$K8S_VERSION-$(go env GOOS)-$(go env GOARCH)"
+log() { echo "envtest-assets: $*" >&2; }
+
+have_all() { [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ]; }
+
+if have_all; then echo "$ASSETS"; exit 0; fi
+mkdir -p "$ASSETS"
+
+# 1. setup-envtest (works where its release bucket is reachable).
+if [ ! -x "$ASSETS/kube-apiserver" ] && [ -z "${SKIP_SETUP_ENVTEST:-}" ]; then
+  if GOBIN="$BIN_DIR" go install sigs.k8s.io/controller-runtime/tools/setup-envtest@release-0.22 >/dev/null 2>&1; then
+    if dir=$(timeout 60 "$BIN_DIR/setup-envtest" use "$K8S_VERSION" --bin-dir "$BIN_DIR/setup-envtest-assets" -p path 2>/dev/null) && [ -x "$dir/kube-apiserver" ]; then
+      log "setup-envtest provided $dir"
+      cp "$dir/etcd" "$dir/kube-apiserver" "$ASSETS/"
+    else
+      log "setup-envtest could not download; building from Go modules"
+    fi
+  else
+    log "setup-envtest is not installable; building from Go modules"
+  fi
+fi
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# 2. etcd from go.etcd.io/etcd/server/v3.
+if [ ! -x "$ASSETS/etcd" ]; then
+  log "building etcd v$ETCD_VERSION (cached after the first run)"
+  mkdir -p "$WORK/etcd"
+  cat >"$WORK/etcd/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$WORK/etcd" && go mod init envtest/etcd >/dev/null 2>&1 \
+    && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1 \
+    && go mod tidy >/dev/null 2>&1 \
+    && CGO_ENABLED=0 go build -o "$ASSETS/etcd" .)
+fi
+
+# 3. kube-apiserver and kube-controller-manager from k8s.io/kubernetes, in a throw-away module that
+#    replaces every k8s.io/<staging> module with its published v0.x release.
+if [ ! -x "$ASSETS/kube-apiserver" ] || [ ! -x "$ASSETS/kube-controller-manager" ]; then
+  log "building kube-apiserver and kube-controller-manager v$K8S_VERSION (~6 min cold, cached after)"
+  staging_version="v0.${K8S_VERSION#1.}"
+  gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  mkdir -p "$WORK/k8s"
+  {
+    echo "module envtest/k8s"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go//' | cut -d. -f1,2)"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+  } >"$WORK/k8s/go.mod"
+  cat >"$WORK/k8s/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+GO
+  (cd "$WORK/k8s" && go mod tidy >/dev/null 2>&1 \
+    && CGO_ENABLED=0 go build -o "$ASSETS/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
+    && CGO_ENABLED=0 go build -o "$ASSETS/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager)
+fi
+
+have_all || { log "failed to provide envtest assets in $ASSETS"; exit 1; }
+echo "$ASSETS"
