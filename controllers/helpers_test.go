@@ -6,9 +6,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	. "github.com/onsi/ginkgo/v2"
 	"net"
 	"time"
+
+	. "github.com/onsi/ginkgo/v2"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"

@@ -74,13 +74,13 @@ func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
 	}
 	if err := (&managedproxyconfiguration.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
-		Recorder: mgr.GetEventRecorderFor("cluster-proxy-operator"),
+		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
 	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()}); err != nil {
 		return err
 	}
 	return (&proxycertificate.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
-		Recorder: mgr.GetEventRecorderFor("cluster-proxy-operator"),
+		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
 	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()})
 }
 

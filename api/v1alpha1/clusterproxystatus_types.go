@@ -125,7 +125,3 @@ type ClusterProxyStatusList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ClusterProxyStatus `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ClusterProxyStatus{}, &ClusterProxyStatusList{})
-}

@@ -359,7 +359,3 @@ type ManagedProxyConfigurationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ManagedProxyConfiguration `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ManagedProxyConfiguration{}, &ManagedProxyConfigurationList{})
-}

@@ -125,8 +125,8 @@ type ProxyCertificateStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.secretName`
 // +kubebuilder:printcolumn:name="Issuer",type=string,JSONPath=`.spec.issuerRef.name`
-// +kubebuilder:printcolumn:name="Not After",type=date,JSONPath=`.status.notAfter`
-// +kubebuilder:printcolumn:name="Renewal",type=date,JSONPath=`.status.renewalTime`,priority=1
+// +kubebuilder:printcolumn:name="Not After",type=string,JSONPath=`.status.notAfter`
+// +kubebuilder:printcolumn:name="Renewal",type=string,JSONPath=`.status.renewalTime`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
@@ -147,8 +147,4 @@ type ProxyCertificateList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ProxyCertificate `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&ProxyCertificate{}, &ProxyCertificateList{})
 }

@@ -5,7 +5,7 @@ package managedproxyconfiguration
 
 import (
 	"context"
-	"errors"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	runtimectrl "sigs.k8s.io/controller-runtime"
@@ -33,17 +33,16 @@ type Reconciler struct {
 	Client ctrl.Client
 	// APIReader reads what the cache does not hold: a user-provided signer secret.
 	APIReader ctrl.Reader
-	Recorder  record.EventRecorder
+	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 }
 
 // scope is everything one pass reads and decides.
 type scope struct {
-	mpc        *proxyv1alpha1.ManagedProxyConfiguration
-	status     *proxyv1alpha1.ManagedProxyConfigurationStatus
-	ca         *certs.KeyPair // nil when the signer is not usable
-	entryHost  string         // "" while unknown
-	deployment *appsv1.Deployment
+	mpc       *proxyv1alpha1.ManagedProxyConfiguration
+	status    *proxyv1alpha1.ManagedProxyConfigurationStatus
+	ca        *certs.KeyPair // nil when the signer is not usable
+	entryHost string         // "" while unknown
 }
 
 type phase func(context.Context, *scope) (runtimectrl.Result, error)
@@ -87,7 +86,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (_ 
 		s.status.ObservedGeneration = mpc.Generation
 		s.status.LastObservedGeneration = mpc.Generation
 	}
-	if perr := r.patchStatus(ctx, mpc, s.status); perr != nil {
+	perr := r.patchStatus(ctx, mpc, s.status)
+	if apierrors.IsConflict(perr) && err == nil {
+		// The configuration changed meanwhile: read it again soon, no error to report.
+		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if perr != nil {
 		err = kerrors.NewAggregate([]error{err, perr})
 	}
 	return result, err
@@ -99,14 +103,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.Managed
 	}
 	patch := ctrl.MergeFromWithOptions(mpc.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
 	mpc.Status = *status
-	err := r.Client.Status().Patch(ctx, mpc, patch)
-	if apierrors.IsConflict(err) {
-		return errRequeue
-	}
-	return err
+	return r.Client.Status().Patch(ctx, mpc, patch)
 }
-
-var errRequeue = errors.New("status changed meanwhile; requeue")
 
 func lowestRequeue(a, b runtimectrl.Result) runtimectrl.Result {
 	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {

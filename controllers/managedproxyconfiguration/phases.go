@@ -131,7 +131,7 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (runtimectrl
 			return runtimectrl.Result{}, err
 		}
 		if wrote && o == ctrl.Object(deployment) {
-			r.Recorder.Eventf(mpc, corev1.EventTypeNormal, "ProxyServerUpdated", "Deployment %s/%s applied", deployment.Namespace, deployment.Name)
+			r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "ProxyServerUpdated", "Apply", "Deployment %s/%s applied", deployment.Namespace, deployment.Name)
 		}
 	}
 	live := &appsv1.Deployment{}

@@ -98,7 +98,7 @@ func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.
 		if err != nil {
 			return nil, nil, err
 		}
-		r.Recorder.Eventf(mpc, corev1.EventTypeNormal, "CAGenerated", "Generated CA %s in secret %s/%s", certs.Fingerprint(next.Cert), secret.Namespace, secret.Name)
+		r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAGenerated", "GenerateCA", "Generated CA %s in secret %s/%s", certs.Fingerprint(next.Cert), secret.Namespace, secret.Name)
 		return secret, next, nil
 	}
 	requested := mpc.Annotations[proxyv1alpha1.RotateCAAnnotation]
@@ -123,7 +123,7 @@ func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.
 	if err != nil {
 		return nil, nil, err
 	}
-	r.Recorder.Eventf(mpc, corev1.EventTypeNormal, "CARotated", "Rotated CA %s to %s; both stay trusted until every certificate is re-issued",
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARotated", "RotateCA", "Rotated CA %s to %s; both stay trusted until every certificate is re-issued",
 		certs.Fingerprint(ca.Cert), certs.Fingerprint(next.Cert))
 	return secret, next, nil
 }
@@ -146,7 +146,7 @@ func (r *Reconciler) finishRollover(ctx context.Context, mpc *proxyv1alpha1.Mana
 	if _, err := r.writeSignerSecret(ctx, mpc, data, secret.Annotations[rotationHandledAnnotation]); err != nil {
 		return err
 	}
-	r.Recorder.Eventf(mpc, corev1.EventTypeNormal, "CARolloverComplete", "Every certificate is issued by CA %s; earlier CAs left the bundle",
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARolloverComplete", "RotateCA", "Every certificate is issued by CA %s; earlier CAs left the bundle",
 		certs.Fingerprint(mustParseFirst(secret.Data[signer.KeyCACert])))
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	runtimectrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -26,11 +26,14 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/signer"
 )
 
+// conflictRetry is how soon a pass that lost an optimistic-lock race runs again.
+const conflictRetry = 100 * time.Millisecond
+
 // Reconciler issues and renews ProxyCertificates.
 type Reconciler struct {
 	Client    ctrl.Client
 	APIReader ctrl.Reader
-	Recorder  record.EventRecorder
+	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 }
 
@@ -51,7 +54,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	now := r.Clock.Now()
 
 	result, err := r.reconcile(ctx, pc, status, now)
-	if perr := r.patchStatus(ctx, pc, status); perr != nil {
+	perr := r.patchStatus(ctx, pc, status)
+	if apierrors.IsConflict(perr) && err == nil {
+		// Someone else (often the issuer's own update) wrote meanwhile: read again soon, no error to report.
+		return runtimectrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	if perr != nil {
 		return runtimectrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err

@@ -27,7 +27,7 @@ func (r *Reconciler) issue(ctx context.Context, pc *proxyv1alpha1.ProxyCertifica
 	if _, err := apply.Ensure(ctx, r.Client, tlsSecret(pc, chain, leaf.KeyPEM, sgn.Bundle)); err != nil {
 		return nil, err
 	}
-	r.Recorder.Eventf(pc, corev1.EventTypeNormal, "Issued", "Issued certificate serial %s into secret %s (%s), valid until %s",
+	r.Recorder.Eventf(pc, nil, corev1.EventTypeNormal, "Issued", "Issue", "Issued certificate serial %s into secret %s (%s), valid until %s",
 		leaf.Cert.SerialNumber.Text(16), pc.Spec.SecretName, reason, leaf.Cert.NotAfter.UTC().Format(time.RFC3339))
 	return leaf.Cert, nil
 }

@@ -81,7 +81,7 @@ func foreignSpecOwner(obj client.Object) bool {
 			continue
 		}
 		fields := map[string]any{}
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		for k := range fields {

@@ -355,7 +355,8 @@ func ClusterManagementAddOn(mpc *proxyv1alpha1.ManagedProxyConfiguration) *addon
 				DisplayName: "cluster-proxy",
 				Description: "Reverse tunnels from the hub to every managed cluster's kube-apiserver and services",
 			},
-			SupportedConfigs: []addonv1alpha1.ConfigMeta{
+			// OCM v1.0.0 serves add-on v1alpha1 only, where supportedConfigs is how default configs are declared.
+			SupportedConfigs: []addonv1alpha1.ConfigMeta{ //nolint:staticcheck
 				{ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"}},
 				{
 					ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: proxyv1alpha1.GroupVersion.Group, Resource: "managedproxyconfigurations"},

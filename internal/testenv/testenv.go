@@ -73,7 +73,7 @@ func NewHub() (*envtest.Environment, error) {
 // ControllerManager is a running kube-controller-manager.
 type ControllerManager struct {
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed when the process has ended
 	dir  string
 }
 
@@ -108,8 +108,12 @@ func StartGarbageCollector(env *envtest.Environment, logPath string) (*Controlle
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	cm := &ControllerManager{cmd: cmd, done: make(chan error, 1), dir: dir}
-	go func() { cm.done <- cmd.Wait(); logFile.Close() }()
+	cm := &ControllerManager{cmd: cmd, done: make(chan struct{}), dir: dir}
+	go func() {
+		_ = cmd.Wait() // it exits non-zero when stopped by a signal, which is how it is stopped
+		logFile.Close()
+		close(cm.done)
+	}()
 	return cm, nil
 }
 
