@@ -72,6 +72,16 @@ func condition(g Gomega, mpc *proxyv1alpha1.ManagedProxyConfiguration, condition
 	return c
 }
 
+// expectCondition asserts a condition's status and reason, and that its message holds each of messageParts.
+func expectCondition(g Gomega, mpc *proxyv1alpha1.ManagedProxyConfiguration, conditionType string, status metav1.ConditionStatus, reason string, messageParts ...string) {
+	c := condition(g, mpc, conditionType)
+	g.ExpectWithOffset(1, c.Status).To(Equal(status), "%s: %s", conditionType, c.Message)
+	g.ExpectWithOffset(1, c.Reason).To(Equal(reason), conditionType)
+	for _, part := range messageParts {
+		g.ExpectWithOffset(1, c.Message).To(ContainSubstring(part), conditionType)
+	}
+}
+
 // expectReady waits until the configuration is Ready for its current generation.
 func expectReady(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
 	EventuallyWithOffset(1, func(g Gomega) {

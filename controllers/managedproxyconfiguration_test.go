@@ -184,13 +184,8 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 
 		By("waiting for an ingress address: EntrypointReady=False")
 		Eventually(func(g Gomega) {
-			c := condition(g, mpc, proxyv1alpha1.ConditionEntrypointReady)
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonLoadBalancerPending))
-			g.Expect(c.Message).To(ContainSubstring(ns + "/agents-lb"))
-			ready := condition(g, mpc, proxyv1alpha1.ConditionReady)
-			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonLoadBalancerPending))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionEntrypointReady, metav1.ConditionFalse, proxyv1alpha1.ReasonLoadBalancerPending, ns+"/agents-lb")
+			expectCondition(g, mpc, proxyv1alpha1.ConditionReady, metav1.ConditionFalse, proxyv1alpha1.ReasonLoadBalancerPending)
 		}, timeout, interval).Should(Succeed())
 		lb := get(Default, &corev1.Service{}, ns, "agents-lb")
 		Expect(lb.Spec.Type).To(Equal(corev1.ServiceTypeLoadBalancer))
@@ -310,18 +305,11 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 
 		By("missing: SignerReady=False names the secret; every certificate waits")
 		Eventually(func(g Gomega) {
-			c := condition(g, mpc, proxyv1alpha1.ConditionSignerReady)
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonSignerSecretMissing))
-			g.Expect(c.Message).To(ContainSubstring(caNS + "/my-ca"))
-			ready := condition(g, mpc, proxyv1alpha1.ConditionReady)
-			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonSignerSecretMissing))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionSignerReady, metav1.ConditionFalse, proxyv1alpha1.ReasonSignerSecretMissing, caNS+"/my-ca")
+			expectCondition(g, mpc, proxyv1alpha1.ConditionReady, metav1.ConditionFalse, proxyv1alpha1.ReasonSignerSecretMissing)
 			for _, t := range []string{proxyv1alpha1.ConditionProxyServerSecretSigned, proxyv1alpha1.ConditionAgentServerSecretSigned,
 				proxyv1alpha1.ConditionProxyClientSecretSigned, proxyv1alpha1.ConditionUserServerSecretSigned} {
-				s := condition(g, mpc, t)
-				g.Expect(s.Status).To(Equal(metav1.ConditionFalse), t)
-				g.Expect(s.Reason).To(Equal(proxyv1alpha1.ReasonNotYetSigned), t)
+				expectCondition(g, mpc, t, metav1.ConditionFalse, proxyv1alpha1.ReasonNotYetSigned)
 			}
 		}, timeout, interval).Should(Succeed())
 
@@ -329,9 +317,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "my-ca", Namespace: caNS}, Data: map[string][]byte{"ca.crt": []byte("not a pem"), "ca.key": []byte("nope")}}
 		Expect(k8s.Create(ctx(), bad)).To(Succeed())
 		Eventually(func(g Gomega) {
-			c := condition(g, mpc, proxyv1alpha1.ConditionSignerReady)
-			g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonSignerSecretInvalid))
-			g.Expect(c.Message).To(And(ContainSubstring(caNS+"/my-ca"), ContainSubstring("ca.crt")))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionSignerReady, metav1.ConditionFalse, proxyv1alpha1.ReasonSignerSecretInvalid, caNS+"/my-ca", "ca.crt")
 		}, timeout, interval).Should(Succeed())
 
 		By("good: every certificate is signed by the user's CA")
@@ -388,13 +374,8 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 		createMPC(mpc)
 
 		Eventually(func(g Gomega) {
-			c := condition(g, mpc, proxyv1alpha1.ConditionProxyServerDeployed)
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonNotYetDeployed))
-			g.Expect(c.Message).To(ContainSubstring("deployments are frozen"))
-			ready := condition(g, mpc, proxyv1alpha1.ConditionReady)
-			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonNotYetDeployed))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionProxyServerDeployed, metav1.ConditionFalse, proxyv1alpha1.ReasonNotYetDeployed, "deployments are frozen")
+			expectCondition(g, mpc, proxyv1alpha1.ConditionReady, metav1.ConditionFalse, proxyv1alpha1.ReasonNotYetDeployed)
 		}, timeout, interval).Should(Succeed())
 
 		By("once the policy is unbound, the next retry (backoff capped at 30s) deploys it")

@@ -224,3 +224,83 @@ var _ = Describe("ProxyCertificate", func() {
 		expectReady(mpc)
 	})
 })
+
+var _ = Describe("ProxyCertificate failures", func() {
+	It("reports an issuer that does not exist, then issues once it does", func() {
+		mpc := newMPC()
+		ns := mpc.Spec.ProxyServer.Namespace
+		Expect(k8s.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		pc := &proxyv1alpha1.ProxyCertificate{
+			ObjectMeta: metav1.ObjectMeta{Name: "early", Namespace: ns},
+			Spec:       proxyv1alpha1.ProxyCertificateSpec{SecretName: "early", CommonName: "early", IssuerRef: proxyv1alpha1.IssuerReference{Name: mpc.Name}},
+		}
+		Expect(k8s.Create(ctx(), pc)).To(Succeed())
+		Eventually(func(g Gomega) {
+			ready := meta.FindStatusCondition(get(g, &proxyv1alpha1.ProxyCertificate{}, ns, "early").Status.Conditions, proxyv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonIssuerNotFound))
+			g.Expect(ready.Message).To(ContainSubstring("ManagedProxyConfiguration " + mpc.Name + " not found"))
+		}, timeout, interval).Should(Succeed())
+
+		createMPC(mpc)
+		Eventually(func(g Gomega) { certificateStatus(g, ns, "early") }, timeout, interval).Should(Succeed())
+	})
+
+	It("stays Issuing with the reason, and Ready=False, while the secret cannot be written", func() {
+		mpc := newMPC()
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		policy := fromYAML(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: deny-blocked-secret}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
+  validations:
+  - expression: "object.metadata.name != 'blocked'"
+    message: "secret blocked is write-protected"
+`)
+		binding := fromYAML(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: deny-blocked-secret}
+spec: {policyName: deny-blocked-secret, validationActions: [Deny]}
+`)
+		Expect(k8s.Create(ctx(), policy)).To(Succeed())
+		Expect(k8s.Create(ctx(), binding)).To(Succeed())
+		DeferCleanupDelete(policy)
+		DeferCleanupDelete(binding)
+		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "blocked", Namespace: ns}}
+		Eventually(func() error { return k8s.Create(ctx(), probe.DeepCopy(), client.DryRunAll) }, timeout, interval).
+			Should(MatchError(ContainSubstring("write-protected")))
+
+		pc := &proxyv1alpha1.ProxyCertificate{
+			ObjectMeta: metav1.ObjectMeta{Name: "blocked", Namespace: ns},
+			Spec:       proxyv1alpha1.ProxyCertificateSpec{SecretName: "blocked", CommonName: "blocked", IssuerRef: proxyv1alpha1.IssuerReference{Name: mpc.Name}},
+		}
+		Expect(k8s.Create(ctx(), pc)).To(Succeed())
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ProxyCertificate{}, ns, "blocked")
+			issuing := meta.FindStatusCondition(live.Status.Conditions, proxyv1alpha1.ConditionIssuing)
+			g.Expect(issuing).NotTo(BeNil())
+			g.Expect(issuing.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(issuing.Reason).To(Equal(string(certs.ReasonMissing)))
+			ready := meta.FindStatusCondition(live.Status.Conditions, proxyv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonIssueFailed))
+			g.Expect(ready.Message).To(ContainSubstring("write-protected"))
+		}, timeout, interval).Should(Succeed())
+
+		Expect(k8s.Delete(ctx(), binding)).To(Succeed())
+		Eventually(func(g Gomega) {
+			live := certificateStatus(g, ns, "blocked")
+			g.Expect(meta.IsStatusConditionFalse(live.Status.Conditions, proxyv1alpha1.ConditionIssuing)).To(BeTrue())
+		}, 2*timeout, interval).Should(Succeed())
+	})
+})

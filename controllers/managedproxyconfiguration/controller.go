@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
@@ -98,12 +98,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (_ 
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus) error {
-	if equality.Semantic.DeepEqual(&mpc.Status, status) {
-		return nil
-	}
-	patch := ctrl.MergeFromWithOptions(mpc.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	before := mpc.DeepCopy()
 	mpc.Status = *status
-	return r.Client.Status().Patch(ctx, mpc, patch)
+	return apply.PatchStatus(ctx, r.Client, before, mpc)
 }
 
 func lowestRequeue(a, b runtimectrl.Result) runtimectrl.Result {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -24,6 +23,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/signer"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 )
 
 // conflictRetry is how soon a pass that lost an optimistic-lock race runs again.
@@ -98,6 +98,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 		setIssuing(status, pc, string(reason))
 		leaf, err = r.issue(ctx, pc, spec, sgn, reason, now)
 		if err != nil {
+			setNotReady(status, pc, proxyv1alpha1.ReasonIssueFailed, err.Error())
 			return runtimectrl.Result{}, err
 		}
 	} else if err := r.ensureBundle(ctx, pc, secret, sgn); err != nil {
@@ -108,12 +109,9 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, pc *proxyv1alpha1.ProxyCertificate, status *proxyv1alpha1.ProxyCertificateStatus) error {
-	if equality.Semantic.DeepEqual(&pc.Status, status) {
-		return nil
-	}
-	patch := ctrl.MergeFromWithOptions(pc.DeepCopy(), ctrl.MergeFromWithOptimisticLock{})
+	before := pc.DeepCopy()
 	pc.Status = *status
-	return r.Client.Status().Patch(ctx, pc, patch)
+	return apply.PatchStatus(ctx, r.Client, before, pc)
 }
 
 // SetupWithManager registers the reconciler; a change of an issuer re-queues its certificates.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -235,4 +236,13 @@ func setHash(obj map[string]any) {
 		meta["annotations"] = ann
 	}
 	ann[HashAnnotation] = hex.EncodeToString(sum[:])[:16]
+}
+
+// PatchStatus writes the status of after when it differs from before (a copy taken before the status was
+// changed), with an optimistic lock so a concurrent change is never overwritten.
+func PatchStatus(ctx context.Context, c client.Client, before, after client.Object) error {
+	if equality.Semantic.DeepEqual(before, after) {
+		return nil
+	}
+	return c.Status().Patch(ctx, after, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
