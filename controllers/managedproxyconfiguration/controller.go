@@ -60,7 +60,7 @@ type phase func(context.Context, *scope) (runtimectrl.Result, error)
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile brings the hub objects of one ManagedProxyConfiguration in line with its spec.
-func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (_ runtimectrl.Result, reterr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mpc); err != nil {
 		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
