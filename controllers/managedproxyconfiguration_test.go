@@ -396,10 +396,10 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 		ns := mpc.Spec.ProxyServer.Namespace
 
 		cma := get(Default, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
-		Expect(cma.Spec.SupportedConfigs).To(ContainElement(And( //nolint:staticcheck // the v1alpha1 field OCM v1.0.0 reads
+		Expect(cma.Spec.SupportedConfigs).To(ContainElement(And(
 			HaveField("ConfigGroupResource.Resource", "managedproxyconfigurations"),
 			HaveField("DefaultConfig.Name", "cluster-proxy"))))
-		Expect(cma.Spec.SupportedConfigs).To(ContainElement(HaveField("ConfigGroupResource.Resource", "addondeploymentconfigs"))) //nolint:staticcheck
+		Expect(cma.Spec.SupportedConfigs).To(ContainElement(HaveField("ConfigGroupResource.Resource", "addondeploymentconfigs")))
 
 		owned := []client.Object{
 			cma,

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	runtimectrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -23,8 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusteragent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
 
@@ -32,7 +37,7 @@ import (
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, workv1.Install,
+		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only on a programming error: the kinds are compiled in
@@ -52,6 +57,10 @@ func CacheOptions() cache.Options {
 		&appsv1.Deployment{}:     owned,
 		&rbacv1.Role{}:           owned,
 		&rbacv1.RoleBinding{}:    owned,
+		&workv1.ManifestWork{}:   owned,
+		// Other add-ons' objects are none of the operator's business.
+		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
+		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
 	}}
 }
 
@@ -59,6 +68,8 @@ func CacheOptions() cache.Options {
 type Options struct {
 	// Clock is the time source of certificate decisions; tests pass a fake one.
 	Clock clock.PassiveClock
+	// Tunnels reports tunnel health per cluster; nil until the data plane provides it.
+	Tunnels clusteragent.TunnelSource
 }
 
 // Setup registers the field indexes and every reconciler with mgr.
@@ -78,10 +89,25 @@ func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()}); err != nil {
 		return err
 	}
-	return (&proxycertificate.Reconciler{
+	if err := (&proxycertificate.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
 		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
-	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()})
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()}); err != nil {
+		return err
+	}
+	if err := (&clusteragent.Reconciler{
+		Client: mgr.GetClient(), Clock: opts.Clock, Tunnels: opts.Tunnels,
+		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 4}); err != nil {
+		return err
+	}
+	if err := (&clusteragent.CSRReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()}); err != nil {
+		return err
+	}
+	return (&clusteragent.InstallReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter()})
 }
 
 // RateLimiter retries a failed reconcile after 5ms, doubling up to 30s: hub objects are few, and a user who fixes

@@ -88,6 +88,10 @@ type ClusterProxyStatusStatus struct {
 	// agentCertificateNotAfter is when the agent's client certificate expires.
 	// +optional
 	AgentCertificateNotAfter *metav1.Time `json:"agentCertificateNotAfter,omitempty"`
+	// agentCertificateAuthorityKeyID names (hex subject key ID) the CA that signed the agent's certificate; a rotated CA
+	// stays in the trust bundle while any agent certificate it signed is in use.
+	// +optional
+	AgentCertificateAuthorityKeyID string `json:"agentCertificateAuthorityKeyID,omitempty"`
 	// manifestWork summarises the ManifestWork that installs the agent.
 	// +optional
 	ManifestWork *ManifestWorkStatus `json:"manifestWork,omitempty"`

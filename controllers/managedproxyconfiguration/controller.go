@@ -21,7 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
@@ -118,6 +121,17 @@ func setCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, generat
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionType, Status: s, Reason: reason, Message: message, ObservedGeneration: generation})
 }
 
+func toDefaultConfiguration(context.Context, ctrl.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}}}
+}
+
+var agentIssuerChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID !=
+			e.ObjectNew.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID
+	},
+}
+
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	return runtimectrl.NewControllerManagedBy(mgr).
@@ -130,6 +144,9 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&proxyv1alpha1.ProxyCertificate{}).
 		Owns(&addonv1alpha1.ClusterManagementAddOn{}).
+		// The default configuration's CA stays in the bundle while agents hold certificates it signed.
+		Watches(&proxyv1alpha1.ClusterProxyStatus{}, handler.EnqueueRequestsFromMapFunc(toDefaultConfiguration),
+			builder.WithPredicates(agentIssuerChanged)).
 		Named("managedproxyconfiguration").
 		WithOptions(opts).
 		Complete(r)

@@ -151,7 +151,11 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (runtimectrl.
 	if s.mpc.Name != proxyv1alpha1.DefaultConfigurationName {
 		return runtimectrl.Result{}, nil
 	}
-	_, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc))
+	var opts []apply.Option
+	for _, path := range render.CMAUserOwnedFields {
+		opts = append(opts, apply.UserOwned(path...))
+	}
+	_, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...)
 	return runtimectrl.Result{}, err
 }
 

@@ -3,6 +3,7 @@ package managedproxyconfiguration
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -170,11 +171,15 @@ func (r *Reconciler) retainedCAs(ctx context.Context, mpc *proxyv1alpha1.Managed
 	if old, err := certs.ParseCertificates(published.Data["ca.crt"]); err == nil {
 		candidates = append(candidates, old...)
 	}
+	agentCAs, err := r.agentAuthorityKeyIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var retained []*x509.Certificate
 	seen := map[string]bool{certs.Fingerprint(current): true}
 	for _, c := range candidates {
 		fp := certs.Fingerprint(c)
-		if !seen[fp] && inUse[fp] {
+		if !seen[fp] && (inUse[fp] || agentCAs[hex.EncodeToString(c.SubjectKeyId)]) {
 			retained = append(retained, c)
 		}
 		seen[fp] = true
@@ -195,6 +200,21 @@ func (r *Reconciler) issuingFingerprints(ctx context.Context, mpc *proxyv1alpha1
 		}
 	}
 	return inUse, nil
+}
+
+// agentAuthorityKeyIDs are the CAs (by subject key ID) that signed the agent certificates in use on the clusters.
+func (r *Reconciler) agentAuthorityKeyIDs(ctx context.Context) (map[string]bool, error) {
+	list := &proxyv1alpha1.ClusterProxyStatusList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list ClusterProxyStatuses: %w", err)
+	}
+	ids := map[string]bool{}
+	for _, cps := range list.Items {
+		if id := cps.Status.AgentCertificateAuthorityKeyID; id != "" {
+			ids[id] = true
+		}
+	}
+	return ids, nil
 }
 
 // IssuerNameField indexes ProxyCertificates by spec.issuerRef.name.

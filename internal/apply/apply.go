@@ -27,7 +27,11 @@ const (
 // Ensure makes the live object match desired. It reads the live object through c (the cache, in a manager) and
 // applies desired only when a field desired sets differs, a list differs in length, or the rendered hash changed.
 // It returns whether it wrote.
-func Ensure(ctx context.Context, c client.Client, desired client.Object) (bool, error) {
+func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ...Option) (bool, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
 	if err != nil {
 		return false, err
@@ -40,6 +44,9 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object) (bool, 
 	meta, _ := want["metadata"].(map[string]any)
 	delete(meta, "creationTimestamp")
 	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
+	for _, path := range o.userOwned {
+		unstructured.RemoveNestedField(want, path...)
+	}
 	setHash(want)
 
 	live, err := c.Scheme().New(gvk)
@@ -56,12 +63,12 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object) (bool, 
 		if err != nil {
 			return false, err
 		}
-		foreign := foreignSpecOwner(liveObj)
+		foreign := foreignSpecOwner(liveObj, o.userOwned...)
 		if Contains(have, want) && !foreign {
 			return false, nil
 		}
 		if foreign {
-			if err := replaceRendered(ctx, c, have, want); err != nil {
+			if err := replaceRendered(ctx, c, have, want, o.userOwned); err != nil {
 				return false, fmt.Errorf("restore %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
 			}
 		}
@@ -76,7 +83,7 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object) (bool, 
 // foreignSpecOwner reports whether another writer owns fields outside metadata and status, i.e. changed what
 // the operator renders (kubectl edit of a Deployment, say). Status writers and metadata-only writers (labels,
 // annotations, finalizers) are left alone.
-func foreignSpecOwner(obj client.Object) bool {
+func foreignSpecOwner(obj client.Object, userOwned ...[]string) bool {
 	for _, mf := range obj.GetManagedFields() {
 		if mf.Manager == FieldOwner || mf.Subresource != "" || mf.FieldsV1 == nil {
 			continue
@@ -85,20 +92,66 @@ func foreignSpecOwner(obj client.Object) bool {
 		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
-		for k := range fields {
-			if k != "f:metadata" && k != "f:status" && k != "." {
-				return true
-			}
+		delete(fields, "f:metadata")
+		delete(fields, "f:status")
+		delete(fields, ".")
+		if ownsOutside(fields, userOwned) {
+			return true
 		}
 	}
 	return false
+}
+
+// ownsOutside reports whether a managed-fields set holds a field outside the user-owned paths.
+func ownsOutside(fields map[string]any, userOwned [][]string) bool {
+	for k, v := range fields {
+		if k == "." {
+			continue
+		}
+		var deeper [][]string
+		matched := false
+		for _, p := range userOwned {
+			if len(p) > 0 && "f:"+p[0] == k {
+				if len(p) == 1 {
+					matched = true
+				} else {
+					deeper = append(deeper, p[1:])
+				}
+			}
+		}
+		if matched {
+			continue
+		}
+		sub, _ := v.(map[string]any)
+		if len(deeper) == 0 || len(sub) == 0 || ownsOutside(sub, deeper) {
+			return true
+		}
+	}
+	return false
+}
+
+// Option adjusts Ensure.
+type Option func(*options)
+
+type options struct{ userOwned [][]string }
+
+// UserOwned leaves the field at path (for example "spec", "installStrategy") to users: it is not rendered, a
+// user's value is no tampering, and a restore keeps it.
+func UserOwned(path ...string) Option {
+	return func(o *options) { o.userOwned = append(o.userOwned, path) }
 }
 
 // replaceRendered removes what other writers added next to the rendered fields: server-side apply restores the
 // fields the operator sets but keeps fields owned by others (an injected env var, an extra Service port). The
 // rendered top-level fields (spec, data, rules...) replace the live ones with an update; a Service keeps the values
 // the server allocated (cluster IPs, node ports), which a replacement must not discard.
-func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any) error {
+func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any, userOwned [][]string) error {
+	kept := map[int]any{}
+	for i, path := range userOwned {
+		if v, found, _ := unstructured.NestedFieldCopy(live, path...); found {
+			kept[i] = v
+		}
+	}
 	for k, v := range want {
 		switch k {
 		case "apiVersion", "kind", "metadata", "status":
@@ -110,6 +163,9 @@ func replaceRendered(ctx context.Context, c client.Client, live, want map[string
 		}
 	}
 	live["apiVersion"], live["kind"] = want["apiVersion"], want["kind"]
+	for i, v := range kept {
+		_ = unstructured.SetNestedField(live, v, userOwned[i]...)
+	}
 	return c.Update(ctx, &unstructured.Unstructured{Object: live}, client.FieldOwner(FieldOwner))
 }
 

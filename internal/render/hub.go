@@ -337,6 +337,9 @@ func CABundleSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, bundle []byte)
 	}
 }
 
+// CMAUserOwnedFields are the ClusterManagementAddOn fields users set and the operator leaves alone.
+var CMAUserOwnedFields = [][]string{{"spec", "installStrategy"}}
+
 // SignerSecret holds the self-signed CA in the proxy-server namespace.
 func SignerSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, name string, data map[string][]byte, annotations map[string]string) *corev1.Secret {
 	meta := objectMeta(mpc, name, Namespace(mpc))
@@ -344,10 +347,13 @@ func SignerSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, name string, dat
 	return &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: data}
 }
 
-// ClusterManagementAddOn registers the cluster-proxy add-on with OCM; managed clusters get agents through it.
+// ClusterManagementAddOn registers the cluster-proxy add-on with OCM; managed clusters get agents through it. Its
+// spec.installStrategy (Manual or Placements) belongs to users: see CMAUserOwnedFields.
 func ClusterManagementAddOn(mpc *proxyv1alpha1.ManagedProxyConfiguration) *addonv1alpha1.ClusterManagementAddOn {
 	meta := objectMeta(mpc, proxyv1alpha1.AddonName, "")
-	meta.Annotations = map[string]string{"addon.open-cluster-management.io/lifecycle": "addon-manager"}
+	// The operator installs the add-on itself (install strategy, registrations, ManifestWork): OCM's add-on manager
+	// must not do it as well.
+	meta.Annotations = map[string]string{"addon.open-cluster-management.io/lifecycle": "self"}
 	return &addonv1alpha1.ClusterManagementAddOn{
 		ObjectMeta: meta,
 		Spec: addonv1alpha1.ClusterManagementAddOnSpec{
@@ -356,14 +362,13 @@ func ClusterManagementAddOn(mpc *proxyv1alpha1.ManagedProxyConfiguration) *addon
 				Description: "Reverse tunnels from the hub to every managed cluster's kube-apiserver and services",
 			},
 			// OCM v1.0.0 serves add-on v1alpha1 only, where supportedConfigs is how default configs are declared.
-			SupportedConfigs: []addonv1alpha1.ConfigMeta{ //nolint:staticcheck
+			SupportedConfigs: []addonv1alpha1.ConfigMeta{
 				{ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"}},
 				{
 					ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: proxyv1alpha1.GroupVersion.Group, Resource: "managedproxyconfigurations"},
 					DefaultConfig:       &addonv1alpha1.ConfigReferent{Name: mpc.Name},
 				},
 			},
-			InstallStrategy: addonv1alpha1.InstallStrategy{Type: addonv1alpha1.AddonInstallStrategyManual},
 		},
 	}
 }
@@ -413,3 +418,12 @@ func orDefault[T comparable](v, def T) T {
 
 // DefaultCertificateDuration is the lifetime of hub leaf certificates (180 days, as the existing addon).
 const DefaultCertificateDuration = 180 * 24 * time.Hour
+
+// SplitEntrypoint splits a status entrypoint "host:port" and returns the host ("" when unset).
+func SplitEntrypoint(entrypoint string) (host, port string) {
+	h, p, err := net.SplitHostPort(entrypoint)
+	if err != nil {
+		return "", ""
+	}
+	return h, p
+}

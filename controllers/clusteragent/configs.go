@@ -1,0 +1,124 @@
+package clusteragent
+
+import (
+	"context"
+	"fmt"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+const (
+	addonGroup = "addon.open-cluster-management.io"
+	adcs       = "addondeploymentconfigs"
+	mpcs       = "managedproxyconfigurations"
+
+	// ReasonConfigNotFound: a configuration the add-on references does not exist.
+	ReasonConfigNotFound = "ConfigurationNotFound"
+)
+
+type metav1OwnerReference = metav1.OwnerReference
+
+// resolveConfigs reads the ManagedProxyConfiguration and the AddOnDeploymentConfig that apply to the cluster: the
+// add-on's spec.configs first, then the ClusterManagementAddOn's defaults. A missing one is a problem to report.
+func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
+	mpcName, _, mpcField := configRef(s.mca, nil, proxyv1alpha1.GroupVersion.Group, mpcs)
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); ctrl.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if mpcName == "" {
+		mpcName, mpcField = proxyv1alpha1.DefaultConfigurationName, "ClusterManagementAddOn cluster-proxy defaults"
+	}
+	s.mpc = &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: mpcName}, s.mpc); err != nil {
+		s.mpc = nil
+		if ctrl.IgnoreNotFound(err) != nil {
+			return err
+		}
+		s.problem = &proxyenv.FieldError{Field: mpcField, Reason: ReasonConfigNotFound,
+			Message: fmt.Sprintf("ManagedProxyConfiguration %s not found: create it or fix the reference", mpcName)}
+		return nil
+	}
+
+	name, ns, field := configRef(s.mca, cma, addonGroup, adcs)
+	if name == "" {
+		return nil
+	}
+	s.adcRef = ns + "/" + name
+	s.adc = &addonv1alpha1.AddOnDeploymentConfig{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: ns, Name: name}, s.adc); err != nil {
+		s.adc = nil
+		if ctrl.IgnoreNotFound(err) != nil {
+			return err
+		}
+		s.problem = &proxyenv.FieldError{Field: field, Reason: ReasonConfigNotFound,
+			Message: fmt.Sprintf("AddOnDeploymentConfig %s not found: create it or fix the reference", s.adcRef)}
+	}
+	return nil
+}
+
+// configRef finds the config of group/resource in the add-on's spec.configs, else in the ClusterManagementAddOn's
+// defaults, and says which field it came from.
+func configRef(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterManagementAddOn, group, resource string) (name, namespace, field string) {
+	for i, c := range mca.Spec.Configs {
+		if c.Group == group && c.Resource == resource {
+			ns := c.Namespace
+			if ns == "" {
+				ns = mca.Namespace
+			}
+			return c.Name, ns, fmt.Sprintf("ManagedClusterAddOn %s/%s spec.configs[%d]", mca.Namespace, mca.Name, i)
+		}
+	}
+	if cma == nil {
+		return "", "", ""
+	}
+	for i, c := range cma.Spec.SupportedConfigs {
+		if c.Group == group && c.Resource == resource && c.DefaultConfig != nil {
+			return c.DefaultConfig.Name, c.DefaultConfig.Namespace, fmt.Sprintf("ClusterManagementAddOn cluster-proxy spec.supportedConfigs[%d].defaultConfig", i)
+		}
+	}
+	return "", "", ""
+}
+
+func ownerRef(mca *addonv1alpha1.ManagedClusterAddOn) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ManagedClusterAddOn", Name: mca.Name, UID: mca.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// AddOnHubGroup is the hub group of a cluster's add-on identity (OCM's default subject for the add-on's
+// kube-apiserver-client registration).
+func AddOnHubGroup(cluster string) string {
+	return "system:open-cluster-management:cluster:" + cluster + ":addon:" + proxyv1alpha1.AddonName
+}
+
+// hubLeaseRBAC lets the add-on identity of the cluster keep the add-on Lease in the cluster namespace, nothing more.
+func hubLeaseRBAC(mca *addonv1alpha1.ManagedClusterAddOn) (*rbacv1.Role, *rbacv1.RoleBinding) {
+	meta := metav1.ObjectMeta{
+		Name: render.AgentLeaseRoleName, Namespace: mca.Namespace,
+		Labels:          map[string]string{render.ManagedByLabel: render.ManagedByValue},
+		OwnerReferences: []metav1.OwnerReference{ownerRef(mca)},
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: meta,
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{proxyv1alpha1.AddonName}, Verbs: []string{"get", "update"}},
+		},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: *meta.DeepCopy(),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: render.AgentLeaseRoleName},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AddOnHubGroup(mca.Namespace)}},
+	}
+	return role, binding
+}

@@ -1,0 +1,212 @@
+// Package clusteragent installs and keeps the proxy-agent of every managed cluster, the OCM way: it serves the
+// ManagedClusterAddOn cluster-proxy of each cluster (status, registrations, configs), renders the agent ManifestWork
+// from the ManagedProxyConfiguration and the cluster's AddOnDeploymentConfig, keeps the cluster's ClusterProxyStatus,
+// approves and signs the agents' CSRs (csr.go) and installs the add-on per the install strategy (install.go).
+package clusteragent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+// Reconciler keeps the agent of one managed cluster, keyed by its ManagedClusterAddOn cluster-proxy.
+type Reconciler struct {
+	Client   ctrl.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	// Tunnels reports tunnel health; nil until the data plane provides it.
+	Tunnels TunnelSource
+}
+
+// scope is what one pass reads and decides.
+type scope struct {
+	mca     *addonv1alpha1.ManagedClusterAddOn
+	cluster *clusterv1.ManagedCluster
+	mpc     *proxyv1alpha1.ManagedProxyConfiguration
+	adc     *addonv1alpha1.AddOnDeploymentConfig
+	adcRef  string // namespace/name of the ADC in effect, "" for none
+	summary *render.AgentSummary
+	// problem is what the user must fix before the agent can be (re)deployed; the last good work stays.
+	problem *proxyenv.FieldError
+	work    *workv1.ManifestWork // live, nil when none exists
+}
+
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=addondeploymentconfigs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=managedclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=work.open-cluster-management.io,resources=manifestworks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update;create
+
+// Reconcile brings one cluster's agent, add-on status and ClusterProxyStatus in line.
+func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
+	if req.Name != proxyv1alpha1.AddonName {
+		return runtimectrl.Result{}, nil
+	}
+	mca := &addonv1alpha1.ManagedClusterAddOn{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mca); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err) // the work and status are owned by it and go with it
+	}
+	if !mca.DeletionTimestamp.IsZero() {
+		return runtimectrl.Result{}, nil
+	}
+	s := &scope{mca: mca, cluster: &clusterv1.ManagedCluster{}}
+	err := r.Client.Get(ctx, ctrl.ObjectKey{Name: mca.Namespace}, s.cluster)
+	if apierrors.IsNotFound(err) || (err == nil && !s.cluster.DeletionTimestamp.IsZero()) {
+		// The cluster is gone: remove its add-on, and with it (owner references) the work and the status.
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(r.Client.Delete(ctx, mca))
+	}
+	if err != nil {
+		return runtimectrl.Result{}, err
+	}
+
+	if err := r.resolveConfigs(ctx, s); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if err := r.reconcileWork(ctx, s); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if err := r.reconcileHubRBAC(ctx, s); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if err := r.applyAddOnStatus(ctx, s); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	result, err := r.reconcileClusterStatus(ctx, s)
+	if apierrors.IsConflict(err) {
+		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // written meanwhile: read again soon
+	}
+	return result, err
+}
+
+// reconcileWork renders and applies the agent ManifestWork. On bad input it reports the problem and leaves the
+// last good work as it is.
+func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
+	if s.problem == nil {
+		if err := r.renderAndApply(ctx, s); err != nil {
+			return err
+		}
+	}
+	if s.problem != nil {
+		r.Recorder.Eventf(s.mca, nil, corev1.EventTypeWarning, s.problem.Reason, "Configure",
+			"Agent not updated, the last good configuration stays deployed: %s", s.problem.Error())
+	}
+	work := &workv1.ManifestWork{}
+	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: s.mca.Namespace, Name: render.AgentWorkName}, work)
+	if err == nil {
+		s.work = work
+	}
+	return ctrl.IgnoreNotFound(err)
+}
+
+func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
+	bundle := &corev1.Secret{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: render.Namespace(s.mpc), Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
+		return ctrl.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its status change re-queues us
+	}
+	host, _ := render.SplitEntrypoint(s.mpc.Status.Entrypoint)
+	work, summary, err := render.AgentWork(render.AgentInput{
+		Cluster: s.mca.Namespace, MPC: s.mpc, ADC: s.adc, EntrypointHost: host, CABundle: bundle.Data["ca.crt"],
+	})
+	var fieldErr *proxyenv.FieldError
+	if errors.As(err, &fieldErr) {
+		if s.adc != nil {
+			fieldErr.Message = fmt.Sprintf("AddOnDeploymentConfig %s: %s", s.adcRef, fieldErr.Message)
+		}
+		s.problem = fieldErr
+		return nil
+	}
+	if err != nil {
+		return nil // the entrypoint is not known yet; the configuration's status change re-queues us
+	}
+	s.summary = summary
+	work.OwnerReferences = []metav1OwnerReference{ownerRef(s.mca)}
+	_, err = apply.Ensure(ctx, r.Client, work)
+	return err
+}
+
+// reconcileHubRBAC lets the add-on's hub identity (from the kube-apiserver-client registration) keep its Lease in the
+// cluster namespace on the hub, where OCM's lease checker falls back to.
+func (r *Reconciler) reconcileHubRBAC(ctx context.Context, s *scope) error {
+	role, binding := hubLeaseRBAC(s.mca)
+	for _, o := range []ctrl.Object{role, binding} {
+		if _, err := apply.Ensure(ctx, r.Client, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler and the changes that re-queue a cluster.
+func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
+	onlyOurAddOn := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
+	return runtimectrl.NewControllerManagedBy(mgr).
+		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn)).
+		Owns(&workv1.ManifestWork{}).
+		Owns(&proxyv1alpha1.ClusterProxyStatus{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
+		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
+		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
+		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
+		Watches(&addonv1alpha1.ClusterManagementAddOn{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(onlyOurAddOn)).
+		Named("clusteragent").
+		WithOptions(opts).
+		Complete(r)
+}
+
+func addOnOfCluster(_ context.Context, o ctrl.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: o.GetName(), Name: proxyv1alpha1.AddonName}}}
+}
+
+func addOnOfCSR(_ context.Context, o ctrl.Object) []reconcile.Request {
+	cluster := o.GetLabels()[csrreview.ClusterNameLabel]
+	if cluster == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}}}
+}
+
+func (r *Reconciler) allAddOns(ctx context.Context, _ ctrl.Object) []reconcile.Request {
+	list := &addonv1alpha1.ManagedClusterAddOnList{}
+	if err := r.Client.List(ctx, list /* the cache holds only the add-ons named cluster-proxy */); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: ctrl.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// requeueProbe is how often tunnel health is re-probed once a data plane reports it.
+const requeueProbe = time.Minute

@@ -1,0 +1,157 @@
+package clusteragent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/signer"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+// AgentCertificateDuration is the lifetime of agent certificates unless the CSR asks for a shorter one.
+const AgentCertificateDuration = 180 * 24 * time.Hour
+
+// CSRReconciler approves the add-on's CSRs from accepted clusters and signs the proxy-agent ones with the
+// configuration's CA, so agent private keys never leave the managed cluster. Anything else of the add-on is denied,
+// with an Event saying why; CSRs of other signers and add-ons are left alone.
+type CSRReconciler struct {
+	Client    ctrl.Client
+	APIReader ctrl.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval;certificatesigningrequests/status,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer;kubernetes.io/kube-apiserver-client,verbs=approve
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer,verbs=sign
+
+// Reconcile reviews one CSR.
+func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
+	csr := &certificatesv1.CertificateSigningRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, csr); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	clusterName := csr.Labels[csrreview.ClusterNameLabel]
+	cluster := &clusterv1.ManagedCluster{}
+	accepted := false
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: clusterName}, cluster); err == nil {
+		accepted = cluster.Spec.HubAcceptsClient
+	} else if ctrl.IgnoreNotFound(err) != nil {
+		return runtimectrl.Result{}, err
+	}
+	expected := csrreview.Expected{Cluster: clusterName}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err == nil && mpc.Status.Signer != nil {
+		expected.Subject = csrreview.Subject(render.AgentCertificateSubject(clusterName, mpc.Status.Signer.CAFingerprint))
+	}
+
+	if approved(csr) {
+		// Approved earlier (by this operator before a failed signing, or by a person): sign only what the review
+		// would approve now.
+		undecided := csr.DeepCopy()
+		undecided.Status.Conditions = nil
+		if res := csrreview.Review(undecided, accepted, expected); res.Decision != csrreview.Approve || !res.Sign {
+			return runtimectrl.Result{}, nil
+		}
+		return runtimectrl.Result{}, r.sign(ctx, csr)
+	}
+	result := csrreview.Review(csr, accepted, expected)
+	switch result.Decision {
+	case csrreview.Approve:
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message,
+			LastUpdateTime: metav1.Now(),
+		})
+		if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
+			return runtimectrl.Result{}, err
+		}
+		r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, result.Reason, "Approve", "Approved CSR %s of cluster %s: %s", csr.Name, clusterName, result.Message)
+		return runtimectrl.Result{}, r.sign(ctx, csr)
+	case csrreview.Deny:
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message,
+			LastUpdateTime: metav1.Now(),
+		})
+		if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
+			return runtimectrl.Result{}, err
+		}
+		r.Recorder.Eventf(csr, nil, corev1.EventTypeWarning, result.Reason, "Deny", "Denied CSR %s of cluster %s: %s", csr.Name, clusterName, result.Message)
+	}
+	return runtimectrl.Result{}, nil
+}
+
+// sign issues the certificate of an approved proxy-agent CSR that has none yet.
+func (r *CSRReconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	if csr.Spec.SignerName != csrreview.AgentSignerName || len(csr.Status.Certificate) > 0 || failed(csr) {
+		return nil
+	}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err != nil {
+		return ctrl.IgnoreNotFound(err)
+	}
+	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
+	var notReady *signer.NotReadyError
+	if errors.As(err, &notReady) {
+		return nil // the configuration reports it; its status change re-queues approved CSRs through the add-ons
+	}
+	if err != nil {
+		return err
+	}
+	duration := AgentCertificateDuration
+	if s := csr.Spec.ExpirationSeconds; s != nil && time.Duration(*s)*time.Second < duration {
+		duration = max(time.Duration(*s)*time.Second, time.Hour)
+	}
+	chain, err := certs.SignCSR(sgn.CA, csr.Spec.Request, duration, sgn.Intermediates, r.Clock.Now())
+	if err != nil {
+		return err
+	}
+	csr.Status.Certificate = chain
+	if err := r.Client.Status().Update(ctx, csr); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, "Signed", "Sign", "Signed CSR %s of cluster %s with CA %s",
+		csr.Name, csr.Labels[csrreview.ClusterNameLabel], certs.Fingerprint(sgn.CA.Cert))
+	return nil
+}
+
+func approved(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func failed(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if (c.Type == certificatesv1.CertificateFailed || c.Type == certificatesv1.CertificateDenied) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// SetupWithManager registers the reconciler for the add-on's CSRs.
+func (r *CSRReconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
+	return runtimectrl.NewControllerManagedBy(mgr).
+		For(&certificatesv1.CertificateSigningRequest{}).
+		Named("clusteragent-csr").
+		WithOptions(opts).
+		Complete(r)
+}

@@ -1,0 +1,126 @@
+package clusteragent
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
+
+// InstalledByLabel marks the add-ons the Placements install strategy created; only those are removed when their
+// cluster leaves the placements, so add-ons users created by hand stay.
+const InstalledByLabel = "proxy.open-cluster-management.io/installed-by"
+
+// InstallReconciler installs the add-on on the clusters that the ClusterManagementAddOn's placements select, and
+// removes it from clusters that leave them. With the Manual strategy users create ManagedClusterAddOns themselves.
+type InstallReconciler struct {
+	Client ctrl.Client
+}
+
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=placementdecisions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;update;delete
+
+// Reconcile makes the installed add-ons match the placements.
+func (r *InstallReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cma); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	if cma.Spec.InstallStrategy.Type != addonv1alpha1.AddonInstallStrategyPlacements {
+		return runtimectrl.Result{}, nil
+	}
+	wanted, err := r.decidedClusters(ctx, cma)
+	if err != nil {
+		return runtimectrl.Result{}, err
+	}
+	existing := &addonv1alpha1.ManagedClusterAddOnList{}
+	if err := r.Client.List(ctx, existing /* the cache holds only the add-ons named cluster-proxy */); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	for i := range existing.Items {
+		mca := &existing.Items[i]
+		configs, keep := wanted[mca.Namespace]
+		delete(wanted, mca.Namespace)
+		switch {
+		case mca.Labels[InstalledByLabel] != "placement":
+			// created by a user: theirs to manage
+		case !keep:
+			if err := r.Client.Delete(ctx, mca); ctrl.IgnoreNotFound(err) != nil {
+				return runtimectrl.Result{}, err
+			}
+		case !equality.Semantic.DeepEqual(mca.Spec.Configs, configs):
+			mca.Spec.Configs = configs
+			if err := r.Client.Update(ctx, mca); err != nil {
+				return runtimectrl.Result{}, err
+			}
+		}
+	}
+	for cluster, configs := range wanted {
+		if err := r.Client.Create(ctx, installedAddOn(cma, cluster, configs)); ctrl.IgnoreAlreadyExists(err) != nil {
+			return runtimectrl.Result{}, fmt.Errorf("install the add-on on cluster %s: %w", cluster, err)
+		}
+	}
+	return runtimectrl.Result{}, nil
+}
+
+// decidedClusters are the clusters the placements selected, with the configs of the first placement that did.
+func (r *InstallReconciler) decidedClusters(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn) (map[string][]addonv1alpha1.AddOnConfig, error) {
+	wanted := map[string][]addonv1alpha1.AddOnConfig{}
+	for _, p := range cma.Spec.InstallStrategy.Placements {
+		decisions := &clusterv1beta1.PlacementDecisionList{}
+		if err := r.Client.List(ctx, decisions, ctrl.InNamespace(p.Namespace), ctrl.MatchingLabels{clusterv1beta1.PlacementLabel: p.Name}); err != nil {
+			return nil, err
+		}
+		for _, d := range decisions.Items {
+			for _, c := range d.Status.Decisions {
+				if _, seen := wanted[c.ClusterName]; !seen {
+					wanted[c.ClusterName] = p.Configs
+				}
+			}
+		}
+	}
+	return wanted, nil
+}
+
+func installedAddOn(cma *addonv1alpha1.ClusterManagementAddOn, cluster string, configs []addonv1alpha1.AddOnConfig) *addonv1alpha1.ManagedClusterAddOn {
+	return &addonv1alpha1.ManagedClusterAddOn{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: proxyv1alpha1.AddonName, Namespace: cluster,
+			Labels: map[string]string{InstalledByLabel: "placement"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: addonv1alpha1.ManagedClusterAddOnSpec{Configs: configs},
+	}
+}
+
+// SetupWithManager registers the reconciler: placement decisions and the add-ons re-queue the ClusterManagementAddOn.
+func (r *InstallReconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
+	onlyOurAddOn := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
+	toCMA := handler.EnqueueRequestsFromMapFunc(func(context.Context, ctrl.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Name: proxyv1alpha1.AddonName}}}
+	})
+	return runtimectrl.NewControllerManagedBy(mgr).
+		For(&addonv1alpha1.ClusterManagementAddOn{}, builder.WithPredicates(onlyOurAddOn)).
+		Watches(&clusterv1beta1.PlacementDecision{}, toCMA).
+		Watches(&addonv1alpha1.ManagedClusterAddOn{}, toCMA, builder.WithPredicates(onlyOurAddOn)).
+		Named("clusteragent-install").
+		WithOptions(opts).
+		Complete(r)
+}

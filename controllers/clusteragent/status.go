@@ -1,0 +1,417 @@
+package clusteragent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+// Reasons of the ClusterProxyStatus conditions.
+const (
+	ReasonAgentAvailable       = "AgentAvailable"
+	ReasonAgentNotAvailable    = "AgentNotAvailable"
+	ReasonWorkNotFound         = "WorkNotFound"
+	ReasonWorkNotApplied       = "WorkNotApplied"
+	ReasonDirectConnection     = "DirectConnection"
+	ReasonProxySettingsApplied = "ProxySettingsApplied"
+	ReasonCertificateIssued    = "CertificateIssued"
+	ReasonCertificateExpired   = "CertificateExpired"
+	ReasonWaitingForCSR        = "WaitingForCertificate"
+	ReasonTunnelSourceMissing  = "TunnelSourceNotConfigured"
+	ReasonConfigured           = "ConfigurationsConfigured"
+)
+
+// applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references
+// and the Configured, ManifestApplied and Progressing conditions) with server-side apply on the status, so the
+// conditions OCM's own agents write stay untouched. Nothing is written when they are already in place.
+func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
+	conditions := s.mca.Status.DeepCopy().Conditions
+	for _, c := range addOnConditions(s) {
+		meta.SetStatusCondition(&conditions, c)
+	}
+	var ours []any
+	for _, t := range []string{addonv1alpha1.ManagedClusterAddOnConditionConfigured, addonv1alpha1.ManagedClusterAddOnManifestApplied, addonv1alpha1.ManagedClusterAddOnConditionProgressing} {
+		c := meta.FindStatusCondition(conditions, t)
+		ours = append(ours, map[string]any{
+			"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message,
+			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
+		})
+	}
+	status := map[string]any{
+		"namespace":     installNamespace(s),
+		"registrations": toJSON(registrations(s)),
+		"healthCheck":   map[string]any{"mode": string(addonv1alpha1.HealthCheckModeLease)},
+		"conditions":    ours,
+	}
+	if refs := configReferences(s); len(refs) > 0 {
+		status["configReferences"] = toJSON(refs)
+	}
+	have := toJSON(s.mca.Status)
+	if apply.Contains(have, status) {
+		return nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": addonv1alpha1.GroupVersion.String(), "kind": "ManagedClusterAddOn",
+		"metadata": map[string]any{"name": s.mca.Name, "namespace": s.mca.Namespace},
+		"status":   status,
+	}}
+	return r.Client.Status().Apply(ctx, ctrl.ApplyConfigurationFromUnstructured(u), ctrl.FieldOwner(apply.FieldOwner), ctrl.ForceOwnership)
+}
+
+func installNamespace(s *scope) string {
+	switch {
+	case s.summary != nil:
+		return s.summary.Namespace
+	case s.mca.Status.Namespace != "":
+		return s.mca.Status.Namespace
+	default:
+		return render.DefaultAgentNamespace
+	}
+}
+
+// registrations ask OCM's klusterlet for the add-on's hub kubeconfig and for the agent's client certificate from
+// the proxy-agent signer, with a subject naming the cluster and the signing CA.
+func registrations(s *scope) []addonv1alpha1.RegistrationConfig {
+	regs := []addonv1alpha1.RegistrationConfig{{SignerName: certificatesv1.KubeAPIServerClientSignerName}}
+	if s.mpc != nil && s.mpc.Status.Signer != nil && s.mpc.Status.Signer.CAFingerprint != "" {
+		subject := render.AgentCertificateSubject(s.mca.Namespace, s.mpc.Status.Signer.CAFingerprint)
+		regs = append(regs, addonv1alpha1.RegistrationConfig{
+			SignerName: csrreview.AgentSignerName,
+			Subject:    addonv1alpha1.Subject{User: subject.CommonName, Groups: subject.Organizations, OrganizationUnits: subject.OrganizationalUnits},
+		})
+	}
+	return regs
+}
+
+// configReferences tell OCM users which configurations are in effect, with a hash of each spec.
+func configReferences(s *scope) []addonv1alpha1.ConfigReference {
+	var refs []addonv1alpha1.ConfigReference
+	add := func(group, resource, namespace, name string, spec any) {
+		hash := specHash(spec)
+		ref := addonv1alpha1.ConfigReference{
+			ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: group, Resource: resource},
+			ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: namespace, Name: name},
+			DesiredConfig:       &addonv1alpha1.ConfigSpecHash{ConfigReferent: addonv1alpha1.ConfigReferent{Namespace: namespace, Name: name}, SpecHash: hash},
+		}
+		if s.problem == nil && workApplied(s.work) {
+			ref.LastAppliedConfig = ref.DesiredConfig.DeepCopy()
+		}
+		refs = append(refs, ref)
+	}
+	if s.mpc != nil {
+		add(proxyv1alpha1.GroupVersion.Group, mpcs, "", s.mpc.Name, s.mpc.Spec)
+	}
+	if s.adc != nil {
+		add(addonGroup, adcs, s.adc.Namespace, s.adc.Name, s.adc.Spec)
+	}
+	return refs
+}
+
+func addOnConditions(s *scope) []metav1.Condition {
+	configured := metav1.Condition{Type: addonv1alpha1.ManagedClusterAddOnConditionConfigured, Status: metav1.ConditionTrue,
+		Reason: ReasonConfigured, Message: "the add-on's configurations are in effect"}
+	progressing := metav1.Condition{Type: addonv1alpha1.ManagedClusterAddOnConditionProgressing, Status: metav1.ConditionFalse,
+		Reason: addonv1alpha1.ProgressingReasonCompleted, Message: "the agent is deployed with the current configuration"}
+	if s.problem != nil {
+		configured.Status, configured.Reason, configured.Message = metav1.ConditionFalse, s.problem.Reason, s.problem.Error()
+		progressing.Reason, progressing.Message = addonv1alpha1.ProgressingReasonFailed, "the last good configuration stays deployed: "+s.problem.Error()
+	} else if !workApplied(s.work) {
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, addonv1alpha1.ProgressingReasonProgressing, "waiting for the agent manifests to be applied"
+	}
+	return []metav1.Condition{configured, manifestAppliedCondition(s.work), progressing}
+}
+
+func manifestAppliedCondition(work *workv1.ManifestWork) metav1.Condition {
+	c := metav1.Condition{Type: addonv1alpha1.ManagedClusterAddOnManifestApplied, Status: metav1.ConditionFalse}
+	switch applied := workCondition(work, workv1.WorkApplied); {
+	case work == nil:
+		c.Reason, c.Message = addonv1alpha1.AddonAvailableReasonWorkNotFound, "the agent ManifestWork does not exist yet"
+	case applied == nil:
+		c.Reason, c.Message = addonv1alpha1.AddonAvailableReasonWorkNotApply, "the work agent has not applied the manifests yet"
+	case applied.Status == metav1.ConditionTrue:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, addonv1alpha1.AddonManifestAppliedReasonManifestsApplied, "the agent manifests are applied"
+	default:
+		c.Reason, c.Message = addonv1alpha1.AddonManifestAppliedReasonWorkApplyFailed, applied.Message
+	}
+	return c
+}
+
+func workCondition(work *workv1.ManifestWork, t string) *metav1.Condition {
+	if work == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(work.Status.Conditions, t)
+}
+
+// workApplied is true when the work agent applied the current generation of the work.
+func workApplied(work *workv1.ManifestWork) bool {
+	c := workCondition(work, workv1.WorkApplied)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == work.Generation
+}
+
+// reconcileClusterStatus keeps the cluster's ClusterProxyStatus.
+func (r *Reconciler) reconcileClusterStatus(ctx context.Context, s *scope) (runtimectrl.Result, error) {
+	cps := &proxyv1alpha1.ClusterProxyStatus{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: proxyv1alpha1.AddonName, Namespace: s.mca.Namespace,
+			Labels:          map[string]string{render.ManagedByLabel: render.ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(s.mca)},
+		},
+		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
+	}
+	if _, err := apply.Ensure(ctx, r.Client, cps); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if err := r.Client.Get(ctx, ctrl.ObjectKeyFromObject(cps), cps); err != nil {
+		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err) // the cache has not seen it yet; its creation re-queues us
+	}
+	before := cps.DeepCopy()
+	st := &cps.Status
+	now := r.Clock.Now()
+
+	setAgentDeployed(st, s)
+	if s.problem == nil && s.summary != nil {
+		st.AgentNamespace, st.AgentImage = s.summary.Namespace, s.summary.Image
+	}
+	setProxySettings(st, s, cps.Generation)
+	requeue, err := r.setCertificate(ctx, st, s.mca.Namespace, cps.Generation, now)
+	if err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if r.Tunnels != nil {
+		requeue = minPositive(requeue, requeueProbe)
+	}
+	r.setTunnel(ctx, st, s.mca.Namespace, cps.Generation, now)
+	setAvailable(st, cps.Generation)
+	for i := range st.Conditions {
+		st.Conditions[i].ObservedGeneration = cps.Generation
+	}
+	st.ObservedGeneration = cps.Generation
+	return runtimectrl.Result{RequeueAfter: requeue}, apply.PatchStatus(ctx, r.Client, before, cps)
+}
+
+func setAgentDeployed(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope) {
+	c := metav1.Condition{Type: proxyv1alpha1.ConditionAgentDeployed, Status: metav1.ConditionFalse}
+	st.Installed = workApplied(s.work)
+	if s.work == nil {
+		st.ManifestWork = nil
+		c.Reason, c.Message = ReasonWorkNotFound, "the agent ManifestWork does not exist yet"
+		meta.SetStatusCondition(&st.Conditions, c)
+		return
+	}
+	available := workCondition(s.work, workv1.WorkAvailable)
+	st.ManifestWork = &proxyv1alpha1.ManifestWorkStatus{
+		Name: s.work.Name, Applied: st.Installed, Available: available != nil && available.Status == metav1.ConditionTrue,
+	}
+	replicas := deploymentFeedback(s.work)
+	switch {
+	case !st.Installed:
+		c.Reason, c.Message = ReasonWorkNotApplied, "the work agent has not applied the agent manifests yet"
+	case !st.ManifestWork.Available:
+		c.Reason, c.Message = ReasonAgentNotAvailable, "the agent resources are not available on the managed cluster yet"
+	case replicas["AvailableReplicas"] == 0 && replicas["Replicas"] > 0:
+		c.Reason, c.Message = ReasonAgentNotAvailable, fmt.Sprintf("0 of %d agent replicas available", replicas["Replicas"])
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonAgentAvailable
+		c.Message = "the agent is deployed"
+		if replicas["Replicas"] > 0 {
+			c.Message = fmt.Sprintf("%d of %d agent replicas available", replicas["AvailableReplicas"], replicas["Replicas"])
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// deploymentFeedback reads the agent Deployment's replica counts that the work agent reports back.
+func deploymentFeedback(work *workv1.ManifestWork) map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range work.Status.ResourceStatus.Manifests {
+		if m.ResourceMeta.Resource != "deployments" || m.ResourceMeta.Name != render.AgentDeploymentName {
+			continue
+		}
+		for _, v := range m.StatusFeedbacks.Values {
+			if v.Value.Integer != nil {
+				out[v.Name] = *v.Value.Integer
+			}
+		}
+	}
+	return out
+}
+
+func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, generation int64) {
+	c := metav1.Condition{Type: proxyv1alpha1.ConditionProxySettingsApplied, Status: metav1.ConditionTrue}
+	switch {
+	case s.problem != nil:
+		// The settings of the last good deployment stay as they were reported.
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, s.problem.Reason, s.problem.Error()
+	case s.summary == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonWorkNotFound, "the agent is not rendered yet"
+	case s.summary.Proxy.HTTPProxy == "" && s.summary.Proxy.HTTPSProxy == "":
+		st.ProxySettings = &proxyv1alpha1.ProxySettings{Source: s.adcRef}
+		c.Reason, c.Message = ReasonDirectConnection, "the agent connects to the hub directly"
+	default:
+		p := s.summary.Proxy
+		st.ProxySettings = &proxyv1alpha1.ProxySettings{
+			HTTPProxy: redact(p.HTTPProxy), HTTPSProxy: redact(p.HTTPSProxy), NoProxy: p.NoProxy, Source: s.adcRef,
+		}
+		if len(p.CABundle) > 0 {
+			sum := sha256.Sum256(p.CABundle)
+			st.ProxySettings.CABundleFingerprint = "SHA256:" + hex.EncodeToString(sum[:])
+		}
+		c.Reason, c.Message = ReasonProxySettingsApplied, "the agent reaches the hub through the forward proxy from AddOnDeploymentConfig "+s.adcRef
+	}
+	c.ObservedGeneration = generation
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// setCertificate reports the agent certificate from the newest signed CSR of the cluster, and returns when to look
+// again (its expiry).
+func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) (time.Duration, error) {
+	list := &certificatesv1.CertificateSigningRequestList{}
+	if err := r.Client.List(ctx, list, ctrl.MatchingLabels{csrreview.ClusterNameLabel: cluster, csrreview.AddonNameLabel: proxyv1alpha1.AddonName}); err != nil {
+		return 0, err
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp) })
+	c := metav1.Condition{Type: proxyv1alpha1.ConditionCertificateReady, Status: metav1.ConditionFalse, ObservedGeneration: generation,
+		Reason: ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
+	var requeue time.Duration
+	for _, csr := range list.Items {
+		if csr.Spec.SignerName != csrreview.AgentSignerName || len(csr.Status.Certificate) == 0 {
+			continue
+		}
+		chain, err := certs.ParseCertificates(csr.Status.Certificate)
+		if err != nil {
+			continue
+		}
+		notAfter := chain[0].NotAfter
+		st.AgentCertificateNotAfter = &metav1.Time{Time: notAfter}
+		st.AgentCertificateAuthorityKeyID = hex.EncodeToString(chain[0].AuthorityKeyId)
+		if now.Before(notAfter) {
+			c.Status, c.Reason = metav1.ConditionTrue, ReasonCertificateIssued
+			c.Message = "agent certificate valid until " + notAfter.UTC().Format(time.RFC3339)
+			requeue = notAfter.Sub(now)
+		} else {
+			c.Reason, c.Message = ReasonCertificateExpired, "agent certificate expired at "+notAfter.UTC().Format(time.RFC3339)
+		}
+		break
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+	return requeue, nil
+}
+
+// setTunnel reports the tunnel as the data plane sees it.
+func (r *Reconciler) setTunnel(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) {
+	connected := metav1.Condition{Type: proxyv1alpha1.ConditionAgentConnected, Status: metav1.ConditionUnknown, ObservedGeneration: generation,
+		Reason: ReasonTunnelSourceMissing, Message: "no proxy-server reports tunnels to the operator yet"}
+	healthy := metav1.Condition{Type: proxyv1alpha1.ConditionTunnelHealthy, Status: metav1.ConditionUnknown, ObservedGeneration: generation,
+		Reason: ReasonTunnelSourceMissing, Message: connected.Message}
+	if r.Tunnels != nil {
+		if n, err := r.Tunnels.ConnectedAgents(ctx, cluster); err != nil {
+			connected.Reason, connected.Message = "ProxyServerUnreachable", err.Error()
+		} else {
+			st.ConnectedAgents = int32(n)
+			connected.Status, connected.Reason, connected.Message = metav1.ConditionFalse, "NoAgentConnected", "no agent of the cluster is connected"
+			if n > 0 {
+				connected.Status, connected.Reason, connected.Message = metav1.ConditionTrue, "AgentConnected", strconv.Itoa(n)+" agent(s) connected"
+			}
+		}
+		result, err := r.Tunnels.Probe(ctx, cluster)
+		probe := &proxyv1alpha1.ProbeStatus{LastProbeTime: &metav1.Time{Time: now}, Latency: result.Latency.String(), Message: result.Message}
+		switch {
+		case err != nil:
+			probe.Health, probe.Message = "Error", err.Error()
+			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, "ProbeFailed", err.Error()
+		case result.Healthy:
+			probe.Health = "True"
+			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, "ProbeSucceeded", "GET /healthz through the tunnel took "+probe.Latency
+		default:
+			probe.Health = "False"
+			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, "ProbeUnhealthy", result.Message
+		}
+		st.Probe = probe
+	}
+	meta.SetStatusCondition(&st.Conditions, connected)
+	meta.SetStatusCondition(&st.Conditions, healthy)
+}
+
+// setAvailable is True when the agent is deployed, connected and its tunnel healthy.
+func setAvailable(st *proxyv1alpha1.ClusterProxyStatusStatus, generation int64) {
+	c := metav1.Condition{Type: proxyv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, ObservedGeneration: generation,
+		Reason: "TunnelAvailable", Message: "the cluster is reachable through its tunnel"}
+	for _, t := range []string{proxyv1alpha1.ConditionAgentDeployed, proxyv1alpha1.ConditionAgentConnected, proxyv1alpha1.ConditionTunnelHealthy} {
+		if dep := meta.FindStatusCondition(st.Conditions, t); dep.Status != metav1.ConditionTrue {
+			c.Status, c.Reason, c.Message = dep.Status, dep.Reason, t+": "+dep.Message
+			break
+		}
+	}
+	st.Available = c.Status == metav1.ConditionTrue
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// redact hides credentials in a proxy URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}
+
+func specHash(spec any) string {
+	raw, _ := json.Marshal(spec)
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// toJSON turns v into its JSON form, without nulls: some OCM fields lack omitempty, and an applied null is invalid.
+func toJSON(v any) any {
+	raw, _ := json.Marshal(v)
+	var out any
+	_ = json.Unmarshal(raw, &out)
+	return dropNulls(out)
+}
+
+func dropNulls(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if e == nil {
+				delete(t, k)
+			} else {
+				t[k] = dropNulls(e)
+			}
+		}
+	case []any:
+		for i := range t {
+			t[i] = dropNulls(t[i])
+		}
+	}
+	return v
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}

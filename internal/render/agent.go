@@ -1,0 +1,349 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	workv1 "open-cluster-management.io/api/work/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
+)
+
+// Names of the agent's objects. None is derived from the cluster name, so any valid cluster name works (names
+// starting with a digit included).
+const (
+	// AgentWorkName is the ManifestWork, in the cluster namespace, that installs the agent.
+	AgentWorkName = "addon-cluster-proxy-deploy-0"
+	// DefaultAgentNamespace is where the agent runs unless the AddOnDeploymentConfig says otherwise.
+	DefaultAgentNamespace = "open-cluster-management-cluster-proxy"
+	// AgentDeploymentName is the agent Deployment on the managed cluster.
+	AgentDeploymentName = "cluster-proxy-proxy-agent"
+	// AgentContainerName is the agent container; ADC resource requirements address it as
+	// deployments:cluster-proxy-proxy-agent:proxy-agent.
+	AgentContainerName = "proxy-agent"
+	// AgentServiceAccountName is the agent's identity on the managed cluster.
+	AgentServiceAccountName = "cluster-proxy"
+	// AgentCASecretName holds the CA bundle the agent trusts (hub CA, plus the forward proxy's CA when needed).
+	AgentCASecretName = "cluster-proxy-ca"
+	// AgentCertSecretName is where OCM's klusterlet writes the agent certificate signed through the CSR flow.
+	AgentCertSecretName = "cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert"
+	// AgentHubKubeconfigSecretName is where OCM's klusterlet writes the add-on's hub kubeconfig.
+	AgentHubKubeconfigSecretName = "cluster-proxy-hub-kubeconfig"
+	// AgentLeaseRoleName lets the agent renew the add-on Lease in its namespace.
+	AgentLeaseRoleName = "cluster-proxy-addon-agent"
+	// AgentHealthPort serves the agent's /healthz and /readyz.
+	AgentHealthPort = 8093
+	// ServiceProxyPort is the agent's service-proxy (HTTPS), reached from the user-server through the tunnel.
+	ServiceProxyPort = 7443
+
+	caMount         = "/etc/ca"
+	agentCertMount  = "/etc/tls"
+	hubConfigMount  = "/etc/hub"
+	deletionOrphan  = "addon.open-cluster-management.io/deletion-orphan"
+	addonLabel      = "open-cluster-management.io/addon"
+	proxyAgentLabel = "proxy-agent"
+)
+
+// AgentInput is everything the agent's manifests depend on.
+type AgentInput struct {
+	Cluster string
+	MPC     *proxyv1alpha1.ManagedProxyConfiguration
+	// ADC is the cluster's AddOnDeploymentConfig; nil when none applies.
+	ADC *addonv1alpha1.AddOnDeploymentConfig
+	// EntrypointHost is the address agents dial (MPC status); "" while unknown.
+	EntrypointHost string
+	// CABundle is the hub CA bundle (proxy-server-ca ca.crt).
+	CABundle []byte
+}
+
+// AgentSummary is what the manifests put in effect, for status reporting.
+type AgentSummary struct {
+	Namespace string
+	Image     string
+	Proxy     proxyenv.Settings
+}
+
+// AgentWork renders the ManifestWork that installs the proxy-agent on a managed cluster. An invalid
+// AddOnDeploymentConfig gives a *proxyenv.FieldError naming the field.
+func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
+	if in.EntrypointHost == "" {
+		return nil, nil, fmt.Errorf("the proxy-server entrypoint of ManagedProxyConfiguration %s is not known yet", in.MPC.Name)
+	}
+	var spec addonv1alpha1.AddOnDeploymentConfigSpec
+	if in.ADC != nil {
+		spec = in.ADC.Spec
+	}
+	settings, err := proxyenv.FromConfig(spec.ProxyConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	image, err := proxyenv.MirrorImage(in.MPC.Spec.ProxyAgent.Image, spec.Registries)
+	if err != nil {
+		return nil, nil, err
+	}
+	resources, err := proxyenv.Resources(spec.ResourceRequirements, "deployments", AgentDeploymentName, AgentContainerName)
+	if err != nil {
+		return nil, nil, err
+	}
+	ns := spec.AgentInstallNamespace
+	if ns == "" {
+		ns = DefaultAgentNamespace
+	}
+
+	objects := []runtime.Object{
+		agentNamespace(ns),
+		&corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: agentMeta(AgentServiceAccountName, ns),
+		},
+	}
+	objects = append(objects, agentLeaseRBAC(ns)...)
+	if ServiceProxyEnabled(in.MPC) {
+		objects = append(objects, agentImpersonationRBAC(ns)...)
+	}
+	objects = append(objects,
+		&corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: agentMeta(AgentCASecretName, ns),
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{"ca.crt": proxyenv.TrustBundle(in.CABundle, settings)},
+		},
+		agentDeployment(in, ns, image, settings, resources, nodePlacement(in, spec)),
+	)
+
+	manifests := make([]workv1.Manifest, 0, len(objects))
+	for _, o := range objects {
+		raw, err := json.Marshal(o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode agent manifest: %w", err)
+		}
+		manifests = append(manifests, workv1.Manifest{RawExtension: runtime.RawExtension{Raw: raw}})
+	}
+	work := &workv1.ManifestWork{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      AgentWorkName,
+			Namespace: in.Cluster,
+			Labels:    map[string]string{ManagedByLabel: ManagedByValue, addonLabel: proxyv1alpha1.AddonName},
+		},
+		Spec: workv1.ManifestWorkSpec{
+			Workload: workv1.ManifestsTemplate{Manifests: manifests},
+			// The namespace also holds the certificate secrets OCM's klusterlet writes; removing the add-on must
+			// not delete them along with unrelated content, as the existing addon does.
+			DeleteOption: &workv1.DeleteOption{
+				PropagationPolicy: workv1.DeletePropagationPolicyTypeSelectivelyOrphan,
+				SelectivelyOrphan: &workv1.SelectivelyOrphan{OrphaningRules: []workv1.OrphaningRule{{Resource: "namespaces", Name: ns}}},
+			},
+			ManifestConfigs: []workv1.ManifestConfigOption{{
+				ResourceIdentifier: workv1.ResourceIdentifier{Group: "apps", Resource: "deployments", Name: AgentDeploymentName, Namespace: ns},
+				FeedbackRules:      []workv1.FeedbackRule{{Type: workv1.WellKnownStatusType}},
+			}},
+		},
+	}
+	return work, &AgentSummary{Namespace: ns, Image: image, Proxy: settings}, nil
+}
+
+// ServiceProxyEnabled reports whether agents run the service-proxy, which the user-server needs: it is on when the
+// configuration enables the user-server.
+func ServiceProxyEnabled(mpc *proxyv1alpha1.ManagedProxyConfiguration) bool {
+	return mpc.Spec.UserServer != nil
+}
+
+// AgentIdentifiers are the names an agent registers for its cluster: host=<cluster> and host=<cluster>.<namespace>.
+func AgentIdentifiers(cluster, namespace string) string {
+	return "host=" + cluster + "&host=" + cluster + "." + namespace
+}
+
+func agentMeta(name, ns string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{addonLabel: proxyv1alpha1.AddonName}}
+}
+
+func agentNamespace(ns string) *corev1.Namespace {
+	return &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ns,
+			Labels:      map[string]string{addonLabel: proxyv1alpha1.AddonName},
+			Annotations: map[string]string{deletionOrphan: ""},
+		},
+	}
+}
+
+// agentLeaseRBAC lets the agent create and renew its add-on Lease, and nothing else.
+func agentLeaseRBAC(ns string) []runtime.Object {
+	role := &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: agentMeta(AgentLeaseRoleName, ns),
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{proxyv1alpha1.AddonName}, Verbs: []string{"get", "update"}},
+		},
+	}
+	binding := &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: agentMeta(AgentLeaseRoleName, ns),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentLeaseRoleName},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentServiceAccountName, Namespace: ns}},
+	}
+	return []runtime.Object{role, binding}
+}
+
+// agentImpersonationRBAC lets the service-proxy check tokens and act as the hub user a token belongs to.
+func agentImpersonationRBAC(ns string) []runtime.Object {
+	name := "cluster-proxy-addon-agent-impersonator:" + ns
+	role := &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{addonLabel: proxyv1alpha1.AddonName}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{addonLabel: proxyv1alpha1.AddonName}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentServiceAccountName, Namespace: ns}},
+	}
+	return []runtime.Object{role, binding}
+}
+
+// nodePlacement comes from the AddOnDeploymentConfig, else from the configuration's per-cluster placement.
+func nodePlacement(in AgentInput, spec addonv1alpha1.AddOnDeploymentConfigSpec) proxyv1alpha1.NodePlacement {
+	if np := spec.NodePlacement; np != nil {
+		return proxyv1alpha1.NodePlacement{NodeSelector: np.NodeSelector, Tolerations: np.Tolerations}
+	}
+	return in.MPC.Spec.ProxyAgent.AgentNodePlacements[in.Cluster]
+}
+
+// AgentArgs is the proxy-agent command line.
+func AgentArgs(in AgentInput, ns string) []string {
+	args := []string{
+		"--proxy-server-host=" + in.EntrypointHost,
+		"--proxy-server-port=" + strconv.Itoa(int(EntrypointPort(in.MPC))),
+		"--agent-identifiers=" + AgentIdentifiers(in.Cluster, ns),
+		"--cluster-name=" + in.Cluster,
+		"--ca-cert=" + caMount + "/ca.crt",
+		"--agent-cert=" + agentCertMount + "/tls.crt",
+		"--agent-key=" + agentCertMount + "/tls.key",
+		"--hub-kubeconfig=" + hubConfigMount + "/kubeconfig",
+		"--health-server-port=" + strconv.Itoa(AgentHealthPort),
+	}
+	if ServiceProxyEnabled(in.MPC) {
+		args = append(args, "--service-proxy-port="+strconv.Itoa(ServiceProxyPort))
+	}
+	return append(args, in.MPC.Spec.ProxyAgent.AdditionalArgs...)
+}
+
+func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
+	labels := map[string]string{addonLabel: proxyv1alpha1.AddonName, proxyv1alpha1.ComponentLabel: proxyAgentLabel}
+	var pullSecrets []corev1.LocalObjectReference
+	for _, s := range in.MPC.Spec.ProxyAgent.ImagePullSecrets {
+		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	container := corev1.Container{
+		Name:            AgentContainerName,
+		Image:           image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"/proxy-agent"},
+		Args:            AgentArgs(in, ns),
+		// In-cluster clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so
+		// that IP must bypass the forward proxy as well as the service names.
+		Env:            proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),
+		Ports:          []corev1.ContainerPort{containerPort("health", AgentHealthPort)},
+		LivenessProbe:  httpProbe("/healthz", AgentHealthPort),
+		ReadinessProbe: httpProbe("/readyz", AgentHealthPort),
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "ca", MountPath: caMount, ReadOnly: true},
+			{Name: "agent-cert", MountPath: agentCertMount, ReadOnly: true},
+			{Name: "hub-kubeconfig", MountPath: hubConfigMount, ReadOnly: true},
+		},
+	}
+	if ServiceProxyEnabled(in.MPC) {
+		container.Ports = append(container.Ports, containerPort("service-proxy", ServiceProxyPort))
+	}
+	if resources != nil {
+		container.Resources = *resources
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: AgentDeploymentName, Namespace: ns, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(in.MPC.Spec.ProxyAgent.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: AgentServiceAccountName,
+					ImagePullSecrets:   pullSecrets,
+					NodeSelector:       np.NodeSelector,
+					Tolerations:        np.Tolerations,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{container},
+					Volumes: []corev1.Volume{
+						secretVolume("ca", AgentCASecretName),
+						secretVolume("agent-cert", AgentCertSecretName),
+						secretVolume("hub-kubeconfig", AgentHubKubeconfigSecretName),
+					},
+				},
+			},
+			Strategy: appsv1.DeploymentStrategy{
+				Type:          appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))},
+			},
+		},
+	}
+}
+
+// AgentCommonNamePrefix starts the common name of every agent certificate; the cluster name follows, so the
+// proxy-server can tell from a client certificate which cluster an agent belongs to.
+const AgentCommonNamePrefix = "open-cluster-management:cluster-proxy:agent:"
+
+// AgentCertificateGroup is the organization of every agent certificate.
+const AgentCertificateGroup = "open-cluster-management:cluster-proxy"
+
+// AgentSubject is the subject agents request for their client certificate. The organizational unit names the signing
+// CA, so rotating the CA changes the subject and makes OCM's klusterlet request a new certificate.
+type AgentSubject struct {
+	CommonName          string
+	Organizations       []string
+	OrganizationalUnits []string
+}
+
+// AgentCertificateSubject is the subject of cluster's agent certificate under the CA with caFingerprint.
+func AgentCertificateSubject(cluster, caFingerprint string) AgentSubject {
+	ou := strings.TrimPrefix(caFingerprint, "SHA256:")
+	if len(ou) > 16 {
+		ou = ou[:16]
+	}
+	return AgentSubject{
+		CommonName:          AgentCommonNamePrefix + cluster,
+		Organizations:       []string{AgentCertificateGroup},
+		OrganizationalUnits: []string{"signer-" + ou},
+	}
+}
+
+// ClusterOfAgentCommonName returns the cluster an agent certificate was issued to, or false.
+func ClusterOfAgentCommonName(cn string) (string, bool) {
+	cluster, ok := strings.CutPrefix(cn, AgentCommonNamePrefix)
+	return cluster, ok && cluster != ""
+}
