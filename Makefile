@@ -78,3 +78,9 @@ $(GOLANGCI_LINT):
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Benchmarks
+
+.PHONY: bench-control-plane
+bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=N).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run TestControlPlaneScale -count=1 -v -timeout 30m

@@ -541,6 +541,72 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		get(Default, &addonv1alpha1.ManagedClusterAddOn{}, manual, "cluster-proxy")
 	})
 
+	It("re-enrolls agents after a CA rotation, keeping the old CA trusted until their new certificates are signed", func() {
+		cluster := "rot-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		signer := "open-cluster-management.io/proxy-agent-signer"
+		agentSubject := func(g Gomega) addonv1alpha1.Subject {
+			for _, r := range get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy").Status.Registrations {
+				if r.SignerName == signer {
+					return r.Subject
+				}
+			}
+			return addonv1alpha1.Subject{}
+		}
+		var old addonv1alpha1.Subject
+		Eventually(func(g Gomega) { old = agentSubject(g); g.Expect(old.User).NotTo(BeEmpty()) }, timeout, interval).Should(Succeed())
+		agent := clusterClient(cluster)
+		first := newCSR(cluster, "first-"+cluster, signer, old.User, old.Groups, old.OrganizationUnits)
+		Expect(agent.Create(ctx(), first)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
+		}, timeout, interval).Should(Succeed())
+		oldCA := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status.Signer.CAFingerprint
+
+		By("every other cluster of this suite leaves, so only this agent's certificate holds the old CA")
+		clusters := &clusterv1.ManagedClusterList{}
+		Expect(k8s.List(ctx(), clusters)).To(Succeed())
+		for i := range clusters.Items {
+			if clusters.Items[i].Name != cluster {
+				Expect(client.IgnoreNotFound(k8s.Delete(ctx(), &clusters.Items[i]))).To(Succeed())
+			}
+		}
+		Eventually(func(g Gomega) {
+			list := &proxyv1alpha1.ClusterProxyStatusList{}
+			g.Expect(k8s.List(ctx(), list)).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+		}, timeout, interval).Should(Succeed())
+
+		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name)
+		live.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "agents"}
+		Expect(k8s.Update(ctx(), live)).To(Succeed())
+
+		var renewed addonv1alpha1.Subject
+		Eventually(func(g Gomega) {
+			renewed = agentSubject(g)
+			g.Expect(renewed.OrganizationUnits).NotTo(Equal(old.OrganizationUnits), "a new CA changes the requested subject")
+			status := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status.Signer
+			g.Expect(status.CAFingerprint).NotTo(Equal(oldCA))
+			g.Expect(status.BundleFingerprints).To(ConsistOf(status.CAFingerprint, oldCA), "the agent still holds a certificate of the old CA")
+		}, timeout, interval).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status.Signer.BundleFingerprints).To(ContainElement(oldCA))
+		}, 2*time.Second, interval).Should(Succeed())
+
+		By("the klusterlet requests anew with the new subject: signed by the new CA, and the old CA leaves the bundle")
+		second := newCSR(cluster, "second-"+cluster, signer, renewed.User, renewed.Groups, renewed.OrganizationUnits)
+		Expect(agent.Create(ctx(), second)).To(Succeed())
+		Eventually(func(g Gomega) {
+			status := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status.Signer
+			g.Expect(status.BundleFingerprints).To(Equal([]string{status.CAFingerprint}))
+			csr, _ := csrState(g, second.Name)
+			chain, err := certs.ParseCertificates(csr.Status.Certificate)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(chain[0].Subject.OrganizationalUnit).To(Equal(renewed.OrganizationUnits))
+		}, timeout, interval).Should(Succeed())
+	})
+
 	It("removes the work, the add-on and the status when the cluster is removed", func() {
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)

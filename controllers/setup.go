@@ -29,6 +29,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusteragent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
@@ -50,7 +51,7 @@ func NewScheme() *runtime.Scheme {
 // secrets, services and deployments are neither watched nor held in memory.
 func CacheOptions() cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: apply.KeepForeignManagedFields, ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}:         owned,
 		&corev1.Service{}:        owned,
 		&corev1.ServiceAccount{}: owned,
@@ -98,7 +99,7 @@ func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
 	if err := (&clusteragent.Reconciler{
 		Client: mgr.GetClient(), Clock: opts.Clock, Tunnels: opts.Tunnels,
 		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
-	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 4}); err != nil {
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 16}); err != nil {
 		return err
 	}
 	if err := (&clusteragent.CSRReconciler{

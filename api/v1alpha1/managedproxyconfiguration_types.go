@@ -55,7 +55,7 @@ type ManagedProxyConfigurationCertificateSigner struct {
 	// type is SelfSigned (the operator generates and rotates the CA) or Provided (the CA comes from a secret).
 	// +optional
 	// +kubebuilder:default=SelfSigned
-	Type AuthenticationSignerType `json:"type"`
+	Type AuthenticationSignerType `json:"type,omitempty"`
 	// selfSigned details the self-signed CA.
 	// +optional
 	SelfSigned *AuthenticationSelfSigned `json:"selfSigned,omitempty"`
@@ -128,25 +128,25 @@ type ManagedProxyConfigurationDeployPorts struct {
 	// +kubebuilder:default=8090
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	ProxyServer int32 `json:"proxyServer"`
+	ProxyServer int32 `json:"proxyServer,omitempty"`
 	// agentServer is the port agents open tunnels to.
 	// +optional
 	// +kubebuilder:default=8091
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	AgentServer int32 `json:"agentServer"`
+	AgentServer int32 `json:"agentServer,omitempty"`
 	// healthServer serves /healthz, /readyz and /metrics.
 	// +optional
 	// +kubebuilder:default=8092
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	HealthServer int32 `json:"healthServer"`
+	HealthServer int32 `json:"healthServer,omitempty"`
 	// adminServer is the port for debugging and operating (bound to loopback).
 	// +optional
 	// +kubebuilder:default=8095
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	AdminServer int32 `json:"adminServer"`
+	AdminServer int32 `json:"adminServer,omitempty"`
 }
 
 // NodePlacement describes node scheduling for pods.
@@ -232,7 +232,7 @@ type EntryPointLoadBalancerService struct {
 	// +kubebuilder:default=proxy-agent-entrypoint
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	// annotations of the Service, e.g. service.beta.kubernetes.io/azure-load-balancer-internal: "true".
 	// +optional
 	// +listType=map

@@ -16,16 +16,24 @@ import (
 func main() {
 	var metricsAddr, probeAddr string
 	var leaderElect bool
+	var qps float64
+	var burst int
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the health probe endpoint binds to")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one manager is active")
+	// A hub with thousands of clusters needs a few hundred writes per second while it converges; client-go's
+	// default of 20 would make that take minutes. The API server's priority and fairness still protects it.
+	flag.Float64Var(&qps, "kube-api-qps", 400, "queries per second to the hub API server")
+	flag.IntVar(&burst, "kube-api-burst", 800, "burst of queries to the hub API server")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	runtimectrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := runtimectrl.Log.WithName("setup")
 
-	mgr, err := runtimectrl.NewManager(runtimectrl.GetConfigOrDie(), runtimectrl.Options{
+	cfg := runtimectrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	mgr, err := runtimectrl.NewManager(cfg, runtimectrl.Options{
 		Scheme:                 controllers.NewScheme(),
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},

@@ -130,6 +130,27 @@ func ownsOutside(fields map[string]any, userOwned [][]string) bool {
 	return false
 }
 
+// KeepForeignManagedFields is a cache transform that keeps only the managed-fields entries Ensure looks at (other
+// writers of the main resource), so cached objects do not carry the operator's own, large entries.
+func KeepForeignManagedFields(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	entries := o.GetManagedFields()
+	kept := entries[:0]
+	for _, mf := range entries {
+		if mf.Manager != FieldOwner && mf.Subresource == "" {
+			kept = append(kept, mf)
+		}
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	o.SetManagedFields(kept)
+	return o, nil
+}
+
 // Option adjusts Ensure.
 type Option func(*options)
 

@@ -1,0 +1,301 @@
+//go:build bench
+
+// Package controlplane measures the operator's control plane at scale: N managed clusters (1,000 by default) on a
+// real envtest hub, the manager as its own process. It reports how long every cluster takes to get its ManifestWork
+// and ClusterProxyStatus, the manager's API writes per cluster, its peak RSS, and its API requests during 60 s of
+// steady state. Run it with 'make bench-control-plane' (BENCH_CLUSTERS=5000 for the larger run).
+package controlplane
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+)
+
+// Targets from SPEC.md §7 for 1,000 clusters.
+const (
+	targetConvergence  = 10 * time.Second
+	targetRSSMiB       = 100
+	targetWritesPerCl  = 7
+	steadyStatePeriod  = 60 * time.Second
+	convergenceTimeout = 10 * time.Minute
+)
+
+func TestControlPlaneScale(t *testing.T) {
+	n := 1000
+	if v := os.Getenv("BENCH_CLUSTERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("BENCH_CLUSTERS=%q: %v", v, err)
+		}
+	}
+	ctx := context.Background()
+	env, err := testenv.NewHub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000").Set("max-mutating-requests-inflight", "500")
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	cfg.QPS, cfg.Burst = 2000, 4000
+	c, err := client.New(cfg, client.Options{Scheme: controllers.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	metricsAddr := freeAddr(t)
+	mgr := startManager(t, env, metricsAddr)
+	defer mgr.stop()
+
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName},
+		Spec: proxyv1alpha1.ManagedProxyConfigurationSpec{
+			ProxyServer: proxyv1alpha1.ManagedProxyConfigurationProxyServer{Image: "example.com/proxy:1", Replicas: 1, Namespace: "open-cluster-management-addon",
+				Entrypoint: &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeHostname,
+					Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}, Port: 443}},
+			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "example.com/proxy:1", Replicas: 1},
+		},
+	}
+	must(t, c.Create(ctx, mpc))
+	waitFor(t, "the configuration to be Ready", convergenceTimeout, func() bool {
+		live := &proxyv1alpha1.ManagedProxyConfiguration{}
+		return c.Get(ctx, client.ObjectKeyFromObject(mpc), live) == nil && meta.IsStatusConditionTrue(live.Status.Conditions, proxyv1alpha1.ConditionReady)
+	})
+
+	t.Logf("registering %d managed clusters", n)
+	parallel(t, n, func(i int) error {
+		name := fmt.Sprintf("cluster-%05d", i)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			return err
+		}
+		return c.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
+	})
+	waitQuiet(t, metricsAddr)
+	before := scrape(t, metricsAddr)
+
+	t.Logf("installing the add-on on %d clusters", n)
+	start := time.Now()
+	parallel(t, n, func(i int) error {
+		return c.Create(ctx, &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Namespace: fmt.Sprintf("cluster-%05d", i)}})
+	})
+	created := time.Since(start)
+	waitFor(t, "every cluster to have a ManifestWork and a reported ClusterProxyStatus", convergenceTimeout, func() bool {
+		works := &metav1.PartialObjectMetadataList{}
+		works.SetGroupVersionKind(workv1.SchemeGroupVersion.WithKind("ManifestWorkList"))
+		if c.List(ctx, works) != nil || len(works.Items) < n {
+			return false
+		}
+		statuses := &proxyv1alpha1.ClusterProxyStatusList{}
+		if c.List(ctx, statuses) != nil {
+			return false
+		}
+		reported := 0
+		for _, s := range statuses.Items {
+			if meta.FindStatusCondition(s.Status.Conditions, proxyv1alpha1.ConditionAgentDeployed) != nil {
+				reported++
+			}
+		}
+		return reported >= n
+	})
+	converged := time.Since(start)
+	waitQuiet(t, metricsAddr)
+	afterConverge := scrape(t, metricsAddr)
+	writes := afterConverge.writes() - before.writes()
+
+	t.Logf("steady state: watching the manager's API requests for %s", steadyStatePeriod)
+	time.Sleep(steadyStatePeriod) // the measurement is the absence of requests over this period
+	afterSteady := scrape(t, metricsAddr)
+	steadyWrites := afterSteady.writes() - afterConverge.writes()
+	steadyGets := afterSteady.method("GET") - afterConverge.method("GET")
+	rss := mgr.peakRSSMiB(t)
+
+	report := []string{
+		fmt.Sprintf("clusters                         %d", n),
+		fmt.Sprintf("add-ons created by the harness   %s", created.Round(time.Millisecond)),
+		fmt.Sprintf("convergence (work + status)      %s   (target <= %s for 1,000)", converged.Round(time.Millisecond), targetConvergence),
+		fmt.Sprintf("clusters per second              %.1f", float64(n)/converged.Seconds()),
+		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", float64(writes)/float64(n), targetWritesPerCl),
+		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000)", rss, targetRSSMiB),
+		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", steadyStatePeriod, steadyWrites, steadyGets),
+	}
+	fmt.Println("\ncontrol-plane benchmark\n  " + strings.Join(report, "\n  "))
+	if steadyWrites != 0 {
+		t.Errorf("the manager made %.0f API writes at steady state; want 0", steadyWrites)
+	}
+}
+
+// manager is the operator's manager running as its own process, so its RSS is its own.
+type manager struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startManager(t *testing.T, env *envtest.Environment, metricsAddr string) *manager {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "manager")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the manager: %v\n%s", err, out)
+	}
+	user, err := env.AddUser(envtest.User{Name: "cluster-proxy-operator", Groups: []string{"system:masters"}}, nil)
+	must(t, err)
+	kubeconfig, err := user.KubeConfig()
+	must(t, err)
+	kcPath := filepath.Join(dir, "kubeconfig")
+	must(t, os.WriteFile(kcPath, kubeconfig, 0o600))
+	logFile, err := os.Create(filepath.Join(dir, "manager.log"))
+	must(t, err)
+	cmd := exec.Command(bin, "--kubeconfig="+kcPath, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	m := &manager{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(m.done) }()
+	return m
+}
+
+func (m *manager) stop() {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.done
+	}
+}
+
+// peakRSSMiB is the manager's high-water resident set (VmHWM).
+func (m *manager) peakRSSMiB(t *testing.T) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	must(t, err)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			return kb / 1024
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// requests are the manager's client-go request counts by HTTP method, from its metrics endpoint.
+type requests map[string]float64
+
+func (r requests) method(m string) float64 { return r[m] }
+
+func (r requests) writes() float64 { return r["POST"] + r["PUT"] + r["PATCH"] + r["DELETE"] }
+
+func scrape(t *testing.T, addr string) requests {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	must(t, err)
+	defer resp.Body.Close()
+	out := requests{}
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		i := strings.Index(line, `method="`)
+		if i < 0 {
+			continue
+		}
+		method := line[i+len(`method="`):]
+		method = method[:strings.Index(method, `"`)]
+		fields := strings.Fields(line)
+		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		out[method] += v
+	}
+	return out
+}
+
+// waitQuiet waits until the manager has made no write for two seconds.
+func waitQuiet(t *testing.T, addr string) {
+	last := scrape(t, addr).writes()
+	waitFor(t, "the manager to go quiet", convergenceTimeout, func() bool {
+		time.Sleep(2 * time.Second)
+		now := scrape(t, addr).writes()
+		quiet := now == last
+		last = now
+		return quiet
+	})
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, done func() bool) {
+	deadline := time.Now().Add(limit)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(500 * time.Millisecond) // polling 1,000 objects takes API server CPU from the manager
+	}
+}
+
+func parallel(t *testing.T, n int, f func(int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
