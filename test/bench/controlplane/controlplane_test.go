@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func TestControlPlaneScale(t *testing.T) {
 	before := scrape(t, metricsAddr)
 
 	t.Logf("installing the add-on on %d clusters", n)
+	cpuBefore, busyBefore := mgr.cpuSeconds(t), machineBusySeconds(t)
 	start := time.Now()
 	parallel(t, n, func(i int) error {
 		return c.Create(ctx, &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Namespace: fmt.Sprintf("cluster-%05d", i)}})
@@ -125,6 +127,7 @@ func TestControlPlaneScale(t *testing.T) {
 		return reported >= n
 	})
 	converged := time.Since(start)
+	mgrCPU, machineCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds(t)-busyBefore
 	waitQuiet(t, metricsAddr)
 	afterConverge := scrape(t, metricsAddr)
 	writes := afterConverge.writes() - before.writes()
@@ -141,6 +144,8 @@ func TestControlPlaneScale(t *testing.T) {
 		fmt.Sprintf("add-ons created by the harness   %s", created.Round(time.Millisecond)),
 		fmt.Sprintf("convergence (work + status)      %s   (target <= %s for 1,000)", converged.Round(time.Millisecond), targetConvergence),
 		fmt.Sprintf("clusters per second              %.1f", float64(n)/converged.Seconds()),
+		fmt.Sprintf("CPU while converging             manager %.1fs, whole machine %.1fs of %.1fs available",
+			mgrCPU, machineCPU, converged.Seconds()*float64(runtime.NumCPU())),
 		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", float64(writes)/float64(n), targetWritesPerCl),
 		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000)", rss, targetRSSMiB),
 		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", steadyStatePeriod, steadyWrites, steadyGets),
@@ -204,6 +209,31 @@ func (m *manager) peakRSSMiB(t *testing.T) int {
 	}
 	t.Fatal("no VmHWM in /proc status")
 	return 0
+}
+
+// cpuSeconds is the manager's user+system CPU time.
+func (m *manager) cpuSeconds(t *testing.T) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	must(t, err)
+	fields := strings.Fields(string(raw[strings.LastIndex(string(raw), ")")+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // clock ticks; USER_HZ is 100 on Linux
+}
+
+// machineBusySeconds is the CPU time all processes on the machine spent busy (not idle or waiting for I/O).
+func machineBusySeconds(t *testing.T) float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	must(t, err)
+	fields := strings.Fields(strings.SplitN(string(raw), "\n", 2)[0])[1:]
+	var busy float64
+	for i, f := range fields {
+		v, _ := strconv.ParseFloat(f, 64)
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy / 100
 }
 
 // requests are the manager's client-go request counts by HTTP method, from its metrics endpoint.
