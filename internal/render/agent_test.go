@@ -104,7 +104,7 @@ func decodeAgentWork(g Gomega, work *workv1.ManifestWork) agentObjects {
 	for i, m := range work.Spec.Workload.Manifests {
 		var head struct {
 			metav1.TypeMeta `json:",inline"`
-			Metadata         metav1.ObjectMeta `json:"metadata"`
+			Metadata        metav1.ObjectMeta `json:"metadata"`
 		}
 		g.Expect(json.Unmarshal(m.Raw, &head)).To(Succeed())
 		o.kinds = append(o.kinds, head.Kind)
