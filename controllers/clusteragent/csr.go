@@ -73,26 +73,30 @@ func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) 
 	result := csrreview.Review(csr, accepted, expected)
 	switch result.Decision {
 	case csrreview.Approve:
-		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message,
-			LastUpdateTime: metav1.Now(),
-		})
-		if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
+		if err := r.decide(ctx, csr, certificatesv1.CertificateApproved, result, clusterName); err != nil {
 			return runtimectrl.Result{}, err
 		}
-		r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, result.Reason, "Approve", "Approved CSR %s of cluster %s: %s", csr.Name, clusterName, result.Message)
 		return runtimectrl.Result{}, r.sign(ctx, csr)
 	case csrreview.Deny:
-		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message,
-			LastUpdateTime: metav1.Now(),
-		})
-		if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
-			return runtimectrl.Result{}, err
-		}
-		r.Recorder.Eventf(csr, nil, corev1.EventTypeWarning, result.Reason, "Deny", "Denied CSR %s of cluster %s: %s", csr.Name, clusterName, result.Message)
+		return runtimectrl.Result{}, r.decide(ctx, csr, certificatesv1.CertificateDenied, result, clusterName)
 	}
 	return runtimectrl.Result{}, nil
+}
+
+// decide records the approval or denial on the CSR and says so in an Event.
+func (r *CSRReconciler) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, decision certificatesv1.RequestConditionType, result csrreview.Result, cluster string) error {
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: decision, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message, LastUpdateTime: metav1.Now(),
+	})
+	if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
+		return err
+	}
+	eventType, action := corev1.EventTypeNormal, "Approve"
+	if decision == certificatesv1.CertificateDenied {
+		eventType, action = corev1.EventTypeWarning, "Deny"
+	}
+	r.Recorder.Eventf(csr, nil, eventType, result.Reason, action, "%s CSR %s of cluster %s: %s", decision, csr.Name, cluster, result.Message)
+	return nil
 }
 
 // sign issues the certificate of an approved proxy-agent CSR that has none yet.

@@ -259,16 +259,11 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 		Args:            AgentArgs(in, ns),
 		// In-cluster clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so
 		// that IP must bypass the forward proxy as well as the service names.
-		Env:            proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),
-		Ports:          []corev1.ContainerPort{containerPort("health", AgentHealthPort)},
-		LivenessProbe:  httpProbe("/healthz", AgentHealthPort),
-		ReadinessProbe: httpProbe("/readyz", AgentHealthPort),
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			RunAsNonRoot:             ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		Env:             proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),
+		Ports:           []corev1.ContainerPort{containerPort("health", AgentHealthPort)},
+		LivenessProbe:   httpProbe("/healthz", AgentHealthPort),
+		ReadinessProbe:  httpProbe("/readyz", AgentHealthPort),
+		SecurityContext: restrictedContainer(),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "ca", MountPath: caMount, ReadOnly: true},
 			{Name: "agent-cert", MountPath: agentCertMount, ReadOnly: true},

@@ -301,14 +301,9 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							containerPort("health", p.HealthServer),
 							containerPort("user-server", proxyv1alpha1.UserServerPort),
 						},
-						LivenessProbe:  httpProbe("/healthz", p.HealthServer),
-						ReadinessProbe: httpProbe("/readyz", p.HealthServer),
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							RunAsNonRoot:             ptr.To(true),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
+						LivenessProbe:   httpProbe("/healthz", p.HealthServer),
+						ReadinessProbe:  httpProbe("/readyz", p.HealthServer),
+						SecurityContext: restrictedContainer(),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "proxy-server-ca", MountPath: serverCAMount, ReadOnly: true},
 							{Name: "proxy-server", MountPath: serverCertMount, ReadOnly: true},
@@ -390,6 +385,17 @@ func SplitSANs(sans ...string) (dns []string, ips []string) {
 	sort.Strings(dns)
 	sort.Strings(ips)
 	return dns, ips
+}
+
+// restrictedContainer is the container security context of the restricted Pod Security Standard, with a read-only
+// root filesystem.
+func restrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
 }
 
 func servicePort(name string, port, target int32) corev1.ServicePort {
