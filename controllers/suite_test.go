@@ -29,7 +29,7 @@ var (
 	k8sWatch  client.WithWatch
 	fakeClock *clocktesting.FakeClock
 	writes    writeCounter // API writes made by the manager
-	gc        *testenv.ControllerManager
+	gc        *testenv.Process
 	cancel    context.CancelFunc
 )
 

@@ -70,25 +70,25 @@ func NewHub() (*envtest.Environment, error) {
 	return &envtest.Environment{CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}, nil
 }
 
-// ControllerManager is a running kube-controller-manager.
-type ControllerManager struct {
+// Process is a program started against the hub with its own admin kubeconfig, stopped with Stop.
+type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has ended
 	dir  string
 }
 
-// StartGarbageCollector runs kube-controller-manager (from KUBEBUILDER_ASSETS) with only the garbage collector,
-// so owner references are honoured as on a real cluster.
-func StartGarbageCollector(env *envtest.Environment, logPath string) (*ControllerManager, error) {
-	user, err := env.AddUser(envtest.User{Name: "kube-controller-manager", Groups: []string{"system:masters"}}, rest.CopyConfig(env.Config))
+// StartProcess runs bin with args plus --kubeconfig=<a kubeconfig of user, a cluster admin>, its output in logPath.
+// The process dies with the caller.
+func StartProcess(env *envtest.Environment, user, bin, logPath string, args ...string) (*Process, error) {
+	u, err := env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, rest.CopyConfig(env.Config))
 	if err != nil {
-		return nil, fmt.Errorf("add kube-controller-manager user: %w", err)
+		return nil, fmt.Errorf("add user %s: %w", user, err)
 	}
-	kubeconfig, err := user.KubeConfig()
+	kubeconfig, err := u.KubeConfig()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "kcm-")
+	dir, err := os.MkdirTemp("", "process-")
 	if err != nil {
 		return nil, err
 	}
@@ -100,31 +100,41 @@ func StartGarbageCollector(env *envtest.Environment, logPath string) (*Controlle
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
-	cmd := exec.Command(bin, "--kubeconfig="+kcPath, "--controllers=garbagecollector", "--leader-elect=false",
-		"--secure-port=0", "--concurrent-gc-syncs=5", "--v=1")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig=" + kcPath}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	cm := &ControllerManager{cmd: cmd, done: make(chan struct{}), dir: dir}
+	p := &Process{cmd: cmd, done: make(chan struct{}), dir: dir}
 	go func() {
 		_ = cmd.Wait() // it exits non-zero when stopped by a signal, which is how it is stopped
 		logFile.Close()
-		close(cm.done)
+		close(p.done)
 	}()
-	return cm, nil
+	return p, nil
 }
 
+// StartGarbageCollector runs kube-controller-manager (from KUBEBUILDER_ASSETS) with only the garbage collector,
+// so owner references are honoured as on a real cluster.
+func StartGarbageCollector(env *envtest.Environment, logPath string) (*Process, error) {
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
+	return StartProcess(env, "kube-controller-manager", bin, logPath,
+		"--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=5", "--v=1")
+}
+
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Stop ends the process and removes its files.
-func (cm *ControllerManager) Stop() {
-	_ = cm.cmd.Process.Signal(syscall.SIGTERM)
+func (p *Process) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-cm.done:
+	case <-p.done:
 	case <-time.After(10 * time.Second):
-		_ = cm.cmd.Process.Kill()
-		<-cm.done
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
-	_ = os.RemoveAll(cm.dir)
+	_ = os.RemoveAll(p.dir)
 }

@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -159,10 +158,7 @@ func TestControlPlaneScale(t *testing.T) {
 }
 
 // manager is the operator's manager running as its own process, so its RSS is its own.
-type manager struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+type manager struct{ *testenv.Process }
 
 func startManager(t *testing.T, env *envtest.Environment, metricsAddr string) *manager {
 	dir := t.TempDir()
@@ -172,36 +168,17 @@ func startManager(t *testing.T, env *envtest.Environment, metricsAddr string) *m
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the manager: %v\n%s", err, out)
 	}
-	user, err := env.AddUser(envtest.User{Name: "cluster-proxy-operator", Groups: []string{"system:masters"}}, nil)
+	p, err := testenv.StartProcess(env, "cluster-proxy-operator", bin, filepath.Join(dir, "manager.log"),
+		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0")
 	must(t, err)
-	kubeconfig, err := user.KubeConfig()
-	must(t, err)
-	kcPath := filepath.Join(dir, "kubeconfig")
-	must(t, os.WriteFile(kcPath, kubeconfig, 0o600))
-	logFile, err := os.Create(filepath.Join(dir, "manager.log"))
-	must(t, err)
-	cmd := exec.Command(bin, "--kubeconfig="+kcPath, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	m := &manager{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logFile.Close(); close(m.done) }()
-	return m
+	return &manager{p}
 }
 
-func (m *manager) stop() {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(10 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.done
-	}
-}
+func (m *manager) stop() { m.Stop() }
 
 // peakRSSMiB is the manager's high-water resident set (VmHWM).
 func (m *manager) peakRSSMiB(t *testing.T) int {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.Pid()))
 	must(t, err)
 	for _, line := range strings.Split(string(raw), "\n") {
 		if strings.HasPrefix(line, "VmHWM:") {
@@ -215,7 +192,7 @@ func (m *manager) peakRSSMiB(t *testing.T) int {
 
 // cpuSeconds is the manager's user+system CPU time.
 func (m *manager) cpuSeconds(t *testing.T) float64 {
-	return pidCPUSeconds(t, m.cmd.Process.Pid)
+	return pidCPUSeconds(t, m.Pid())
 }
 
 // processCPUSeconds sums the CPU time of this test's child processes with the given command name (the control
