@@ -379,6 +379,14 @@ var _ = Describe("Cluster agents", Ordered, func() {
 				work := get(g, &workv1.ManifestWork{}, cluster, agentWork)
 				g.Expect(work.ResourceVersion).To(Equal(good.ResourceVersion), "the last good work stays as it was")
 			}, 2*time.Second, interval).Should(Succeed())
+
+			By("the Warning is recorded once, not again on every pass while the problem lasts")
+			mca := get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+			Expect(eventCount(mca, reason)).To(Equal(1))
+			for i := 0; i < 3; i++ {
+				poke(mca) // each update of the add-on runs a reconcile
+			}
+			Consistently(func() int { return eventCount(mca, reason) }, 2*time.Second, interval).Should(Equal(1))
 		},
 		Entry("a malformed proxy URL", func(a *addonv1alpha1.AddOnDeploymentConfig) { a.Spec.ProxyConfig.HTTPSProxy = "proxy.example:3129" },
 			"InvalidProxyURL", "spec.proxyConfig.httpsProxy"),
@@ -459,10 +467,12 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			g.Expect(state).To(Equal(certificatesv1.CertificateApproved))
 			g.Expect(csr.Status.Certificate).To(BeEmpty(), "kube-apiserver-client certificates are signed by kube-controller-manager")
 
-			_, state = csrState(g, wrongSubject.Name)
+			csr, state = csrState(g, wrongSubject.Name)
 			g.Expect(state).To(Equal(certificatesv1.CertificateDenied))
-			_, state = csrState(g, hijack.Name)
+			g.Expect(csr.Status.Conditions[0].Reason).To(Equal("UnexpectedSubject"))
+			csr, state = csrState(g, hijack.Name)
 			g.Expect(state).To(Equal(certificatesv1.CertificateDenied))
+			g.Expect(csr.Status.Conditions[0].Reason).To(Equal("UnexpectedRequestor"), "an agent cannot ask for another cluster's certificate")
 
 			cps := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
 			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
@@ -475,7 +485,7 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		Eventually(func() []string {
 			return eventReasons(get(Default, &certificatesv1.CertificateSigningRequest{}, "", wrongSubject.Name))
 		}, timeout, interval).
-			Should(ContainElement(Not(BeEmpty())))
+			Should(ContainElement("UnexpectedSubject"), "the denial says why in an Event")
 
 		By("a cluster the hub no longer accepts gets no certificate")
 		Eventually(func(g Gomega) {

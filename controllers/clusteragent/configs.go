@@ -24,8 +24,6 @@ const (
 	ReasonConfigNotFound = "ConfigurationNotFound"
 )
 
-type metav1OwnerReference = metav1.OwnerReference
-
 // resolveConfigs reads the ManagedProxyConfiguration and the AddOnDeploymentConfig that apply to the cluster: the
 // add-on's spec.configs first, then the ClusterManagementAddOn's defaults. A missing one is a problem to report.
 func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -115,7 +117,7 @@ func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
 			return err
 		}
 	}
-	if s.problem != nil {
+	if s.problem != nil && problemIsNew(s.mca, s.problem) {
 		r.Recorder.Eventf(s.mca, nil, corev1.EventTypeWarning, s.problem.Reason, "Configure",
 			"Agent not updated, the last good configuration stays deployed: %s", s.problem.Error())
 	}
@@ -144,13 +146,23 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
 		s.problem = fieldErr
 		return nil
 	}
+	if errors.Is(err, render.ErrEntrypointUnknown) {
+		return nil // the configuration's status change re-queues us once it is known
+	}
 	if err != nil {
-		return nil // the entrypoint is not known yet; the configuration's status change re-queues us
+		return fmt.Errorf("render the agent of cluster %s: %w", s.mca.Namespace, err)
 	}
 	s.summary = summary
-	work.OwnerReferences = []metav1OwnerReference{ownerRef(s.mca)}
+	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
 	_, err = apply.Ensure(ctx, r.Client, work)
 	return err
+}
+
+// problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on
+// every pass while it lasts.
+func problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.FieldError) bool {
+	c := meta.FindStatusCondition(mca.Status.Conditions, addonv1alpha1.ManagedClusterAddOnConditionConfigured)
+	return c == nil || c.Status != metav1.ConditionFalse || c.Reason != problem.Reason || c.Message != problem.Error()
 }
 
 // reconcileHubRBAC lets the add-on's hub identity (from the kube-apiserver-client registration) keep its Lease in the

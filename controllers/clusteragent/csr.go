@@ -7,6 +7,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -21,6 +22,16 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
+
+// CSRClusterField indexes the add-on's CSRs by the cluster they were requested for, so a cluster's status does not
+// scan every cluster's CSRs.
+const CSRClusterField = "metadata.labels.cluster-name"
+
+// IndexCSRsByCluster registers CSRClusterField.
+func IndexCSRsByCluster(ctx context.Context, mgr runtimectrl.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &certificatesv1.CertificateSigningRequest{}, CSRClusterField,
+		func(o ctrl.Object) []string { return []string{o.GetLabels()[csrreview.ClusterNameLabel]} })
+}
 
 // AgentCertificateDuration is the lifetime of agent certificates unless the CSR asks for a shorter one.
 const AgentCertificateDuration = 180 * 24 * time.Hour
@@ -68,7 +79,7 @@ func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) 
 		if res := csrreview.Review(undecided, accepted, expected); res.Decision != csrreview.Approve || !res.Sign {
 			return runtimectrl.Result{}, nil
 		}
-		return runtimectrl.Result{}, r.sign(ctx, csr)
+		return r.sign(ctx, csr)
 	}
 	result := csrreview.Review(csr, accepted, expected)
 	switch result.Decision {
@@ -76,7 +87,7 @@ func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) 
 		if err := r.decide(ctx, csr, certificatesv1.CertificateApproved, result, clusterName); err != nil {
 			return runtimectrl.Result{}, err
 		}
-		return runtimectrl.Result{}, r.sign(ctx, csr)
+		return r.sign(ctx, csr)
 	case csrreview.Deny:
 		return runtimectrl.Result{}, r.decide(ctx, csr, certificatesv1.CertificateDenied, result, clusterName)
 	}
@@ -99,22 +110,29 @@ func (r *CSRReconciler) decide(ctx context.Context, csr *certificatesv1.Certific
 	return nil
 }
 
-// sign issues the certificate of an approved proxy-agent CSR that has none yet.
-func (r *CSRReconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+// signerRetry is how soon an approved CSR is signed again when the signer was not ready.
+const signerRetry = 10 * time.Second
+
+// sign issues the certificate of an approved proxy-agent CSR that has none yet. While the signer is not ready
+// (the configuration reports why), it tries again shortly: nothing else re-queues the CSR.
+func (r *CSRReconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (runtimectrl.Result, error) {
 	if csr.Spec.SignerName != csrreview.AgentSignerName || len(csr.Status.Certificate) > 0 || failed(csr) {
-		return nil
+		return runtimectrl.Result{}, nil
 	}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err != nil {
-		return ctrl.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return runtimectrl.Result{RequeueAfter: signerRetry}, nil
+		}
+		return runtimectrl.Result{}, err
 	}
 	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
 	var notReady *signer.NotReadyError
 	if errors.As(err, &notReady) {
-		return nil // the configuration reports it; its status change re-queues approved CSRs through the add-ons
+		return runtimectrl.Result{RequeueAfter: signerRetry}, nil
 	}
 	if err != nil {
-		return err
+		return runtimectrl.Result{}, err
 	}
 	duration := AgentCertificateDuration
 	if s := csr.Spec.ExpirationSeconds; s != nil && time.Duration(*s)*time.Second < duration {
@@ -122,15 +140,15 @@ func (r *CSRReconciler) sign(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	chain, err := certs.SignCSR(sgn.CA, csr.Spec.Request, duration, sgn.Intermediates, r.Clock.Now())
 	if err != nil {
-		return err
+		return runtimectrl.Result{}, err
 	}
 	csr.Status.Certificate = chain
 	if err := r.Client.Status().Update(ctx, csr); err != nil {
-		return err
+		return runtimectrl.Result{}, err
 	}
 	r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, "Signed", "Sign", "Signed CSR %s of cluster %s with CA %s",
 		csr.Name, csr.Labels[csrreview.ClusterNameLabel], certs.Fingerprint(sgn.CA.Cert))
-	return nil
+	return runtimectrl.Result{}, nil
 }
 
 func approved(csr *certificatesv1.CertificateSigningRequest) bool {

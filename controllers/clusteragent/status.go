@@ -288,7 +288,7 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 // again (its expiry).
 func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) (time.Duration, error) {
 	list := &certificatesv1.CertificateSigningRequestList{}
-	if err := r.Client.List(ctx, list, ctrl.MatchingLabels{csrreview.ClusterNameLabel: cluster, csrreview.AddonNameLabel: proxyv1alpha1.AddonName}); err != nil {
+	if err := r.Client.List(ctx, list, ctrl.MatchingFields{CSRClusterField: cluster}); err != nil {
 		return 0, err
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp) })

@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,6 +56,9 @@ const (
 	proxyAgentLabel = "proxy-agent"
 )
 
+// ErrEntrypointUnknown means the address agents dial is not known yet (a LoadBalancer without ingress).
+var ErrEntrypointUnknown = errors.New("the proxy-server entrypoint is not known yet")
+
 // AgentInput is everything the agent's manifests depend on.
 type AgentInput struct {
 	Cluster string
@@ -78,7 +82,7 @@ type AgentSummary struct {
 // AddOnDeploymentConfig gives a *proxyenv.FieldError naming the field.
 func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 	if in.EntrypointHost == "" {
-		return nil, nil, fmt.Errorf("the proxy-server entrypoint of ManagedProxyConfiguration %s is not known yet", in.MPC.Name)
+		return nil, nil, fmt.Errorf("ManagedProxyConfiguration %s: %w", in.MPC.Name, ErrEntrypointUnknown)
 	}
 	var spec addonv1alpha1.AddOnDeploymentConfigSpec
 	if in.ADC != nil {
