@@ -56,7 +56,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 
 		svc := get(g, &corev1.Service{}, ns, "proxy-entrypoint")
 		Expect(svc.Spec.Ports).To(ConsistOf(
-			HaveField("Port", int32(8090)), HaveField("Port", int32(8091))))
+			HaveField("Port", int32(8090)), HaveField("Port", int32(8091)), HaveField("Port", int32(8094))))
 		Expect(svc.Spec.Selector).To(HaveKeyWithValue(proxyv1alpha1.ComponentLabel, proxyv1alpha1.ComponentProxyServer))
 		user := get(g, &corev1.Service{}, ns, "cluster-proxy-addon-user")
 		Expect(user.Spec.Ports).To(ConsistOf(HaveField("Port", int32(9092))))
@@ -125,7 +125,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 	It("honours deploy.ports on the Services, the Deployment and the command line", func() {
 		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
 			m.Spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{Ports: proxyv1alpha1.ManagedProxyConfigurationDeployPorts{
-				ProxyServer: 18090, AgentServer: 18091, HealthServer: 18092, AdminServer: 18095}}
+				ProxyServer: 18090, AgentServer: 18091, HealthServer: 18092, AdminServer: 18095, HTTPConnectServer: 18094}}
 		})
 		createMPC(mpc)
 		expectReady(mpc)
@@ -133,9 +133,10 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		svc := get(Default, &corev1.Service{}, ns, "proxy-entrypoint")
 		Expect(svc.Spec.Ports).To(ConsistOf(
 			And(HaveField("Name", "proxy-server"), HaveField("Port", int32(18090)), HaveField("TargetPort", intstr.FromInt32(18090))),
-			And(HaveField("Name", "agent-server"), HaveField("Port", int32(18091)), HaveField("TargetPort", intstr.FromInt32(18091)))))
+			And(HaveField("Name", "agent-server"), HaveField("Port", int32(18091)), HaveField("TargetPort", intstr.FromInt32(18091))),
+			And(HaveField("Name", "http-connect"), HaveField("Port", int32(18094)), HaveField("TargetPort", intstr.FromInt32(18094)))))
 		c := get(Default, &appsv1.Deployment{}, ns, mpc.Name).Spec.Template.Spec.Containers[0]
-		Expect(c.Args).To(ContainElements("--server-port=18090", "--agent-port=18091", "--health-port=18092", "--admin-port=18095"))
+		Expect(c.Args).To(ContainElements("--server-port=18090", "--agent-port=18091", "--health-port=18092", "--admin-port=18095", "--http-connect-port=18094"))
 		Expect(c.Ports).To(ContainElements(HaveField("ContainerPort", int32(18090)), HaveField("ContainerPort", int32(18091))))
 		Expect(c.ReadinessProbe.HTTPGet.Port).To(Equal(intstr.FromInt32(18092)))
 	})
@@ -401,8 +402,14 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			HaveField("DefaultConfig.Name", "cluster-proxy"))))
 		Expect(cma.Spec.SupportedConfigs).To(ContainElement(HaveField("ConfigGroupResource.Resource", "addondeploymentconfigs")))
 
+		By("one binding lets every agent's hub identity review tokens")
+		tokenReview := get(Default, &rbacv1.ClusterRoleBinding{}, "", "open-cluster-management:cluster-proxy:agent-tokenreview")
+		Expect(tokenReview.RoleRef.Name).To(Equal("system:auth-delegator"))
+		Expect(tokenReview.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")))
+
 		owned := []client.Object{
 			cma,
+			tokenReview,
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-entrypoint"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-addon-user"}},

@@ -52,13 +52,14 @@ func NewScheme() *runtime.Scheme {
 func CacheOptions() cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
 	return cache.Options{DefaultTransform: apply.KeepForeignManagedFields, ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}:         owned,
-		&corev1.Service{}:        owned,
-		&corev1.ServiceAccount{}: owned,
-		&appsv1.Deployment{}:     owned,
-		&rbacv1.Role{}:           owned,
-		&rbacv1.RoleBinding{}:    owned,
-		&workv1.ManifestWork{}:   owned,
+		&corev1.Secret{}:             owned,
+		&corev1.Service{}:            owned,
+		&corev1.ServiceAccount{}:     owned,
+		&appsv1.Deployment{}:         owned,
+		&rbacv1.Role{}:               owned,
+		&rbacv1.RoleBinding{}:        owned,
+		&rbacv1.ClusterRoleBinding{}: owned,
+		&workv1.ManifestWork{}:       owned,
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provides etcd, kube-apiserver and kube-controller-manager for envtest in $BIN_DIR/k8s/<version>.
+# Provides etcd, kube-apiserver, kube-controller-manager and kubectl for envtest and the process-level tests in $BIN_DIR/k8s/<version>.
 # First tries setup-envtest; where it cannot download (no internet), builds the binaries from Go
 # modules. Prints the directory to use as KUBEBUILDER_ASSETS on its last line. A second run is a no-op.
 set -euo pipefail
@@ -11,7 +11,7 @@ BIN_DIR=${BIN_DIR:-$ROOT/bin}
 ASSETS="$BIN_DIR/k8s/$K8S_VERSION-$(go env GOOS)-$(go env GOARCH)"
 log() { echo "envtest-assets: $*" >&2; }
 
-have_all() { [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ]; }
+have_all() { [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ] && [ -x "$ASSETS/kubectl" ]; }
 
 if have_all; then echo "$ASSETS"; exit 0; fi
 mkdir -p "$ASSETS"
@@ -54,10 +54,10 @@ GO
     && CGO_ENABLED=0 go build -o "$ASSETS/etcd" .)
 fi
 
-# 3. kube-apiserver and kube-controller-manager from k8s.io/kubernetes, in a throw-away module that
+# 3. kube-apiserver, kube-controller-manager and kubectl from k8s.io/kubernetes, in a throw-away module that
 #    replaces every k8s.io/<staging> module with its published v0.x release.
-if [ ! -x "$ASSETS/kube-apiserver" ] || [ ! -x "$ASSETS/kube-controller-manager" ]; then
-  log "building kube-apiserver and kube-controller-manager v$K8S_VERSION (~6 min cold, cached after)"
+if [ ! -x "$ASSETS/kube-apiserver" ] || [ ! -x "$ASSETS/kube-controller-manager" ] || [ ! -x "$ASSETS/kubectl" ]; then
+  log "building kube-apiserver, kube-controller-manager and kubectl v$K8S_VERSION (~7 min cold, cached after)"
   staging_version="v0.${K8S_VERSION#1.}"
   gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   mkdir -p "$WORK/k8s"
@@ -78,11 +78,13 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
   (cd "$WORK/k8s" && go mod tidy >/dev/null 2>&1 \
     && CGO_ENABLED=0 go build -o "$ASSETS/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
-    && CGO_ENABLED=0 go build -o "$ASSETS/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager)
+    && CGO_ENABLED=0 go build -o "$ASSETS/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager \
+    && CGO_ENABLED=0 go build -o "$ASSETS/kubectl" k8s.io/kubernetes/cmd/kubectl)
 fi
 
 have_all || { log "failed to provide envtest assets in $ASSETS"; exit 1; }

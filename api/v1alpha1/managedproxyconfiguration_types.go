@@ -121,7 +121,7 @@ type ManagedProxyConfigurationDeploy struct {
 }
 
 // ManagedProxyConfigurationDeployPorts are the ports of the proxy servers.
-// +kubebuilder:validation:XValidation:rule="[has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095].all(p, [has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095].filter(q, q == p).size() == 1)",message="deploy.ports must be four different ports"
+// +kubebuilder:validation:XValidation:rule="[has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095, has(self.httpConnectServer) ? self.httpConnectServer : 8094].all(p, [has(self.proxyServer) ? self.proxyServer : 8090, has(self.agentServer) ? self.agentServer : 8091, has(self.healthServer) ? self.healthServer : 8092, has(self.adminServer) ? self.adminServer : 8095, has(self.httpConnectServer) ? self.httpConnectServer : 8094].filter(q, q == p).size() == 1)",message="deploy.ports must be five different ports"
 type ManagedProxyConfigurationDeployPorts struct {
 	// proxyServer is the port of the frontend that serves proxy requests (gRPC).
 	// +optional
@@ -147,6 +147,13 @@ type ManagedProxyConfigurationDeployPorts struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	AdminServer int32 `json:"adminServer,omitempty"`
+	// httpConnectServer is the frontend for HTTP CONNECT clients (curl --proxytunnel and other non-gRPC clients),
+	// served beside the gRPC frontend with the same mutual TLS.
+	// +optional
+	// +kubebuilder:default=8094
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	HTTPConnectServer int32 `json:"httpConnectServer,omitempty"`
 }
 
 // NodePlacement describes node scheduling for pods.
@@ -290,6 +297,32 @@ type ManagedProxyConfigurationUserServer struct {
 	// additionalSANs adds hostnames or IPs to the user-server serving certificate.
 	// +optional
 	AdditionalSANs []string `json:"additionalSANs,omitempty"`
+	// allowedServices are the managed-cluster services the user-server may reach
+	// (/<cluster>/api/v1/namespaces/<ns>/services/<[proto:]name[:port]>/proxy-service/<path>). Nothing else is
+	// reachable that way; the kube-apiserver is always reachable to callers with a valid token.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	AllowedServices []AllowedService `json:"allowedServices,omitempty"`
+}
+
+// AllowedService is a managed-cluster service the user-server may reach.
+type AllowedService struct {
+	// namespace of the service.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+	// name of the service.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// port of the service; every port when unset.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
 }
 
 // ManagedProxyConfigurationStatus is the observed state of the hub proxy servers.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -12,7 +11,6 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
 
 const (
@@ -91,32 +89,4 @@ func ownerRef(mca *addonv1alpha1.ManagedClusterAddOn) metav1.OwnerReference {
 		APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ManagedClusterAddOn", Name: mca.Name, UID: mca.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}
-}
-
-// AddOnHubGroup is the hub group of a cluster's add-on identity (OCM's default subject for the add-on's
-// kube-apiserver-client registration).
-func AddOnHubGroup(cluster string) string {
-	return "system:open-cluster-management:cluster:" + cluster + ":addon:" + proxyv1alpha1.AddonName
-}
-
-// hubLeaseRBAC lets the add-on identity of the cluster keep the add-on Lease in the cluster namespace, nothing more.
-func hubLeaseRBAC(mca *addonv1alpha1.ManagedClusterAddOn) (*rbacv1.Role, *rbacv1.RoleBinding) {
-	meta := metav1.ObjectMeta{
-		Name: render.AgentLeaseRoleName, Namespace: mca.Namespace,
-		Labels:          map[string]string{render.ManagedByLabel: render.ManagedByValue},
-		OwnerReferences: []metav1.OwnerReference{ownerRef(mca)},
-	}
-	role := &rbacv1.Role{
-		ObjectMeta: meta,
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{proxyv1alpha1.AddonName}, Verbs: []string{"get", "update"}},
-		},
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: *meta.DeepCopy(),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: render.AgentLeaseRoleName},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AddOnHubGroup(mca.Namespace)}},
-	}
-	return role, binding
 }

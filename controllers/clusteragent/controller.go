@@ -12,7 +12,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +55,7 @@ type scope struct {
 	// problem is what the user must fix before the agent can be (re)deployed; the last good work stays.
 	problem *proxyenv.FieldError
 	work    *workv1.ManifestWork // live, nil when none exists
+	created *workv1.ManifestWork // as written in this pass, when it was
 }
 
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
@@ -65,8 +65,6 @@ type scope struct {
 // +kubebuilder:rbac:groups=work.open-cluster-management.io,resources=manifestworks,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;update;create
 
 // Reconcile brings one cluster's agent, add-on status and ClusterProxyStatus in line.
 func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
@@ -96,9 +94,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	if err := r.reconcileWork(ctx, s); err != nil {
 		return runtimectrl.Result{}, err
 	}
-	if err := r.reconcileHubRBAC(ctx, s); err != nil {
-		return runtimectrl.Result{}, err
-	}
 	if err := r.applyAddOnStatus(ctx, s); err != nil {
 		return runtimectrl.Result{}, err
 	}
@@ -123,10 +118,17 @@ func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
 	}
 	work := &workv1.ManifestWork{}
 	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: s.mca.Namespace, Name: render.AgentWorkName}, work)
-	if err == nil {
+	switch {
+	case err == nil:
 		s.work = work
+	case apierrors.IsNotFound(err) && s.created != nil:
+		// Just created and not in the cache yet: report it as created but not applied, as the next pass will
+		// see it, rather than as missing, which would cost a second status write per cluster.
+		s.work = s.created
+	default:
+		return ctrl.IgnoreNotFound(err)
 	}
-	return ctrl.IgnoreNotFound(err)
+	return nil
 }
 
 func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
@@ -154,7 +156,10 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	_, err = apply.Ensure(ctx, r.Client, work)
+	wrote, err := apply.Ensure(ctx, r.Client, work)
+	if wrote {
+		s.created = work
+	}
 	return err
 }
 
@@ -165,18 +170,6 @@ func problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.Fiel
 	return c == nil || c.Status != metav1.ConditionFalse || c.Reason != problem.Reason || c.Message != problem.Error()
 }
 
-// reconcileHubRBAC lets the add-on's hub identity (from the kube-apiserver-client registration) keep its Lease in the
-// cluster namespace on the hub, where OCM's lease checker falls back to.
-func (r *Reconciler) reconcileHubRBAC(ctx context.Context, s *scope) error {
-	role, binding := hubLeaseRBAC(s.mca)
-	for _, o := range []ctrl.Object{role, binding} {
-		if _, err := apply.Ensure(ctx, r.Client, o); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // SetupWithManager registers the reconciler and the changes that re-queue a cluster.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	onlyOurAddOn := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
@@ -184,8 +177,6 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn)).
 		Owns(&workv1.ManifestWork{}).
 		Owns(&proxyv1alpha1.ClusterProxyStatus{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
 		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).

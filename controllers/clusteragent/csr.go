@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	runtimectrl "sigs.k8s.io/controller-runtime"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,7 +69,11 @@ func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) 
 	expected := csrreview.Expected{Cluster: clusterName}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err == nil && mpc.Status.Signer != nil {
-		expected.Subject = csrreview.Subject(render.AgentCertificateSubject(clusterName, mpc.Status.Signer.CAFingerprint))
+		// The add-on's status names the agent namespace the registration asked for, in the same write.
+		mca := &addonv1alpha1.ManagedClusterAddOn{}
+		if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: clusterName, Name: proxyv1alpha1.AddonName}, mca); err == nil && mca.Status.Namespace != "" {
+			expected.Subject = csrreview.Subject(render.AgentCertificateSubject(clusterName, mca.Status.Namespace, mpc.Status.Signer.CAFingerprint))
+		}
 	}
 
 	if approved(csr) {

@@ -95,7 +95,7 @@ func installNamespace(s *scope) string {
 func registrations(s *scope) []addonv1alpha1.RegistrationConfig {
 	regs := []addonv1alpha1.RegistrationConfig{{SignerName: certificatesv1.KubeAPIServerClientSignerName}}
 	if s.mpc != nil && s.mpc.Status.Signer != nil && s.mpc.Status.Signer.CAFingerprint != "" {
-		subject := render.AgentCertificateSubject(s.mca.Namespace, s.mpc.Status.Signer.CAFingerprint)
+		subject := render.AgentCertificateSubject(s.mca.Namespace, installNamespace(s), s.mpc.Status.Signer.CAFingerprint)
 		regs = append(regs, addonv1alpha1.RegistrationConfig{
 			SignerName: csrreview.AgentSignerName,
 			Subject:    addonv1alpha1.Subject{User: subject.CommonName, Groups: subject.Organizations, OrganizationUnits: subject.OrganizationalUnits},

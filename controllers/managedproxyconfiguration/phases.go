@@ -145,7 +145,8 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (runtimectrl
 	return runtimectrl.Result{}, nil
 }
 
-// reconcileAddOn registers the add-on with OCM. Only the default configuration (cluster-proxy) owns it, because
+// reconcileAddOn registers the add-on with OCM and lets the agents' hub identities review tokens (one binding for
+// every cluster, so adding a cluster writes no RBAC). Only the default configuration (cluster-proxy) owns it, because
 // OCM knows one add-on named cluster-proxy.
 func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (runtimectrl.Result, error) {
 	if s.mpc.Name != proxyv1alpha1.DefaultConfigurationName {
@@ -155,7 +156,10 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (runtimectrl.
 	for _, path := range render.CMAUserOwnedFields {
 		opts = append(opts, apply.UserOwned(path...))
 	}
-	_, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...)
+	if _, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	_, err := apply.Ensure(ctx, r.Client, render.AgentHubTokenReviewBinding(s.mpc))
 	return runtimectrl.Result{}, err
 }
 

@@ -45,7 +45,8 @@ const (
 	AgentLeaseRoleName = "cluster-proxy-addon-agent"
 	// AgentHealthPort serves the agent's /healthz and /readyz.
 	AgentHealthPort = 8093
-	// ServiceProxyPort is the agent's service-proxy (HTTPS), reached from the user-server through the tunnel.
+	// ServiceProxyPort is the tunnel port of the agent's in-process service-proxy, reached from the user-server
+	// through the tunnel; nothing listens on it in the pod.
 	ServiceProxyPort = 7443
 
 	caMount         = "/etc/ca"
@@ -100,10 +101,7 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ns := spec.AgentInstallNamespace
-	if ns == "" {
-		ns = DefaultAgentNamespace
-	}
+	ns := AgentNamespace(in.ADC)
 
 	objects := []runtime.Object{
 		agentNamespace(ns),
@@ -242,9 +240,13 @@ func AgentArgs(in AgentInput, ns string) []string {
 		"--agent-key=" + agentCertMount + "/tls.key",
 		"--hub-kubeconfig=" + hubConfigMount + "/kubeconfig",
 		"--health-server-port=" + strconv.Itoa(AgentHealthPort),
+		"--lease-namespace=" + ns,
 	}
 	if ServiceProxyEnabled(in.MPC) {
 		args = append(args, "--service-proxy-port="+strconv.Itoa(ServiceProxyPort))
+		args = append(args, AllowedServiceArgs(in.MPC)...)
+	} else {
+		args = append(args, "--service-proxy-port=0")
 	}
 	return append(args, in.MPC.Spec.ProxyAgent.AdditionalArgs...)
 }
@@ -273,9 +275,6 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 			{Name: "agent-cert", MountPath: agentCertMount, ReadOnly: true},
 			{Name: "hub-kubeconfig", MountPath: hubConfigMount, ReadOnly: true},
 		},
-	}
-	if ServiceProxyEnabled(in.MPC) {
-		container.Ports = append(container.Ports, containerPort("service-proxy", ServiceProxyPort))
 	}
 	if resources != nil {
 		container.Resources = *resources
@@ -328,8 +327,13 @@ type AgentSubject struct {
 	OrganizationalUnits []string
 }
 
-// AgentCertificateSubject is the subject of cluster's agent certificate under the CA with caFingerprint.
-func AgentCertificateSubject(cluster, caFingerprint string) AgentSubject {
+// AgentNamespaceUnitPrefix starts the organizational unit that names the agent's install namespace, so the
+// proxy-server can check the host=<cluster>.<namespace> identifier against the certificate too.
+const AgentNamespaceUnitPrefix = "agent-namespace:"
+
+// AgentCertificateSubject is the subject of cluster's agent certificate, for an agent installed in namespace, under
+// the CA with caFingerprint.
+func AgentCertificateSubject(cluster, namespace, caFingerprint string) AgentSubject {
 	ou := strings.TrimPrefix(caFingerprint, "SHA256:")
 	if len(ou) > 16 {
 		ou = ou[:16]
@@ -337,8 +341,27 @@ func AgentCertificateSubject(cluster, caFingerprint string) AgentSubject {
 	return AgentSubject{
 		CommonName:          AgentCommonNamePrefix + cluster,
 		Organizations:       []string{AgentCertificateGroup},
-		OrganizationalUnits: []string{"signer-" + ou},
+		OrganizationalUnits: []string{"signer-" + ou, AgentNamespaceUnitPrefix + namespace},
 	}
+}
+
+// AgentNamespaceOfUnits returns the agent install namespace named in a certificate's organizational units, or false.
+func AgentNamespaceOfUnits(units []string) (string, bool) {
+	for _, u := range units {
+		if ns, ok := strings.CutPrefix(u, AgentNamespaceUnitPrefix); ok && ns != "" {
+			return ns, true
+		}
+	}
+	return "", false
+}
+
+// AgentNamespace is where the agent of a cluster is installed: the AddOnDeploymentConfig's agentInstallNamespace, or
+// the default.
+func AgentNamespace(adc *addonv1alpha1.AddOnDeploymentConfig) string {
+	if adc != nil && adc.Spec.AgentInstallNamespace != "" {
+		return adc.Spec.AgentInstallNamespace
+	}
+	return DefaultAgentNamespace
 }
 
 // ClusterOfAgentCommonName returns the cluster an agent certificate was issued to, or false.

@@ -167,6 +167,7 @@ func baseArgs(cluster, ns string) []string {
 		"--agent-key=/etc/tls/tls.key",
 		"--hub-kubeconfig=/etc/hub/kubeconfig",
 		"--health-server-port=8093",
+		"--lease-namespace=" + ns,
 	}
 }
 
@@ -245,7 +246,7 @@ func TestAgentWork(t *testing.T) {
 				g.Expect(c.Name).To(Equal("proxy-agent"))
 				g.Expect(c.Image).To(Equal(testAgentImage))
 				g.Expect(c.Command).To(Equal([]string{"/proxy-agent"}))
-				g.Expect(c.Args).To(Equal(baseArgs(testCluster, ns)))
+				g.Expect(c.Args).To(Equal(append(baseArgs(testCluster, ns), "--service-proxy-port=0")), "no user-server, no service-proxy")
 				g.Expect(c.Args).To(ContainElement("--agent-identifiers=host=cluster1&host=cluster1.open-cluster-management-cluster-proxy"))
 				g.Expect(c.Env).To(BeEmpty())
 				g.Expect(c.Resources).To(Equal(corev1.ResourceRequirements{}))
@@ -270,9 +271,11 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
-			name: "a user-server on the configuration adds impersonation RBAC and the service-proxy port",
+			name: "a user-server on the configuration adds impersonation RBAC, the service-proxy port and the allow-list",
 			modify: func(in *AgentInput) {
-				in.MPC.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
+				in.MPC.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
+					AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "default", Name: "web", Port: 8080}},
+				}
 			},
 			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
 				const ns = "open-cluster-management-cluster-proxy"
@@ -290,10 +293,8 @@ func TestAgentWork(t *testing.T) {
 				g.Expect(o.clusterRoleBinding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name}))
 				g.Expect(o.clusterRoleBinding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "cluster-proxy", Namespace: ns}}))
 				c := o.container()
-				g.Expect(c.Args).To(Equal(append(baseArgs(testCluster, ns), "--service-proxy-port=7443")))
-				g.Expect(c.Ports).To(HaveLen(2))
-				g.Expect(c.Ports[1].Name).To(Equal("service-proxy"))
-				g.Expect(c.Ports[1].ContainerPort).To(Equal(int32(7443)))
+				g.Expect(c.Args).To(Equal(append(baseArgs(testCluster, ns), "--service-proxy-port=7443", "--allowed-service=default/web:8080")))
+				g.Expect(c.Ports).To(HaveLen(1), "the service-proxy is reached only through the tunnel: no container port")
 			},
 		},
 		{
@@ -685,7 +686,7 @@ func TestAgentCertificateSubject(t *testing.T) {
 			want: AgentSubject{
 				CommonName:          "open-cluster-management:cluster-proxy:agent:cluster1",
 				Organizations:       []string{"open-cluster-management:cluster-proxy"},
-				OrganizationalUnits: []string{"signer-" + hexPart[:16]},
+				OrganizationalUnits: []string{"signer-" + hexPart[:16], "agent-namespace:open-cluster-management-cluster-proxy"},
 			},
 		},
 		{
@@ -693,25 +694,36 @@ func TestAgentCertificateSubject(t *testing.T) {
 			want: AgentSubject{
 				CommonName:          "open-cluster-management:cluster-proxy:agent:1st-cluster",
 				Organizations:       []string{"open-cluster-management:cluster-proxy"},
-				OrganizationalUnits: []string{"signer-0123456789abcdef"},
+				OrganizationalUnits: []string{"signer-0123456789abcdef", "agent-namespace:open-cluster-management-cluster-proxy"},
 			},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(AgentCertificateSubject(tc.cluster, tc.fingerprint)).To(Equal(tc.want))
+			NewWithT(t).Expect(AgentCertificateSubject(tc.cluster, DefaultAgentNamespace, tc.fingerprint)).To(Equal(tc.want))
 		})
 	}
 
 	t.Run("a new signer changes the OU and nothing else", func(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(other).NotTo(Equal(fp))
-		before, after := AgentCertificateSubject("cluster1", fp), AgentCertificateSubject("cluster1", other)
+		before, after := AgentCertificateSubject("cluster1", "ns", fp), AgentCertificateSubject("cluster1", "ns", other)
 		g.Expect(after.OrganizationalUnits).NotTo(Equal(before.OrganizationalUnits))
-		g.Expect(after.OrganizationalUnits).To(Equal([]string{"signer-" + strings.TrimPrefix(other, "SHA256:")[:16]}))
+		g.Expect(after.OrganizationalUnits).To(Equal([]string{"signer-" + strings.TrimPrefix(other, "SHA256:")[:16], "agent-namespace:ns"}))
 		g.Expect(after.CommonName).To(Equal(before.CommonName))
 		g.Expect(after.Organizations).To(Equal(before.Organizations))
 	})
+}
+
+func TestAgentNamespaceOfUnits(t *testing.T) {
+	g := NewWithT(t)
+	ns, ok := AgentNamespaceOfUnits(AgentCertificateSubject("c1", "agents", "SHA256:00").OrganizationalUnits)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(ns).To(Equal("agents"))
+	_, ok = AgentNamespaceOfUnits([]string{"signer-00", "agent-namespace:"})
+	g.Expect(ok).To(BeFalse(), "an empty namespace names nothing")
+	_, ok = AgentNamespaceOfUnits(nil)
+	g.Expect(ok).To(BeFalse())
 }
 
 func TestClusterOfAgentCommonName(t *testing.T) {
@@ -719,7 +731,7 @@ func TestClusterOfAgentCommonName(t *testing.T) {
 	for _, cluster := range roundTrip {
 		t.Run("round-trips "+cluster, func(t *testing.T) {
 			g := NewWithT(t)
-			got, ok := ClusterOfAgentCommonName(AgentCertificateSubject(cluster, "SHA256:00").CommonName)
+			got, ok := ClusterOfAgentCommonName(AgentCertificateSubject(cluster, "ns", "SHA256:00").CommonName)
 			g.Expect(ok).To(BeTrue())
 			g.Expect(got).To(Equal(cluster))
 		})

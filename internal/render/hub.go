@@ -43,16 +43,17 @@ const (
 )
 
 // Ports are the proxy-server ports with defaults applied.
-type Ports struct{ ProxyServer, AgentServer, HealthServer, AdminServer int32 }
+type Ports struct{ ProxyServer, AgentServer, HealthServer, AdminServer, HTTPConnectServer int32 }
 
 // PortsOf returns the configured ports, defaulting any that are unset.
 func PortsOf(mpc *proxyv1alpha1.ManagedProxyConfiguration) Ports {
-	p := Ports{ProxyServer: 8090, AgentServer: 8091, HealthServer: 8092, AdminServer: 8095}
+	p := Ports{ProxyServer: 8090, AgentServer: 8091, HealthServer: 8092, AdminServer: 8095, HTTPConnectServer: 8094}
 	if d := mpc.Spec.Deploy; d != nil {
 		p.ProxyServer = orDefault(d.Ports.ProxyServer, p.ProxyServer)
 		p.AgentServer = orDefault(d.Ports.AgentServer, p.AgentServer)
 		p.HealthServer = orDefault(d.Ports.HealthServer, p.HealthServer)
 		p.AdminServer = orDefault(d.Ports.AdminServer, p.AdminServer)
+		p.HTTPConnectServer = orDefault(d.Ports.HTTPConnectServer, p.HTTPConnectServer)
 	}
 	return p
 }
@@ -180,6 +181,7 @@ func InClusterService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Serv
 			Ports: []corev1.ServicePort{
 				servicePort("proxy-server", p.ProxyServer, p.ProxyServer),
 				servicePort("agent-server", p.AgentServer, p.AgentServer),
+				servicePort("http-connect", p.HTTPConnectServer, p.HTTPConnectServer),
 			},
 		},
 	}
@@ -254,6 +256,7 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		fmt.Sprintf("--agent-port=%d", p.AgentServer),
 		fmt.Sprintf("--health-port=%d", p.HealthServer),
 		fmt.Sprintf("--admin-port=%d", p.AdminServer),
+		fmt.Sprintf("--http-connect-port=%d", p.HTTPConnectServer),
 		"--server-ca-cert=" + serverCAMount + "/ca.crt",
 		"--server-cert=" + serverCertMount + "/tls.crt",
 		"--server-key=" + serverCertMount + "/tls.key",
@@ -264,7 +267,42 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		"--user-server-key=" + userServerMount + "/tls.key",
 		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
 	}
+	args = append(args, AllowedServiceArgs(mpc)...)
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
+}
+
+// AllowedServiceArgs are the --allowed-service flags (namespace/name[:port]) of the configuration's user-server
+// allow-list, which the proxy-server and every agent's service-proxy enforce.
+func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
+	if mpc.Spec.UserServer == nil {
+		return nil
+	}
+	args := make([]string, 0, len(mpc.Spec.UserServer.AllowedServices))
+	for _, a := range mpc.Spec.UserServer.AllowedServices {
+		arg := "--allowed-service=" + a.Namespace + "/" + a.Name
+		if a.Port != 0 {
+			arg += ":" + strconv.Itoa(int(a.Port))
+		}
+		args = append(args, arg)
+	}
+	return args
+}
+
+// AgentHubTokenReviewBindingName binds every agent's hub identity to TokenReview, so a service-proxy can tell whose
+// hub token a request carries before impersonating that user on its cluster.
+const AgentHubTokenReviewBindingName = "open-cluster-management:cluster-proxy:agent-tokenreview"
+
+// AgentHubGroup is the hub group OCM gives every cluster's add-on identity (kube-apiserver-client registration).
+const AgentHubGroup = "system:open-cluster-management:addon:" + proxyv1alpha1.AddonName
+
+// AgentHubTokenReviewBinding grants the agents' hub identities the built-in system:auth-delegator role (TokenReview
+// and SubjectAccessReview create), one binding for every cluster.
+func AgentHubTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: objectMeta(mpc, AgentHubTokenReviewBindingName, ""),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AgentHubGroup}},
+	}
 }
 
 // ServerDeployment runs the proxy servers. It mounts the certificate secrets, which are renewed in place: the
@@ -299,6 +337,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							containerPort("proxy-server", p.ProxyServer),
 							containerPort("agent-server", p.AgentServer),
 							containerPort("health", p.HealthServer),
+							containerPort("http-connect", p.HTTPConnectServer),
 							containerPort("user-server", proxyv1alpha1.UserServerPort),
 						},
 						LivenessProbe:   httpProbe("/healthz", p.HealthServer),

@@ -48,11 +48,35 @@ func TestLoadBalancerAddressPrefersHostname(t *testing.T) {
 func TestPortsDefaultAndOverride(t *testing.T) {
 	g := NewWithT(t)
 	m := mpc(nil)
-	g.Expect(PortsOf(m)).To(Equal(Ports{8090, 8091, 8092, 8095}))
+	g.Expect(PortsOf(m)).To(Equal(Ports{8090, 8091, 8092, 8095, 8094}))
 	m.Spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{Ports: proxyv1alpha1.ManagedProxyConfigurationDeployPorts{AgentServer: 9443}}
-	g.Expect(PortsOf(m)).To(Equal(Ports{8090, 9443, 8092, 8095}))
-	g.Expect(ServerArgs(m)).To(ContainElements("--agent-port=9443", "--server-port=8090", "--server-count=3"))
+	g.Expect(PortsOf(m)).To(Equal(Ports{8090, 9443, 8092, 8095, 8094}))
+	g.Expect(ServerArgs(m)).To(ContainElements("--agent-port=9443", "--server-port=8090", "--server-count=3", "--http-connect-port=8094"))
 	g.Expect(InClusterService(m).Spec.Ports[1].Port).To(Equal(int32(9443)))
+	m.Spec.Deploy.Ports.HTTPConnectServer = 18094
+	g.Expect(ServerArgs(m)).To(ContainElement("--http-connect-port=18094"))
+	g.Expect(InClusterService(m).Spec.Ports[2]).To(And(HaveField("Name", "http-connect"), HaveField("Port", int32(18094))))
+}
+
+func TestAllowedServiceArgs(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	g.Expect(AllowedServiceArgs(m)).To(BeEmpty(), "no user-server, nothing allowed")
+	m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{AllowedServices: []proxyv1alpha1.AllowedService{
+		{Namespace: "default", Name: "web", Port: 8080}, {Namespace: "monitoring", Name: "prometheus"},
+	}}
+	want := []string{"--allowed-service=default/web:8080", "--allowed-service=monitoring/prometheus"}
+	g.Expect(AllowedServiceArgs(m)).To(Equal(want))
+	g.Expect(ServerArgs(m)).To(ContainElements(want))
+}
+
+func TestAgentHubTokenReviewBinding(t *testing.T) {
+	g := NewWithT(t)
+	b := AgentHubTokenReviewBinding(mpc(nil))
+	g.Expect(b.RoleRef.Name).To(Equal("system:auth-delegator"))
+	g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")))
+	g.Expect(b.Namespace).To(BeEmpty())
+	g.Expect(b.OwnerReferences).To(HaveLen(1))
 }
 
 func TestSplitSANs(t *testing.T) {

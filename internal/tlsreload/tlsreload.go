@@ -1,0 +1,173 @@
+// Package tlsreload keeps a certificate, its key and a CA bundle in step with their files on disk. The tls.Configs it
+// hands out look the current material up on every handshake, so renewed files take effect for new connections while
+// established connections (and the tunnels over them) stay up.
+package tlsreload
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Source is a certificate/key pair and a CA bundle read from files. Either part may be absent (empty file names).
+type Source struct {
+	certFile, keyFile, caFile string
+
+	mu      sync.RWMutex
+	raw     [3][]byte // cert, key, CA as last read, to tell a change from a rewrite of the same content
+	cert    *tls.Certificate
+	pool    *x509.CertPool
+	changes atomic.Uint64
+}
+
+// New reads the files once; it fails when they are missing or do not parse, so a process does not start without its
+// credentials.
+func New(certFile, keyFile, caFile string) (*Source, error) {
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("tlsreload: a certificate needs its key and a key its certificate")
+	}
+	s := &Source{certFile: certFile, keyFile: keyFile, caFile: caFile}
+	if _, err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload reads the files and swaps in their content if it changed and parses. On error the previous material stays
+// in use; a certificate and key caught halfway through an update simply fail to match and are read again later.
+func (s *Source) Reload() (changed bool, err error) {
+	var raw [3][]byte
+	for i, name := range []string{s.certFile, s.keyFile, s.caFile} {
+		if name == "" {
+			continue
+		}
+		if raw[i], err = os.ReadFile(name); err != nil {
+			return false, fmt.Errorf("tlsreload: %w", err)
+		}
+	}
+	s.mu.RLock()
+	same := bytes.Equal(raw[0], s.raw[0]) && bytes.Equal(raw[1], s.raw[1]) && bytes.Equal(raw[2], s.raw[2])
+	loaded := s.cert != nil || s.pool != nil
+	s.mu.RUnlock()
+	if same && loaded {
+		return false, nil
+	}
+
+	var cert *tls.Certificate
+	if s.certFile != "" {
+		pair, err := tls.X509KeyPair(raw[0], raw[1])
+		if err != nil {
+			return false, fmt.Errorf("tlsreload: key pair %s, %s: %w", s.certFile, s.keyFile, err)
+		}
+		cert = &pair
+	}
+	var pool *x509.CertPool
+	if s.caFile != "" {
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(raw[2]) {
+			return false, fmt.Errorf("tlsreload: no PEM certificate in CA bundle %s", s.caFile)
+		}
+	}
+	s.mu.Lock()
+	s.raw, s.cert, s.pool = raw, cert, pool
+	s.mu.Unlock()
+	s.changes.Add(1)
+	return true, nil
+}
+
+// Run reloads every interval until ctx ends. Secret volumes are updated by swapping a symlink, which file
+// notifications report unreliably; polling a few small files is cheap and always right.
+func (s *Source) Run(ctx context.Context, interval time.Duration, log logr.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			changed, err := s.Reload()
+			if err != nil {
+				log.Error(err, "Keeping the previous certificates")
+			} else if changed {
+				log.Info("Reloaded certificates", "cert", s.certFile, "ca", s.caFile)
+			}
+		}
+	}
+}
+
+// Loads counts the successful loads, the first included.
+func (s *Source) Loads() uint64 { return s.changes.Load() }
+
+// Certificate is the current certificate and key, nil without one.
+func (s *Source) Certificate() *tls.Certificate {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cert
+}
+
+// CAPool is the current CA bundle, nil without one.
+func (s *Source) CAPool() *x509.CertPool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.pool
+}
+
+// ServerConfig serves the current certificate and, when the source has a CA bundle, requires and verifies client
+// certificates against it.
+func (s *Source) ServerConfig() *tls.Config {
+	base := &tls.Config{MinVersion: tls.VersionTLS12}
+	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c := base.Clone()
+		c.GetConfigForClient = nil
+		c.Certificates = []tls.Certificate{*s.Certificate()}
+		if pool := s.CAPool(); pool != nil {
+			c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, pool
+		}
+		return c, nil
+	}
+	return base
+}
+
+// ClientConfig presents the current certificate (if any) and verifies the server against the current CA bundle.
+// serverName, when set, is the name the server's certificate must carry; otherwise the dialed host name is used.
+func (s *Source) ClientConfig(serverName string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if c := s.Certificate(); c != nil {
+				return c, nil
+			}
+			return &tls.Certificate{}, nil
+		},
+		// The standard verification reads a fixed RootCAs; this one reads the pool at handshake time.
+		InsecureSkipVerify: true, //nolint:gosec // verified below against the current pool
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return s.verify(cs, serverName)
+		},
+	}
+}
+
+func (s *Source) verify(cs tls.ConnectionState, serverName string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tlsreload: the server sent no certificate")
+	}
+	if serverName == "" {
+		serverName = cs.ServerName
+	}
+	opts := x509.VerifyOptions{Roots: s.CAPool(), DNSName: serverName, Intermediates: x509.NewCertPool()}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(opts)
+	return err
+}
