@@ -52,12 +52,19 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 test: manifests generate vet envtest-assets ## Run unit and envtest suites.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 30m
 
+.PHONY: test-integration
+test-integration: envtest-assets ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy (.ci/run installs the Debian packages).
+	@for tool in curl squid tinyproxy; do command -v $$tool >/dev/null || { echo "test-integration needs $$tool: apt-get install -y curl squid-openssl tinyproxy"; exit 1; }; done
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags integration ./test/integration/... -count=1 -timeout 30m -v -ginkgo.v
+
 ##@ Build
 
 .PHONY: build
 build: generate ## Build the binaries into bin/.
 	go build -o $(BIN_DIR)/manager ./cmd/manager
 	go build -o $(BIN_DIR)/localhub ./cmd/localhub
+	go build -o $(BIN_DIR)/proxy-server ./cmd/proxy-server
+	go build -o $(BIN_DIR)/proxy-agent ./cmd/proxy-agent
 
 .PHONY: run
 run: build envtest-assets ## Start a local hub control plane with the operator and the sample configuration (Ctrl-C stops it).

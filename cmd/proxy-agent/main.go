@@ -1,0 +1,277 @@
+// Command proxy-agent runs on a managed cluster: it keeps reverse tunnels to the hub's proxy-servers and serves the
+// hub's dials through them (the kube-apiserver and the in-process service-proxy). See docs/data-plane.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
+)
+
+// certReloadInterval is how often the certificate files are checked for renewed content.
+const certReloadInterval = 5 * time.Second
+
+type config struct {
+	serverHost        string
+	serverPort        int
+	identifiers       string
+	clusterName       string
+	agentID           string
+	caCert            string
+	agentCert         string
+	agentKey          string
+	hubKubeconfig     string
+	kubeconfig        string
+	healthPort        int
+	healthBindAddress string
+	serviceProxyPort  int
+	allowedServices   []string
+	leaseNamespace    string
+	resolve           []string
+	readBufferSize    int
+	keepaliveTime     time.Duration
+}
+
+// repeated is a flag that may be given several times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func main() {
+	hostname, _ := os.Hostname()
+	var c config
+	fs := flag.CommandLine
+	fs.StringVar(&c.serverHost, "proxy-server-host", "", "host name of the proxy-server's agent endpoint; its certificate must carry it")
+	fs.IntVar(&c.serverPort, "proxy-server-port", 8091, "port of the proxy-server's agent endpoint")
+	fs.StringVar(&c.identifiers, "agent-identifiers", "", "agent identifiers sent to the proxy-server, e.g. host=<cluster>&host=<cluster>.<namespace>")
+	fs.StringVar(&c.clusterName, "cluster-name", "", "name of the managed cluster this agent serves")
+	fs.StringVar(&c.agentID, "agent-id", hostname, "ID of this agent at the proxy-servers")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle that verifies the proxy-server (and an https forward proxy)")
+	fs.StringVar(&c.agentCert, "agent-cert", "", "agent client certificate")
+	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
+	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for hub TokenReviews in the service-proxy; optional")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster; empty for the in-cluster configuration")
+	fs.IntVar(&c.healthPort, "health-server-port", render.AgentHealthPort, "port of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
+	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
+	fs.Var((*repeated)(&c.allowedServices), "allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable")
+	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
+	fs.Var((*repeated)(&c.resolve), "resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable")
+	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
+	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.
+	fs.DurationVar(&c.keepaliveTime, "keepalive-time", 0, "how often to ping the proxy-server on an idle tunnel; 0 for the default")
+	verbosity := fs.Int("v", 0, "log verbosity (higher logs more), as ANP's -v")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+	if *verbosity > 0 && zapOpts.Level == nil {
+		zapOpts.Level = zapcore.Level(-*verbosity)
+	}
+	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, c, log); err != nil {
+		log.Error(err, "The proxy-agent stopped")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config, log logr.Logger) error {
+	for _, f := range []struct{ name, value string }{
+		{"--proxy-server-host", c.serverHost}, {"--agent-identifiers", c.identifiers}, {"--cluster-name", c.clusterName},
+		{"--agent-id", c.agentID}, {"--ca-cert", c.caCert}, {"--agent-cert", c.agentCert}, {"--agent-key", c.agentKey},
+	} {
+		if f.value == "" {
+			return fmt.Errorf("%s is required", f.name)
+		}
+	}
+	resolver, err := agent.ParseResolve(c.resolve)
+	if err != nil {
+		return err
+	}
+	allowed, err := allowlist.ParseAll(c.allowedServices)
+	if err != nil {
+		return err
+	}
+	proxy, err := agent.ProxyFromEnvironment()
+	if err != nil {
+		return err
+	}
+	source, err := tlsreload.New(c.agentCert, c.agentKey, c.caCert)
+	if err != nil {
+		return err
+	}
+	checkIdentity(source, c, log)
+
+	kube, err := kubeConfig(c.kubeconfig, resolver)
+	if err != nil {
+		return err
+	}
+	kubeAddress, err := agent.KubeAPIServerAddress(kube)
+	if err != nil {
+		return err
+	}
+
+	var services http.Handler
+	if c.serviceProxyPort != 0 {
+		hub, err := hubConfig(c.hubKubeconfig, resolver, log)
+		if err != nil {
+			return err
+		}
+		services, err = serviceproxy.New(serviceproxy.Options{
+			Kube:        kube,
+			Hub:         hub,
+			Allowed:     allowed,
+			DialContext: resolver.DialContext,
+		})
+		if err != nil {
+			return fmt.Errorf("service-proxy: %w", err)
+		}
+	}
+
+	a, err := agent.New(agent.Options{
+		ServerAddress:    net.JoinHostPort(c.serverHost, strconv.Itoa(c.serverPort)),
+		AgentID:          c.agentID,
+		Identifiers:      c.identifiers,
+		TLS:              source,
+		Proxy:            proxy,
+		Dial:             resolver.DialContext,
+		KubeAPIServer:    kubeAddress,
+		ServiceProxy:     services,
+		ServiceProxyPort: c.serviceProxyPort,
+		ReadBufferSize:   c.readBufferSize,
+		KeepaliveTime:    c.keepaliveTime,
+		Log:              log.WithName("tunnel"),
+	})
+	if err != nil {
+		return err
+	}
+
+	health := &http.Server{
+		Addr:              net.JoinHostPort(c.healthBindAddress, strconv.Itoa(c.healthPort)),
+		Handler:           a.HealthHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	listener, err := net.Listen("tcp", health.Addr)
+	if err != nil {
+		return fmt.Errorf("health server: %w", err)
+	}
+	go func() {
+		if err := health.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "The health server stopped")
+		}
+	}()
+	defer func() { _ = health.Close() }()
+
+	go source.Run(ctx, certReloadInterval, log.WithName("certificates"))
+
+	if c.leaseNamespace == "" {
+		log.Info("No lease namespace (--lease-namespace or POD_NAMESPACE): the add-on Lease is not renewed")
+	} else {
+		client, err := kubernetes.NewForConfig(kube)
+		if err != nil {
+			return fmt.Errorf("managed cluster client: %w", err)
+		}
+		renewer := &agent.LeaseRenewer{
+			Client: client, Namespace: c.leaseNamespace, Name: proxyv1alpha1.AddonName, Holder: c.agentID,
+			Connected: a.Connected, Log: log.WithName("lease"),
+		}
+		go renewer.Run(ctx)
+	}
+
+	log.Info("Starting the proxy-agent", "cluster", c.clusterName, "agentID", c.agentID,
+		"proxyServer", net.JoinHostPort(c.serverHost, strconv.Itoa(c.serverPort)), "kubeAPIServer", kubeAddress,
+		"forwardProxy", proxy != nil, "serviceProxyPort", c.serviceProxyPort, "allowedServices", len(allowed))
+	err = a.Run(ctx)
+	log.Info("Stopped")
+	return err
+}
+
+// kubeConfig is the managed cluster's kube-apiserver as the agent reaches it: directly (never through the forward
+// proxy) and with --resolve applied.
+func kubeConfig(kubeconfig string, resolver agent.Resolver) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("managed cluster configuration: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	cfg.Dial = resolver.DialContext
+	cfg.UserAgent = "cluster-proxy-agent"
+	return cfg, nil
+}
+
+// hubConfig reads the add-on's hub kubeconfig; without one the service-proxy accepts no hub tokens. The hub is
+// reached like the proxy-server: through the forward proxy when the environment names one, with --resolve applied.
+func hubConfig(path string, resolver agent.Resolver, log logr.Logger) (*rest.Config, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		log.Info("No hub kubeconfig yet: the service-proxy accepts only managed-cluster tokens", "path", path)
+		return nil, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("hub kubeconfig %s: %w", path, err)
+	}
+	cfg.Dial = resolver.DialContext
+	return cfg, nil
+}
+
+// checkIdentity warns when the certificate or the identifiers do not name --cluster-name: the proxy-server would then
+// refuse the agent, and the reason is easier to see here.
+func checkIdentity(source *tlsreload.Source, c config, log logr.Logger) {
+	if cert := source.Certificate(); cert != nil && cert.Leaf != nil {
+		if cluster, ok := render.ClusterOfAgentCommonName(cert.Leaf.Subject.CommonName); !ok || cluster != c.clusterName {
+			log.Info("The agent certificate is not for this cluster; the proxy-server will refuse it",
+				"commonName", cert.Leaf.Subject.CommonName, "cluster", c.clusterName)
+		}
+	}
+	values, err := url.ParseQuery(c.identifiers)
+	if err != nil {
+		return
+	}
+	for _, h := range values["host"] {
+		if h != c.clusterName && !strings.HasPrefix(h, c.clusterName+".") {
+			log.Info("An agent identifier does not name this cluster; the proxy-server will refuse it", "identifier", "host="+h, "cluster", c.clusterName)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+// Command proxy-server runs the hub side of the data plane: ANP's proxy server with the gRPC and HTTP-CONNECT
+// frontends, the agent endpoint, and the user-server. Flags and wiring only; internal/server does the work.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/userserver"
+)
+
+const (
+	// The user-server drains within this, and the frontends stop within it; the pod's default grace period is 30s.
+	drainTimeout = 20 * time.Second
+	// Keep accepting this long after turning not ready, while endpoints and load balancers catch up.
+	minDrainDuration = 3 * time.Second
+)
+
+type config struct {
+	serverCount                       int
+	proxyStrategies                   string
+	bindAddress                       string
+	serverID                          string
+	serverPort, agentPort, healthPort int
+	adminPort, httpConnectPort        int
+	userServerPort, serviceProxyPort  int
+	serverCACert, serverCert          string
+	serverKey                         string
+	clusterCACert, clusterCert        string
+	clusterKey                        string
+	userServerCert, userServerKey     string
+	allowed                           allowlist.List
+	keepaliveTime, frontendKeepalive  time.Duration
+	verbosity                         int
+	zap                               zap.Options
+}
+
+// parseFlags reads the command line render.ServerArgs produces; unknown flags and stray arguments are errors.
+func parseFlags(args []string, output io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("proxy-server", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.IntVar(&c.serverCount, "server-count", 1, "number of proxy-server replicas; agents connect to each")
+	fs.StringVar(&c.proxyStrategies, "proxy-strategies", "destHost", "how tunnels choose an agent; only destHost is supported")
+	fs.StringVar(&c.bindAddress, "bind-address", "", "address the listeners bind to, all interfaces when empty (the admin port always binds loopback)")
+	fs.StringVar(&c.serverID, "server-id", "", "this replica's ID, the hostname when empty")
+	fs.IntVar(&c.serverPort, "server-port", 8090, "gRPC frontend port (mTLS)")
+	fs.IntVar(&c.agentPort, "agent-port", 8091, "agent endpoint port (mTLS)")
+	fs.IntVar(&c.healthPort, "health-port", 8092, "health and metrics port (plain HTTP)")
+	fs.IntVar(&c.adminPort, "admin-port", 8095, "pprof port, on loopback")
+	fs.IntVar(&c.httpConnectPort, "http-connect-port", 8094, "HTTP-CONNECT frontend and /agents port (mTLS); 0 turns it off")
+	fs.IntVar(&c.userServerPort, "user-server-port", 9092, "user-server HTTPS port; 0 turns it off")
+	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", 7443, "tunnel port of the agents' service-proxy")
+	fs.StringVar(&c.serverCACert, "server-ca-cert", "", "CA bundle frontend client certificates are verified against")
+	fs.StringVar(&c.serverCert, "server-cert", "", "frontend serving certificate")
+	fs.StringVar(&c.serverKey, "server-key", "", "frontend serving key")
+	fs.StringVar(&c.clusterCACert, "cluster-ca-cert", "", "CA bundle agent certificates are verified against")
+	fs.StringVar(&c.clusterCert, "cluster-cert", "", "agent endpoint serving certificate")
+	fs.StringVar(&c.clusterKey, "cluster-key", "", "agent endpoint serving key")
+	fs.StringVar(&c.userServerCert, "user-server-cert", "", "user-server serving certificate")
+	fs.StringVar(&c.userServerKey, "user-server-key", "", "user-server serving key")
+	var allowed []string
+	fs.Func("allowed-service", "a service the user-server may reach, namespace/name[:port]; repeatable", func(v string) error {
+		allowed = append(allowed, v)
+		return nil
+	})
+	// Flags of ANP's proxy-server that configurations written for the existing addon pass in additionalArgs.
+	fs.DurationVar(&c.keepaliveTime, "keepalive-time", server.DefaultKeepaliveTime, "how often the agent endpoint pings idle agents")
+	fs.DurationVar(&c.frontendKeepalive, "frontend-keepalive-time", server.DefaultKeepaliveTime, "how often the frontends ping idle clients")
+	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
+	c.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if c.verbosity > 0 && c.zap.Level == nil {
+		c.zap.Level = zapcore.Level(-c.verbosity)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.proxyStrategies != "destHost" {
+		return nil, fmt.Errorf("--proxy-strategies=%s: only destHost is supported", c.proxyStrategies)
+	}
+	if c.serverCount < 1 {
+		return nil, fmt.Errorf("--server-count=%d: want at least 1", c.serverCount)
+	}
+	for name, p := range map[string]int{
+		"server-port": c.serverPort, "agent-port": c.agentPort, "health-port": c.healthPort, "admin-port": c.adminPort,
+		"service-proxy-port": c.serviceProxyPort,
+	} {
+		if p < 1 || p > 65535 {
+			return nil, fmt.Errorf("--%s=%d: want a port from 1 to 65535", name, p)
+		}
+	}
+	for name, p := range map[string]int{"http-connect-port": c.httpConnectPort, "user-server-port": c.userServerPort} {
+		if p < 0 || p > 65535 {
+			return nil, fmt.Errorf("--%s=%d: want a port from 1 to 65535, or 0 for off", name, p)
+		}
+	}
+	var missing []string
+	for name, v := range map[string]string{
+		"server-ca-cert": c.serverCACert, "server-cert": c.serverCert, "server-key": c.serverKey,
+		"cluster-ca-cert": c.clusterCACert, "cluster-cert": c.clusterCert, "cluster-key": c.clusterKey,
+	} {
+		if v == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if c.userServerPort != 0 && (c.userServerCert == "" || c.userServerKey == "") {
+		missing = append(missing, "--user-server-cert and --user-server-key (or --user-server-port=0)")
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("missing %s", strings.Join(missing, ", "))
+	}
+	var err error
+	if c.allowed, err = allowlist.ParseAll(allowed); err != nil {
+		return nil, fmt.Errorf("--allowed-service: %w", err)
+	}
+	if c.serverID == "" {
+		if c.serverID, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("--server-id is empty and the hostname is unknown: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func (c *config) options() server.Options {
+	addr := func(port int) string {
+		if port == 0 {
+			return ""
+		}
+		return net.JoinHostPort(c.bindAddress, strconv.Itoa(port))
+	}
+	return server.Options{
+		ServerID:        c.serverID,
+		ServerCount:     c.serverCount,
+		FrontendAddr:    addr(c.serverPort),
+		AgentAddr:       addr(c.agentPort),
+		HealthAddr:      addr(c.healthPort),
+		AdminAddr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(c.adminPort)),
+		HTTPConnectAddr: addr(c.httpConnectPort),
+		UserServerAddr:  addr(c.userServerPort),
+		ServerCert:      c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,
+		ClusterCert: c.clusterCert, ClusterKey: c.clusterKey, ClusterCACert: c.clusterCACert,
+		UserServerCert: c.userServerCert, UserServerKey: c.userServerKey,
+		ShutdownTimeout:    drainTimeout,
+		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive,
+	}
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "proxy-server:", err)
+		os.Exit(2)
+	}
+	log := zap.New(zap.UseFlagOptions(&c.zap))
+	// ANP logs through klog.
+	klog.SetLogger(log.WithName("anp"))
+
+	opts := c.options()
+	opts.Log = log
+	srv, err := server.New(opts)
+	if err != nil {
+		log.Error(err, "Unable to set up the proxy-server")
+		os.Exit(1)
+	}
+	var user server.UserServer
+	if opts.UserServerAddr != "" {
+		user = userserver.New(userserver.Options{
+			Dialer:           srv,
+			Clusters:         srv.Agents(),
+			ServiceProxyPort: c.serviceProxyPort,
+			Allowed:          c.allowed,
+			DrainTimeout:     drainTimeout,
+			MinDrainDuration: minDrainDuration,
+		})
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := srv.Run(ctx, user); err != nil {
+		log.Error(err, "The proxy-server stopped with an error")
+		os.Exit(1)
+	}
+}

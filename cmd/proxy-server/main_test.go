@@ -1,0 +1,82 @@
+package main
+
+import (
+	"io"
+	"strconv"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
+	g := NewWithT(t)
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	mpc.Spec.ProxyServer.Replicas = 3
+	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--allowed-service=monitoring/prometheus:9090", "--allowed-service=default/web"}
+	args := append(render.ServerArgs(mpc), "--server-id=replica-0")
+
+	c, err := parseFlags(args, io.Discard)
+	g.Expect(err).NotTo(HaveOccurred(), "args %q", args)
+	g.Expect(c.serverCount).To(Equal(3))
+	g.Expect(c.serverID).To(Equal("replica-0"))
+	g.Expect(c.allowed).To(Equal(allowlist.List{{Namespace: "monitoring", Name: "prometheus", Port: 9090}, {Namespace: "default", Name: "web"}}))
+
+	o := c.options()
+	p := render.PortsOf(mpc)
+	g.Expect(o.FrontendAddr).To(Equal(":" + itoa(p.ProxyServer)))
+	g.Expect(o.AgentAddr).To(Equal(":" + itoa(p.AgentServer)))
+	g.Expect(o.AdminAddr).To(Equal("127.0.0.1:"+itoa(p.AdminServer)), "the admin port binds loopback only")
+	g.Expect(o.HTTPConnectAddr).To(Equal(":" + itoa(p.HTTPConnectServer)))
+	g.Expect(o.UserServerAddr).To(Equal(":9092"))
+	g.Expect(o.ServerCACert).NotTo(BeEmpty())
+	g.Expect(o.UserServerCert).NotTo(BeEmpty())
+}
+
+func TestAcceptsTheANPFlagsExistingConfigurationsPass(t *testing.T) {
+	g := NewWithT(t)
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	mpc.Spec.ProxyServer.Replicas = 1
+	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--keepalive-time=30s", "--frontend-keepalive-time=2m", "--v=4"}
+	c, err := parseFlags(render.ServerArgs(mpc), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	o := c.options()
+	g.Expect(o.AgentKeepaliveTime.String()).To(Equal("30s"))
+	g.Expect(o.FrontendKeepaliveTime.String()).To(Equal("2m0s"))
+	g.Expect(c.zap.Level).NotTo(BeNil(), "-v raises the log level")
+}
+
+func TestRejectsBadCommandLines(t *testing.T) {
+	base := []string{
+		"--server-ca-cert=ca", "--server-cert=c", "--server-key=k",
+		"--cluster-ca-cert=ca", "--cluster-cert=c", "--cluster-key=k", "--user-server-port=0",
+	}
+	tests := map[string][]string{
+		"an unknown flag":         {"--mode=http-connect"},
+		"another proxy strategy":  {"--proxy-strategies=default"},
+		"a bad allowed service":   {"--allowed-service=no-slash"},
+		"a stray argument":        {"extra"},
+		"no server certificate":   {"--server-cert="},
+		"a user-server sans cert": {"--user-server-port=9092"},
+		"a port out of range":     {"--agent-port=70000"},
+	}
+	for name, extra := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseFlags(append(append([]string{}, base...), extra...), io.Discard)
+			NewWithT(t).Expect(err).To(HaveOccurred())
+		})
+	}
+
+	g := NewWithT(t)
+	c, err := parseFlags(append(append([]string{}, base...), "--http-connect-port=0", "--bind-address=127.0.0.1"), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.options().HTTPConnectAddr).To(BeEmpty(), "port 0 turns the HTTP-CONNECT frontend off")
+	g.Expect(c.options().UserServerAddr).To(BeEmpty())
+	g.Expect(c.options().FrontendAddr).To(Equal("127.0.0.1:8090"))
+	g.Expect(c.serverID).NotTo(BeEmpty(), "the hostname by default")
+}
+
+func itoa(p int32) string { return strconv.Itoa(int(p)) }

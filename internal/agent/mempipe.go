@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// memListener hands in-process connections to an http.Server, so the service-proxy is reachable through the tunnel
+// without a network port anybody else could connect to.
+type memListener struct {
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newMemListener() *memListener {
+	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr("service-proxy") }
+
+// DialContext returns the client end of a new connection whose server end the listener's Accept returns.
+func (l *memListener) DialContext(ctx context.Context) (net.Conn, error) {
+	client, server := newMemPipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+type memAddr string
+
+func (a memAddr) Network() string { return "memory" }
+func (a memAddr) String() string  { return string(a) }
+
+// memPipeSize bounds the bytes buffered in each direction. Unlike net.Pipe, whose writes wait for the reader, a
+// buffered pipe lets the service-proxy keep copying from its upstream while the tunnel sends the previous chunk, and
+// lets the tunnel read up to a whole read buffer at once.
+const memPipeSize = 256 << 10
+
+// memChunk is the size of the pooled buffers a pipe direction uses while it holds data.
+const memChunk = 64 << 10
+
+var memChunks = sync.Pool{New: func() any { b := make([]byte, 0, memChunk); return &b }}
+
+// memConn is one end of an in-memory, buffered, full-duplex connection with deadlines, which http.Server needs.
+type memConn struct {
+	in, out   *memBuffer
+	readDL    deadline
+	writeDL   deadline
+	closeOnce sync.Once
+}
+
+func newMemPipe() (a, b *memConn) {
+	x, y := newMemBuffer(), newMemBuffer()
+	return &memConn{in: x, out: y}, &memConn{in: y, out: x}
+}
+
+func (c *memConn) Read(p []byte) (int, error)  { return c.in.read(p, &c.readDL) }
+func (c *memConn) Write(p []byte) (int, error) { return c.out.write(p, &c.writeDL) }
+
+func (c *memConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.in.close()
+		c.out.close()
+	})
+	return nil
+}
+
+func (c *memConn) LocalAddr() net.Addr  { return memAddr("service-proxy") }
+func (c *memConn) RemoteAddr() net.Addr { return memAddr("tunnel") }
+
+func (c *memConn) SetDeadline(t time.Time) error {
+	c.readDL.set(t)
+	c.writeDL.set(t)
+	return nil
+}
+
+func (c *memConn) SetReadDeadline(t time.Time) error  { c.readDL.set(t); return nil }
+func (c *memConn) SetWriteDeadline(t time.Time) error { c.writeDL.set(t); return nil }
+
+// memBuffer is one direction of a pipe. Either end closing it ends the direction: the reader still gets the bytes
+// already written, then EOF; writers get io.ErrClosedPipe.
+type memBuffer struct {
+	mu       sync.Mutex
+	buf      *[]byte // unread bytes are (*buf)[r:]; nil while empty, so idle connections hold no buffer
+	r        int
+	closed   bool
+	readable chan struct{} // one wake-up for the reader
+	writable chan struct{} // one wake-up for the writer
+	done     chan struct{} // closed with the direction, to wake everybody
+}
+
+func newMemBuffer() *memBuffer {
+	return &memBuffer{readable: make(chan struct{}, 1), writable: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (b *memBuffer) read(p []byte, dl *deadline) (int, error) {
+	for {
+		if dl.expired() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		b.mu.Lock()
+		if b.buf != nil {
+			n := copy(p, (*b.buf)[b.r:])
+			b.r += n
+			if b.r == len(*b.buf) {
+				b.release()
+			}
+			b.mu.Unlock()
+			wake(b.writable)
+			return n, nil
+		}
+		closed := b.closed
+		b.mu.Unlock()
+		if closed {
+			return 0, io.EOF
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		select {
+		case <-b.readable:
+		case <-b.done:
+		case <-dl.wait():
+		}
+	}
+}
+
+func (b *memBuffer) write(p []byte, dl *deadline) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if dl.expired() {
+			return n, os.ErrDeadlineExceeded
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return n, io.ErrClosedPipe
+		}
+		if b.buf == nil {
+			b.buf, b.r = memChunks.Get().(*[]byte), 0
+		}
+		if free := memPipeSize - (len(*b.buf) - b.r); free > 0 {
+			k := min(free, len(p))
+			if b.r > 0 && len(*b.buf)+k > cap(*b.buf) {
+				// Reuse the consumed front before growing.
+				*b.buf = (*b.buf)[:copy(*b.buf, (*b.buf)[b.r:])]
+				b.r = 0
+			}
+			*b.buf = append(*b.buf, p[:k]...)
+			b.mu.Unlock()
+			p, n = p[k:], n+k
+			wake(b.readable)
+			continue
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.writable:
+		case <-b.done:
+		case <-dl.wait():
+		}
+	}
+	return n, nil
+}
+
+// release returns the emptied buffer to the pool; called with mu held.
+func (b *memBuffer) release() {
+	if cap(*b.buf) == memChunk {
+		*b.buf = (*b.buf)[:0]
+		memChunks.Put(b.buf)
+	}
+	b.buf, b.r = nil, 0
+}
+
+func (b *memBuffer) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.done)
+	}
+}
+
+// deadline is a settable point in time with a channel that is closed once it has passed.
+type deadline struct {
+	mu    sync.Mutex
+	gen   uint64
+	timer *time.Timer
+	ch    chan struct{}
+}
+
+// chanLocked returns the current channel, creating it; called with mu held.
+func (d *deadline) chanLocked() chan struct{} {
+	if d.ch == nil {
+		d.ch = make(chan struct{})
+	}
+	return d.ch
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	ch := d.chanLocked()
+	select {
+	case <-ch:
+		ch = make(chan struct{})
+		d.ch = ch
+	default:
+	}
+	if t.IsZero() {
+		return
+	}
+	wait := time.Until(t)
+	if wait <= 0 {
+		close(ch)
+		return
+	}
+	gen := d.gen
+	d.timer = time.AfterFunc(wait, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.gen == gen {
+			close(ch)
+		}
+	})
+}
+
+func (d *deadline) wait() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.chanLocked()
+}
+
+func (d *deadline) expired() bool {
+	select {
+	case <-d.wait():
+		return true
+	default:
+		return false
+	}
+}

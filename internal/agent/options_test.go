@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+)
+
+func TestParseResolve(t *testing.T) {
+	g := NewWithT(t)
+	r, err := ParseResolve([]string{"Kubernetes.Default.svc:443=127.0.0.1:6443", "hub.example:8091=[::1]:18091"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Address("kubernetes.default.svc:443")).To(Equal("127.0.0.1:6443"))
+	g.Expect(r.Address("hub.example:8091")).To(Equal("[::1]:18091"))
+	g.Expect(r.Address("hub.example:443")).To(Equal("hub.example:443"), "only the named port is overridden")
+
+	for _, bad := range []string{"hub.example:8091", "hub.example=127.0.0.1:1", "hub.example:8091=127.0.0.1", ":1=127.0.0.1:1"} {
+		_, err := ParseResolve([]string{bad})
+		g.Expect(err).To(MatchError(ContainSubstring("--resolve")), bad)
+	}
+}
+
+func TestResolverDialsTheOverride(t *testing.T) {
+	g := NewWithT(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = ln.Close() }()
+	r := Resolver{"kube.internal:443": ln.Addr().String()}
+	c, err := r.DialContext(context.Background(), "tcp", "kube.internal:443")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = c.Close()
+}
+
+func TestKubeAPIServerAddress(t *testing.T) {
+	for host, want := range map[string]string{
+		"https://10.96.0.1:443":            "10.96.0.1:443",
+		"https://kubernetes.default.svc":   "kubernetes.default.svc:443",
+		"http://127.0.0.1":                 "127.0.0.1:80",
+		"127.0.0.1:6443":                   "127.0.0.1:6443",
+		"https://[fd00::1]:6443/some/path": "[fd00::1]:6443",
+	} {
+		got, err := KubeAPIServerAddress(&rest.Config{Host: host})
+		NewWithT(t).Expect(err).NotTo(HaveOccurred(), host)
+		NewWithT(t).Expect(got).To(Equal(want), host)
+	}
+	_, err := KubeAPIServerAddress(&rest.Config{Host: "https://"})
+	NewWithT(t).Expect(err).To(HaveOccurred())
+}
+
+func TestNewChecksItsOptions(t *testing.T) {
+	env := newEnv(t)
+	for name, change := range map[string]func(*Options){
+		"no host identifier":          func(o *Options) { o.Identifiers = "ipv4=10.0.0.1" },
+		"server address without port": func(o *Options) { o.ServerAddress = serverName },
+		"no agent ID":                 func(o *Options) { o.AgentID = "" },
+		"service-proxy on 443":        func(o *Options) { o.ServiceProxyPort = 443 },
+		"read buffer too large":       func(o *Options) { o.ReadBufferSize = 8 << 20 },
+		"no kube-apiserver":           func(o *Options) { o.KubeAPIServer = "" },
+	} {
+		opts := env.options(t)
+		change(&opts)
+		_, err := New(opts)
+		NewWithT(t).Expect(err).To(HaveOccurred(), name)
+	}
+	a, err := New(env.options(t))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	NewWithT(t).Expect(a.hosts).To(Equal(map[string]bool{"c1": true, "c1.ns": true}))
+}
+
+func TestBackoffGrowsToItsCapWithJitter(t *testing.T) {
+	g := NewWithT(t)
+	b := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	g.Expect(b.next()).To(BeNumerically("~", 100*time.Millisecond, 20*time.Millisecond))
+	g.Expect(b.next()).To(BeNumerically("~", 200*time.Millisecond, 40*time.Millisecond))
+	for range 10 {
+		b.next()
+	}
+	g.Expect(b.next()).To(BeNumerically("~", 4500*time.Millisecond, 500*time.Millisecond))
+	b.reset()
+	g.Expect(b.next()).To(BeNumerically("<=", 120*time.Millisecond))
+}
+
+func TestMemPipeCarriesBothWaysAndEnds(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newMemPipe()
+	go func() {
+		_, _ = a.Write(bulkBody[:1<<20]) // more than the pipe holds: the writer waits for the reader
+		_ = a.Close()
+	}()
+	got, err := io.ReadAll(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sha(got)).To(Equal(sha(bulkBody[:1<<20])))
+
+	_, err = b.Write([]byte("x"))
+	g.Expect(err).To(MatchError(io.ErrClosedPipe), "the peer is gone")
+	g.Expect(b.Close()).To(Succeed())
+	_, err = b.Write([]byte("x"))
+	g.Expect(err).To(MatchError(io.ErrClosedPipe))
+}
+
+func TestMemPipeDeadlines(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newMemPipe()
+	defer func() { _ = a.Close(); _ = b.Close() }()
+
+	// A deadline in the past interrupts a blocked read, as http.Server does to stop its background read.
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 1))
+		done <- err
+	}()
+	g.Consistently(done).WithTimeout(50 * time.Millisecond).ShouldNot(Receive())
+	g.Expect(b.SetReadDeadline(time.Unix(1, 0))).To(Succeed())
+	var err error
+	g.Eventually(done).Should(Receive(&err))
+	g.Expect(errors.Is(err, os.ErrDeadlineExceeded)).To(BeTrue())
+
+	// Cleared, reads work again; a future deadline fires by itself.
+	g.Expect(b.SetReadDeadline(time.Time{})).To(Succeed())
+	_, _ = a.Write([]byte("hi"))
+	buf := make([]byte, 2)
+	n, err := b.Read(buf)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(buf[:n])).To(Equal("hi"))
+	g.Expect(b.SetReadDeadline(time.Now().Add(20 * time.Millisecond))).To(Succeed())
+	_, err = b.Read(buf)
+	g.Expect(errors.Is(err, os.ErrDeadlineExceeded)).To(BeTrue())
+
+	// A writer blocked on a full pipe is released by its deadline.
+	g.Expect(a.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))).To(Succeed())
+	_, err = a.Write(make([]byte, 2*memPipeSize))
+	g.Expect(errors.Is(err, os.ErrDeadlineExceeded)).To(BeTrue())
+}
+
+func TestMemListenerHandsOutConnections(t *testing.T) {
+	g := NewWithT(t)
+	l := newMemListener()
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			_, _ = c.Write([]byte("hello"))
+			_ = c.Close()
+		}
+	}()
+	c, err := l.DialContext(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := io.ReadAll(c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(got)).To(Equal("hello"))
+
+	g.Expect(l.Close()).To(Succeed())
+	_, err = l.Accept()
+	g.Expect(err).To(MatchError(net.ErrClosed))
+	_, err = l.DialContext(context.Background())
+	g.Expect(err).To(MatchError(net.ErrClosed))
+}

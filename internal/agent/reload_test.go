@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// balancer spreads connections over proxy-servers as route says for the n-th connection (from 1); "" drops it.
+type balancer struct {
+	ln       net.Listener
+	route    func(n int32) string
+	accepted atomic.Int32
+}
+
+func startBalancer(t *testing.T, route func(n int32) string) *balancer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	b := &balancer{ln: ln, route: route}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			backend := b.route(b.accepted.Add(1))
+			if backend == "" {
+				_ = c.Close()
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				splice(c, backend)
+			}()
+		}
+	}()
+	return b
+}
+
+func splice(c net.Conn, backend string) {
+	defer func() { _ = c.Close() }()
+	up, err := net.Dial("tcp", backend)
+	if err != nil {
+		return
+	}
+	defer func() { _ = up.Close() }()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, c)
+		_ = up.Close()
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+	<-done
+}
+
+func TestNewConnectionsUseTheRenewedCertificateWhileTunnelsStayUp(t *testing.T) {
+	g := NewWithT(t)
+	// Two proxy-servers behind one address; each says there are two, so the agent wants a tunnel to each.
+	env := newEnvWithServers(t, 2)
+	serverA := env.srv
+	serverB := startServer(t, env.pki, "server-b", 2, "")
+	// The first connection reaches server A; later ones reach B once the gate opens, like a load balancer whose
+	// second backend was not ready.
+	var open atomic.Bool
+	lb := startBalancer(t, func(n int32) string {
+		switch {
+		case n == 1:
+			return serverA.agentLis.Addr().String()
+		case open.Load():
+			return serverB.agentLis.Addr().String()
+		}
+		return ""
+	})
+	opts := env.options(t)
+	opts.ServerAddress = env.behind(lb)
+	a, _ := runAgent(t, opts)
+	waitForTunnel(g, a, 1)
+	oldSerial := env.serial
+	g.Expect(serverA.agentSerials()).To(ConsistOf(oldSerial))
+
+	// The certificate is renewed on disk; then the second proxy-server becomes reachable.
+	newSerial := env.renewAgentCert(t)
+	g.Expect(newSerial).NotTo(Equal(oldSerial))
+	open.Store(true)
+	waitForTunnel(g, a, 2)
+
+	g.Expect(serverB.agentSerials()).To(ConsistOf(newSerial), "the new connection presents the renewed certificate")
+	g.Expect(serverA.agentSerials()).To(ConsistOf(oldSerial), "the first tunnel was never re-established")
+	g.Expect(serverA.activeStreams()).To(Equal(1))
+	g.Expect(serverB.activeStreams()).To(Equal(1))
+	// Both tunnels carry traffic.
+	g.Expect(serverA.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+	g.Expect(serverB.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+}
+
+// behind makes the agent's server address lead to lb.
+func (e *testEnv) behind(lb *balancer) string {
+	address := net.JoinHostPort(serverName, strconv.Itoa(lb.ln.Addr().(*net.TCPAddr).Port))
+	e.resolve[address] = lb.ln.Addr().String()
+	return address
+}
+
+func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
+	g := NewWithT(t)
+	env := newEnvWithServers(t, 2)
+	serverA := env.srv
+	serverB := startServer(t, env.pki, "server-b", 2, "")
+	// A, A, A, then B: the second and third connections land on a server the agent already holds.
+	lb := startBalancer(t, func(n int32) string {
+		if n <= 3 {
+			return serverA.agentLis.Addr().String()
+		}
+		return serverB.agentLis.Addr().String()
+	})
+	opts := env.options(t)
+	opts.ServerAddress = env.behind(lb)
+	a, _ := runAgent(t, opts)
+	waitForTunnel(g, a, 2)
+
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("duplicate"))).To(Equal(2.0))
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("success"))).To(Equal(2.0))
+	g.Eventually(serverA.activeStreams).Should(Equal(1))
+	g.Expect(serverB.activeStreams()).To(Equal(1))
+	// Holding as many tunnels as there are servers, the agent stops connecting.
+	g.Consistently(lb.accepted.Load).WithTimeout(300 * time.Millisecond).Should(Equal(int32(4)))
+	g.Expect(serverA.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+	g.Expect(serverB.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+)
+
+// Agents is the set of agent streams the agent endpoint accepted and that are still open, by cluster.
+type Agents struct {
+	mu        sync.RWMutex
+	connected map[string]map[string]int // cluster → agent ID → open streams
+	known     map[string]bool           // clusters that connected at least once since start
+}
+
+// NewAgents is an empty set.
+func NewAgents() *Agents {
+	return &Agents{connected: map[string]map[string]int{}, known: map[string]bool{}}
+}
+
+// add records an accepted stream; the returned func removes it.
+func (a *Agents) add(cluster, agentID string) (remove func()) {
+	a.mu.Lock()
+	if a.connected[cluster] == nil {
+		a.connected[cluster] = map[string]int{}
+	}
+	a.connected[cluster][agentID]++
+	a.known[cluster] = true
+	a.mu.Unlock()
+
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			ids := a.connected[cluster]
+			if ids[agentID]--; ids[agentID] <= 0 {
+				delete(ids, agentID)
+			}
+			if len(ids) == 0 {
+				delete(a.connected, cluster)
+			}
+		})
+	}
+}
+
+// Connected reports whether at least one agent of cluster has an open stream.
+func (a *Agents) Connected(cluster string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return len(a.connected[cluster]) > 0
+}
+
+// Known reports whether an agent of cluster connected at least once since this process started.
+func (a *Agents) Known(cluster string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.known[cluster]
+}
+
+// ClusterCount is the number of clusters with a connected agent.
+func (a *Agents) ClusterCount() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return len(a.connected)
+}
+
+// Snapshot is the connected agent IDs by cluster, sorted.
+func (a *Agents) Snapshot() map[string][]string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make(map[string][]string, len(a.connected))
+	for cluster, ids := range a.connected {
+		list := make([]string, 0, len(ids))
+		for id := range ids {
+			list = append(list, id)
+		}
+		slices.Sort(list)
+		out[cluster] = list
+	}
+	return out
+}
+
+// AgentsView is the body of GET /agents.
+type AgentsView struct {
+	Clusters map[string]ClusterAgents `json:"clusters"`
+}
+
+// ClusterAgents lists the connected agents of one cluster.
+type ClusterAgents struct {
+	Agents []string `json:"agents"`
+}
+
+// View is the snapshot in the shape GET /agents serves.
+func (a *Agents) View() AgentsView {
+	snap := a.Snapshot()
+	v := AgentsView{Clusters: make(map[string]ClusterAgents, len(snap))}
+	for cluster, ids := range snap {
+		v.Clusters[cluster] = ClusterAgents{Agents: ids}
+	}
+	return v
+}
+
+// ServeHTTP answers GET /agents.
+func (a *Agents) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(a.View())
+}
+
+// FetchAgents reads GET /agents from a proxy-server's HTTP-CONNECT listener; baseURL is like https://host:8094 and
+// client carries the proxy-client certificate.
+func FetchAgents(ctx context.Context, client *http.Client, baseURL string) (*AgentsView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/agents", nil)
+	if err != nil {
+		return nil, fmt.Errorf("connected agents: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("connected agents: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("connected agents: %s: %s", resp.Status, body)
+	}
+	var v AgentsView
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("connected agents: decode: %w", err)
+	}
+	return &v, nil
+}

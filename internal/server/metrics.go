@@ -1,0 +1,35 @@
+package server
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metricsAgents is the set the connected-clusters gauge reads: the most recently built server's.
+var metricsAgents atomic.Pointer[Agents]
+
+// Registered in the default registry, next to ANP's own metrics, so one /metrics shows both.
+var (
+	identityRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_proxy_agent_identity_refusals_total",
+		Help: "Agent streams refused because their identifiers do not match their client certificate, by reason.",
+	}, []string{"reason"})
+
+	connectedClusters = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cluster_proxy_connected_clusters",
+		Help: "Clusters with at least one connected agent.",
+	}, func() float64 {
+		if a := metricsAgents.Load(); a != nil {
+			return float64(a.ClusterCount())
+		}
+		return 0
+	})
+)
+
+func init() {
+	for _, r := range refusalReasons {
+		identityRefusals.WithLabelValues(r)
+	}
+	prometheus.MustRegister(identityRefusals, connectedClusters)
+}

@@ -1,0 +1,251 @@
+package serviceproxy
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+)
+
+// seenRequest is what a test service received.
+type seenRequest struct {
+	method, path, query, host string
+	header                    http.Header
+}
+
+// echoService is a test service on 127.0.0.1 that records the requests it gets and answers "hello from <name>".
+type echoService struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []seenRequest
+}
+
+func newEchoService(name string, tlsCert *tls.Certificate) *echoService {
+	GinkgoHelper()
+	s := &echoService{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.seen = append(s.seen, seenRequest{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone()})
+		s.mu.Unlock()
+		_, _ = fmt.Fprintf(w, "hello from %s", name)
+	}))
+	// The negative TLS specs make handshakes fail on purpose; keep their log lines in the spec's output.
+	s.Config.ErrorLog = log.New(GinkgoWriter, name+": ", 0)
+	if tlsCert != nil {
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{*tlsCert}}
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	DeferCleanup(s.Close)
+	return s
+}
+
+func (s *echoService) requests() []seenRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seenRequest(nil), s.seen...)
+}
+
+// serviceHeaders are the headers the user-server sets for a service request.
+func serviceHeaders(proto, ns, name, port string) map[string][]string {
+	return map[string][]string{
+		"Cluster-Proxy-Proto": {proto}, "Cluster-Proxy-Namespace": {ns}, "Cluster-Proxy-Service": {name}, "Cluster-Proxy-Port": {port},
+	}
+}
+
+func merge(maps ...map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// servingCert is a CA and a certificate it signed for dnsName.
+func servingCert(dnsName string) (*x509.CertPool, *tls.Certificate) {
+	GinkgoHelper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	Expect(err).NotTo(HaveOccurred())
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "service-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	Expect(err).NotTo(HaveOccurred())
+	ca, err := x509.ParseCertificate(caDER)
+	Expect(err).NotTo(HaveOccurred())
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	Expect(err).NotTo(HaveOccurred())
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, &key.PublicKey, caKey)
+	Expect(err).NotTo(HaveOccurred())
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+var _ = Describe("service requests", func() {
+	allowed := allowlist.List{
+		{Namespace: teamNamespace, Name: "echo", Port: 8080},
+		{Namespace: teamNamespace, Name: "secure"},
+		{Namespace: teamNamespace, Name: "stream", Port: 8080},
+	}
+
+	It("reach an allow-listed service with the path, query and headers, the caller's Authorization included", func(ctx SpecContext) {
+		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		echo := newEchoService("echo", nil)
+		p.dialer.route("echo.team.svc:8080", echo.Listener.Addr().String())
+
+		code, body := rawRequest(ctx, p, http.MethodGet, "/metrics/a%2Fb?x=1&y=2", merge(serviceHeaders("http", teamNamespace, "echo", "8080"),
+			map[string][]string{"Authorization": {"Bearer service-decides"}, "X-Custom": {"kept"}, "Impersonate-User": {"as-sent"}}))
+		Expect(code).To(Equal(http.StatusOK), "body: %s", body)
+		Expect(string(body)).To(Equal("hello from echo"))
+		Expect(echo.requests()).To(HaveLen(1))
+		seen := echo.requests()[0]
+		Expect(seen.method).To(Equal(http.MethodGet))
+		Expect(seen.path).To(Equal("/metrics/a/b"))
+		Expect(seen.query).To(Equal("x=1&y=2"))
+		Expect(seen.host).To(Equal("echo.team.svc:8080"))
+		Expect(seen.header.Get("Authorization")).To(Equal("Bearer service-decides"))
+		Expect(seen.header.Get("X-Custom")).To(Equal("kept"))
+		Expect(seen.header.Get("Impersonate-User")).To(Equal("as-sent"), "no impersonation for services: the header is the service's business")
+		for k := range seen.header {
+			Expect(strings.ToLower(k)).NotTo(HavePrefix("cluster-proxy-"))
+		}
+		Expect(p.managedReviews.Load()+p.hubReviews.Load()).To(BeZero(), "services authenticate their callers themselves")
+
+		By("defaulting the scheme to https")
+		code, body = rawRequest(ctx, p, http.MethodGet, "/", map[string][]string{
+			"Cluster-Proxy-Namespace": {teamNamespace}, "Cluster-Proxy-Service": {"echo"}, "Cluster-Proxy-Port": {"8080"},
+		})
+		Expect(code).To(Equal(http.StatusBadGateway), "an https handshake with a plain-HTTP server fails")
+		expectStatus(body, http.StatusBadGateway, metav1.StatusReasonInternalError)
+		Expect(echo.requests()).To(HaveLen(1))
+	})
+
+	It("refuses a service that is not allow-listed with 403 and dials nothing", func(ctx SpecContext) {
+		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		for _, h := range []map[string][]string{
+			serviceHeaders("http", teamNamespace, "other", "8080"),
+			serviceHeaders("http", teamNamespace, "echo", "9090"),
+			serviceHeaders("http", agentNamespace, "echo", "8080"),
+		} {
+			code, body := rawRequest(ctx, p, http.MethodGet, "/", h)
+			Expect(code).To(Equal(http.StatusForbidden))
+			expectStatus(body, http.StatusForbidden, metav1.StatusReasonForbidden)
+		}
+		Expect(p.dialer.dialedAddrs()).To(BeEmpty())
+	})
+
+	It("refuses missing or malformed Cluster-Proxy-* headers with 400 and dials nothing", func(ctx SpecContext) {
+		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		for _, h := range []map[string][]string{
+			{"Cluster-Proxy-Namespace": {teamNamespace}},
+			{"Cluster-Proxy-Anything": {"x"}},
+			serviceHeaders("ftp", teamNamespace, "echo", "8080"),
+			serviceHeaders("http", teamNamespace, "echo", "80a"),
+			serviceHeaders("http", "Team", "echo", "8080"),
+		} {
+			code, body := rawRequest(ctx, p, http.MethodGet, "/", h)
+			Expect(code).To(Equal(http.StatusBadRequest), "headers %v", h)
+			expectStatus(body, http.StatusBadRequest, metav1.StatusReasonBadRequest)
+		}
+		Expect(p.dialer.dialedAddrs()).To(BeEmpty())
+	})
+
+	It("verifies an https service against ServiceCAs and the name it dialed", func(ctx SpecContext) {
+		cas, cert := servingCert("secure.team.svc")
+		secure := newEchoService("secure", cert)
+		p := startProxy(func(o *Options) { o.Allowed = allowed; o.ServiceCAs = cas })
+		p.dialer.route("secure.team.svc:8443", secure.Listener.Addr().String())
+		code, body := rawRequest(ctx, p, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
+		Expect(code).To(Equal(http.StatusOK), "body: %s", body)
+		Expect(string(body)).To(Equal("hello from secure"))
+
+		By("refusing a certificate issued for another name")
+		p.dialer.route("echo.team.svc:8080", secure.Listener.Addr().String())
+		code, body = rawRequest(ctx, p, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "echo", "8080"))
+		Expect(code).To(Equal(http.StatusBadGateway))
+		Expect(expectStatus(body, http.StatusBadGateway, metav1.StatusReasonInternalError).Message).To(ContainSubstring("certificate"))
+
+		By("refusing the certificate without ServiceCAs")
+		untrusting := startProxy(func(o *Options) { o.Allowed = allowed })
+		untrusting.dialer.route("secure.team.svc:8443", secure.Listener.Addr().String())
+		code, _ = rawRequest(ctx, untrusting, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
+		Expect(code).To(Equal(http.StatusBadGateway))
+		Expect(secure.requests()).To(HaveLen(1))
+	})
+
+	It("relays an upgraded connection both ways", func(ctx SpecContext) {
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.EqualFold(r.Header.Get("Upgrade"), "SPDY/3.1") {
+				http.Error(w, "upgrade expected", http.StatusBadRequest)
+				return
+			}
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\nhello from backend\n")
+			_ = rw.Flush()
+			for {
+				line, err := rw.ReadString('\n')
+				if err != nil {
+					return
+				}
+				_, _ = rw.WriteString("echo: " + line)
+				_ = rw.Flush()
+			}
+		}))
+		DeferCleanup(backend.Close)
+		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p.dialer.route("stream.team.svc:8080", backend.Listener.Addr().String())
+
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(p.url, "http://"))
+		Expect(err).NotTo(HaveOccurred())
+		defer conn.Close()
+		Expect(conn.SetDeadline(time.Now().Add(10 * time.Second))).To(Succeed())
+		_, err = io.WriteString(conn, "POST /exec HTTP/1.1\r\nHost: cluster:7443\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"+
+			"Cluster-Proxy-Namespace: team\r\nCluster-Proxy-Service: stream\r\nCluster-Proxy-Port: 8080\r\nCluster-Proxy-Proto: http\r\n\r\n")
+		Expect(err).NotTo(HaveOccurred())
+		r := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(r, nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.StatusCode).To(Equal(http.StatusSwitchingProtocols))
+		Expect(resp.Header.Get("Upgrade")).To(Equal("SPDY/3.1"))
+		Expect(r.ReadString('\n')).To(Equal("hello from backend\n"))
+		for _, msg := range []string{"ping", "pong"} {
+			_, err = io.WriteString(conn, msg+"\n")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(r.ReadString('\n')).To(Equal("echo: " + msg + "\n"))
+		}
+	})
+})

@@ -1,0 +1,147 @@
+package userserver
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// serving runs s.Serve on a loopback listener until the returned cancel is called; done yields Serve's result.
+func serving(t *testing.T, s *Server) (addr string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(finished)
+		result <- s.Serve(ctx, ln)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
+	return ln.Addr().String(), cancel, result
+}
+
+func TestServeDrainsInFlightRequestsAndRefusesNewConnections(t *testing.T) {
+	g := NewWithT(t)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		_, _ = io.WriteString(w, "done "+r.URL.Path)
+	})
+	e := newEnv(t, backend, Options{DrainTimeout: time.Minute}, "c1")
+	g.Expect(e.server.Ready()).To(BeFalse(), "not ready before Serve")
+	addr, cancel, done := serving(t, e.server)
+	g.Eventually(e.server.Ready).Should(BeTrue())
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/c1/slow", nil)
+		req.Header.Set("Authorization", testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			slow <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		slow <- result{code: resp.StatusCode, body: string(body), err: err}
+	}()
+	g.Eventually(arrived).WithTimeout(5 * time.Second).Should(BeClosed())
+
+	cancel()
+	g.Eventually(e.server.Ready).Should(BeFalse())
+	g.Eventually(func() error {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}).WithTimeout(5*time.Second).Should(HaveOccurred(), "the listener is closed while draining")
+	g.Consistently(done).WithTimeout(100*time.Millisecond).ShouldNot(Receive(), "Serve waits for the slow request")
+
+	close(release)
+	var r result
+	g.Eventually(slow).WithTimeout(5 * time.Second).Should(Receive(&r))
+	g.Expect(r.err).NotTo(HaveOccurred())
+	g.Expect(r.code).To(Equal(http.StatusOK))
+	g.Expect(r.body).To(Equal("done /slow"))
+	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+}
+
+func TestServeWaitsForUpgradedConnectionsUntilTheDrainTimeout(t *testing.T) {
+	t.Run("closes them when the drain times out", func(t *testing.T) {
+		g := NewWithT(t)
+		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: 300 * time.Millisecond}, "c1")
+		addr, cancel, done := serving(t, e.server)
+		g.Eventually(e.server.Ready).Should(BeTrue())
+		conn, r := dialUpgrade(t, addr, "/c1/exec", "SPDY/3.1")
+		_, err := r.ReadString('\n')
+		g.Expect(err).NotTo(HaveOccurred())
+
+		start := time.Now()
+		cancel()
+		g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+		g.Expect(time.Since(start)).To(BeNumerically(">=", 300*time.Millisecond), "the upgraded connection had the drain")
+		g.Expect(conn.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
+		_, err = r.ReadString('\n')
+		g.Expect(err).To(MatchError(io.EOF), "the upgraded connection was closed, not left to the deadline")
+	})
+
+	t.Run("returns as soon as they end by themselves", func(t *testing.T) {
+		g := NewWithT(t)
+		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: time.Minute}, "c1")
+		addr, cancel, done := serving(t, e.server)
+		g.Eventually(e.server.Ready).Should(BeTrue())
+		conn, r := dialUpgrade(t, addr, "/c1/exec", "websocket")
+		_, err := r.ReadString('\n')
+		g.Expect(err).NotTo(HaveOccurred())
+
+		cancel()
+		g.Eventually(e.server.Ready).Should(BeFalse())
+		_, err = io.WriteString(conn, "still here\n")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.ReadString('\n')).To(Equal("echo still here\n"), "the session works while draining")
+		g.Consistently(done).WithTimeout(100 * time.Millisecond).ShouldNot(Receive())
+		_ = conn.Close()
+		g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+	})
+}
+
+func TestServeKeepsAcceptingDuringMinDrainDuration(t *testing.T) {
+	g := NewWithT(t)
+	const minDrain = time.Second
+	e := newEnv(t, http.HandlerFunc((&seen{}).handler), Options{MinDrainDuration: minDrain}, "c1")
+	addr, cancel, done := serving(t, e.server)
+	g.Eventually(e.server.Ready).Should(BeTrue())
+
+	start := time.Now()
+	cancel()
+	g.Eventually(e.server.Ready).Should(BeFalse())
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/c1/api", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", testToken)
+	resp, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "load balancers get time to notice Ready turned false")
+	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+	g.Expect(time.Since(start)).To(BeNumerically(">=", minDrain))
+}
