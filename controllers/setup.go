@@ -101,7 +101,7 @@ func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
 		return err
 	}
 	if err := (&clusteragent.Reconciler{
-		Client: mgr.GetClient(), Clock: opts.Clock, Tunnels: opts.Tunnels,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Tunnels: opts.Tunnels,
 		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),
 	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 16}); err != nil {
 		return err

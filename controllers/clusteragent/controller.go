@@ -37,9 +37,12 @@ import (
 
 // Reconciler keeps the agent of one managed cluster, keyed by its ManagedClusterAddOn cluster-proxy.
 type Reconciler struct {
-	Client   ctrl.Client
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	Client ctrl.Client
+	// APIReader confirms, uncached, that a cluster is gone before its add-on is deleted: a cluster created just
+	// before its add-on may not be in the cache yet.
+	APIReader ctrl.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 	// Tunnels reports tunnel health; nil until the data plane provides it.
 	Tunnels TunnelSource
 }
@@ -80,6 +83,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	}
 	s := &scope{mca: mca, cluster: &clusterv1.ManagedCluster{}}
 	err := r.Client.Get(ctx, ctrl.ObjectKey{Name: mca.Namespace}, s.cluster)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, ctrl.ObjectKey{Name: mca.Namespace}, s.cluster)
+	}
 	if apierrors.IsNotFound(err) || (err == nil && !s.cluster.DeletionTimestamp.IsZero()) {
 		// The cluster is gone: remove its add-on, and with it (owner references) the work and the status.
 		return runtimectrl.Result{}, ctrl.IgnoreNotFound(r.Client.Delete(ctx, mca))
