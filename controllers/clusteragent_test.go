@@ -399,6 +399,9 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		Entry("an unknown registry mirror format", func(a *addonv1alpha1.AddOnDeploymentConfig) {
 			a.Spec.Registries = []addonv1alpha1.ImageMirror{{Source: "quay.io/ocm", Mirror: "https://mirror.example/ocm"}}
 		}, "InvalidRegistryMirror", "spec.registries[0].mirror"),
+		Entry("a customized variable the agent cannot use", func(a *addonv1alpha1.AddOnDeploymentConfig) {
+			a.Spec.CustomizedVariables = []addonv1alpha1.CustomizedVariable{{Name: "enableImpersonation", Value: "sometimes"}}
+		}, "InvalidCustomizedVariable", "spec.customizedVariables[0].value"),
 	)
 
 	It("reports a missing referenced AddOnDeploymentConfig by the field that references it", func() {

@@ -37,24 +37,26 @@ import (
 const certReloadInterval = 5 * time.Second
 
 type config struct {
-	serverHost        string
-	serverPort        int
-	identifiers       string
-	clusterName       string
-	agentID           string
-	caCert            string
-	agentCert         string
-	agentKey          string
-	hubKubeconfig     string
-	kubeconfig        string
-	healthPort        int
-	healthBindAddress string
-	serviceProxyPort  int
-	allowedServices   []string
-	leaseNamespace    string
-	resolve           []string
-	readBufferSize    int
-	keepaliveTime     time.Duration
+	serverHost          string
+	serverPort          int
+	identifiers         string
+	clusterName         string
+	agentID             string
+	caCert              string
+	agentCert           string
+	agentKey            string
+	hubKubeconfig       string
+	kubeconfig          string
+	healthPort          int
+	healthBindAddress   string
+	serviceProxyPort    int
+	allowedServices     []string
+	leaseNamespace      string
+	resolve             []string
+	readBufferSize      int
+	keepaliveTime       time.Duration
+	serviceDomain       string
+	enableImpersonation bool
 }
 
 // repeated is a flag that may be given several times.
@@ -82,6 +84,8 @@ func main() {
 	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
 	fs.Var((*repeated)(&c.allowedServices), "allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable")
 	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
+	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
+	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
 	fs.Var((*repeated)(&c.resolve), "resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable")
 	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
 	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.
@@ -145,15 +149,20 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 
 	var services http.Handler
 	if c.serviceProxyPort != 0 {
-		hub, err := hubConfig(c.hubKubeconfig, resolver, log)
+		hubPath := c.hubKubeconfig
+		if !c.enableImpersonation {
+			hubPath = "" // hub tokens are not accepted
+		}
+		hub, err := hubConfig(hubPath, resolver, log)
 		if err != nil {
 			return err
 		}
 		services, err = serviceproxy.New(serviceproxy.Options{
-			Kube:        kube,
-			Hub:         hub,
-			Allowed:     allowed,
-			DialContext: resolver.DialContext,
+			Kube:          kube,
+			Hub:           hub,
+			Allowed:       allowed,
+			DialContext:   resolver.DialContext,
+			ServiceDomain: c.serviceDomain,
 		})
 		if err != nil {
 			return fmt.Errorf("service-proxy: %w", err)

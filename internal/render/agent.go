@@ -97,6 +97,10 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	vars, err := proxyenv.Variables(spec.CustomizedVariables)
+	if err != nil {
+		return nil, nil, err
+	}
 	resources, err := proxyenv.Resources(spec.ResourceRequirements, "deployments", AgentDeploymentName, AgentContainerName)
 	if err != nil {
 		return nil, nil, err
@@ -121,7 +125,7 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 			Type:       corev1.SecretTypeOpaque,
 			Data:       map[string][]byte{"ca.crt": proxyenv.TrustBundle(in.CABundle, settings)},
 		},
-		agentDeployment(in, ns, image, settings, resources, nodePlacement(in, spec)),
+		agentDeployment(in, ns, image, settings, vars, resources, nodePlacement(in, spec)),
 	)
 
 	manifests := make([]workv1.Manifest, 0, len(objects))
@@ -229,7 +233,7 @@ func nodePlacement(in AgentInput, spec addonv1alpha1.AddOnDeploymentConfigSpec) 
 }
 
 // AgentArgs is the proxy-agent command line.
-func AgentArgs(in AgentInput, ns string) []string {
+func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string {
 	args := []string{
 		"--proxy-server-host=" + in.EntrypointHost,
 		"--proxy-server-port=" + strconv.Itoa(int(EntrypointPort(in.MPC))),
@@ -245,13 +249,19 @@ func AgentArgs(in AgentInput, ns string) []string {
 	if ServiceProxyEnabled(in.MPC) {
 		args = append(args, "--service-proxy-port="+strconv.Itoa(ServiceProxyPort))
 		args = append(args, AllowedServiceArgs(in.MPC)...)
+		if vars.ServiceDomain != "" {
+			args = append(args, "--service-domain="+vars.ServiceDomain)
+		}
+		if vars.DisableImpersonation {
+			args = append(args, "--enable-impersonation=false")
+		}
 	} else {
 		args = append(args, "--service-proxy-port=0")
 	}
 	return append(args, in.MPC.Spec.ProxyAgent.AdditionalArgs...)
 }
 
-func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
+func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, vars proxyenv.AgentVariables, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
 	labels := map[string]string{addonLabel: proxyv1alpha1.AddonName, proxyv1alpha1.ComponentLabel: proxyAgentLabel}
 	var pullSecrets []corev1.LocalObjectReference
 	for _, s := range in.MPC.Spec.ProxyAgent.ImagePullSecrets {
@@ -262,7 +272,7 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 		Image:           image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/proxy-agent"},
-		Args:            AgentArgs(in, ns),
+		Args:            AgentArgs(in, ns, vars),
 		// In-cluster clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so
 		// that IP must bypass the forward proxy as well as the service names.
 		Env:             proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),

@@ -298,6 +298,19 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
+			name: "customizedVariables serviceDomain and enableImpersonation reach the service-proxy's flags",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{CustomizedVariables: []addonv1alpha1.CustomizedVariable{
+					{Name: "serviceDomain", Value: "svc.corp.example"}, {Name: "enableImpersonation", Value: "false"}, {Name: "unrelated", Value: "x"},
+				}})
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.container().Args).To(Equal(append(baseArgs(testCluster, DefaultAgentNamespace),
+					"--service-proxy-port=7443", "--service-domain=svc.corp.example", "--enable-impersonation=false")))
+			},
+		},
+		{
 			name: "an http proxy sets HTTP_PROXY and NO_PROXY with upper and lower case twins and leaves the trust bundle alone",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPProxy: " http://proxy.example.com:3128 "}})
@@ -590,6 +603,13 @@ func TestAgentWorkErrors(t *testing.T) {
 				}})
 			},
 			field: "spec.proxyConfig.caBundle", reason: proxyenv.ReasonInvalidProxyCABundle,
+		},
+		{
+			name: "a customized variable the agent cannot use names its entry",
+			modify: func(in *AgentInput) {
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{CustomizedVariables: []addonv1alpha1.CustomizedVariable{{Name: "serviceDomain", Value: "bad domain"}}})
+			},
+			field: "spec.customizedVariables[0].value", reason: proxyenv.ReasonInvalidCustomizedVariable,
 		},
 		{
 			name: "a mirror with a scheme names its index",

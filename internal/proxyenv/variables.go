@@ -1,0 +1,54 @@
+package proxyenv
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+)
+
+// ReasonInvalidCustomizedVariable: a customizedVariables entry the agent understands has a value it cannot use.
+const ReasonInvalidCustomizedVariable = "InvalidCustomizedVariable"
+
+// Customized variables the agent understands, as the existing addon names them. Other names are left alone: an
+// AddOnDeploymentConfig may be shared with other add-ons.
+const (
+	// VariableServiceDomain is the cluster's service DNS suffix after <service>.<namespace>., for the service-proxy.
+	VariableServiceDomain = "serviceDomain"
+	// VariableEnableImpersonation turns the hub-token-to-impersonation path of the service-proxy on or off.
+	VariableEnableImpersonation = "enableImpersonation"
+)
+
+// AgentVariables are the customized variables that change the agent's command line.
+type AgentVariables struct {
+	ServiceDomain string // "" keeps the agent's default
+	// DisableImpersonation is true when enableImpersonation is "false".
+	DisableImpersonation bool
+}
+
+// Variables reads the customized variables the agent understands; a bad value is a *FieldError naming the entry.
+func Variables(vars []addonv1alpha1.CustomizedVariable) (AgentVariables, error) {
+	var out AgentVariables
+	for i, v := range vars {
+		field := fmt.Sprintf("spec.customizedVariables[%d].value", i)
+		switch v.Name {
+		case VariableServiceDomain:
+			domain := strings.TrimSuffix(v.Value, ".")
+			if errs := validation.IsDNS1123Subdomain(domain); len(errs) > 0 {
+				return AgentVariables{}, fieldError(field, ReasonInvalidCustomizedVariable,
+					fmt.Sprintf("%s %q is not a DNS domain (%s): use a suffix such as svc.cluster.local", v.Name, v.Value, strings.Join(errs, "; ")))
+			}
+			out.ServiceDomain = domain
+		case VariableEnableImpersonation:
+			enabled, err := strconv.ParseBool(v.Value)
+			if err != nil {
+				return AgentVariables{}, fieldError(field, ReasonInvalidCustomizedVariable,
+					fmt.Sprintf("%s %q is not a boolean: use true or false", v.Name, v.Value))
+			}
+			out.DisableImpersonation = !enabled
+		}
+	}
+	return out, nil
+}
