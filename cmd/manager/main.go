@@ -14,13 +14,14 @@ import (
 )
 
 func main() {
-	var metricsAddr, probeAddr string
+	var metricsAddr, probeAddr, pprofAddr string
 	var leaderElect bool
 	var qps float64
 	var burst int
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address the metrics endpoint binds to; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address the health probe endpoint binds to")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so only one manager is active")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address of the Go profiler endpoint (/debug/pprof); empty disables it")
 	// A hub with thousands of clusters needs a few hundred writes per second while it converges; client-go's
 	// default of 20 would make that take minutes. The API server's priority and fairness still protects it.
 	flag.Float64Var(&qps, "kube-api-qps", 400, "queries per second to the hub API server")
@@ -37,6 +38,7 @@ func main() {
 		Scheme:                 controllers.NewScheme(),
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		PprofBindAddress:       pprofAddr,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "cluster-proxy-addon-manager.proxy.open-cluster-management.io",

@@ -127,11 +127,21 @@ func toDefaultConfiguration(context.Context, ctrl.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}}}
 }
 
+// agentIssuerChanged passes only the ClusterProxyStatus events that change which CAs agents hold certificates of;
+// a new cluster's status, created before its agent has a certificate, is not one.
 var agentIssuerChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		return e.Object.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID != ""
+	},
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID !=
 			e.ObjectNew.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID
 	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		cps, ok := e.Object.(*proxyv1alpha1.ClusterProxyStatus)
+		return !ok || cps.Status.AgentCertificateAuthorityKeyID != ""
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // SetupWithManager registers the reconciler.

@@ -155,34 +155,44 @@ func (r *Reconciler) finishRollover(ctx context.Context, mpc *proxyv1alpha1.Mana
 // retainedCAs are the earlier CAs (from the published bundle and the signer's previous CA) that still signed a
 // live certificate of this issuer, so they must stay in the bundle.
 func (r *Reconciler) retainedCAs(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, current *x509.Certificate, signerSecret *corev1.Secret) ([]*x509.Certificate, error) {
-	inUse, err := r.issuingFingerprints(ctx, mpc)
-	if err != nil {
-		return nil, err
-	}
 	var candidates []*x509.Certificate
-	if prev, err := certs.ParseCertificates(signerSecret.Data[signer.KeyPreviousCA]); err == nil {
-		candidates = append(candidates, prev...)
+	seen := map[string]bool{certs.Fingerprint(current): true}
+	addCandidates := func(pemData []byte) {
+		found, err := certs.ParseCertificates(pemData)
+		if err != nil {
+			return
+		}
+		for _, c := range found {
+			if fp := certs.Fingerprint(c); !seen[fp] {
+				seen[fp] = true
+				candidates = append(candidates, c)
+			}
+		}
 	}
+	addCandidates(signerSecret.Data[signer.KeyPreviousCA])
 	published := &corev1.Secret{}
-	err = r.Client.Get(ctx, ctrl.ObjectKey{Namespace: render.Namespace(mpc), Name: proxyv1alpha1.CABundleSecretName}, published)
+	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: render.Namespace(mpc), Name: proxyv1alpha1.CABundleSecretName}, published)
 	if ctrl.IgnoreNotFound(err) != nil {
 		return nil, err
 	}
-	if old, err := certs.ParseCertificates(published.Data["ca.crt"]); err == nil {
-		candidates = append(candidates, old...)
+	addCandidates(published.Data["ca.crt"])
+	if len(candidates) == 0 {
+		return nil, nil // only the current CA: nothing to look up, which is every pass outside a rotation
+	}
+
+	inUse, err := r.issuingFingerprints(ctx, mpc)
+	if err != nil {
+		return nil, err
 	}
 	agentCAs, err := r.agentAuthorityKeyIDs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var retained []*x509.Certificate
-	seen := map[string]bool{certs.Fingerprint(current): true}
 	for _, c := range candidates {
-		fp := certs.Fingerprint(c)
-		if !seen[fp] && (inUse[fp] || agentCAs[hex.EncodeToString(c.SubjectKeyId)]) {
+		if inUse[certs.Fingerprint(c)] || agentCAs[hex.EncodeToString(c.SubjectKeyId)] {
 			retained = append(retained, c)
 		}
-		seen[fp] = true
 	}
 	return retained, nil
 }
@@ -205,7 +215,8 @@ func (r *Reconciler) issuingFingerprints(ctx context.Context, mpc *proxyv1alpha1
 // agentAuthorityKeyIDs are the CAs (by subject key ID) that signed the agent certificates in use on the clusters.
 func (r *Reconciler) agentAuthorityKeyIDs(ctx context.Context) (map[string]bool, error) {
 	list := &proxyv1alpha1.ClusterProxyStatusList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	// Read-only, and one per cluster: no deep copies of the cache.
+	if err := r.Client.List(ctx, list, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list ClusterProxyStatuses: %w", err)
 	}
 	ids := map[string]bool{}

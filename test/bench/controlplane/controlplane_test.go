@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -60,7 +61,8 @@ func TestControlPlaneScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000").Set("max-mutating-requests-inflight", "500")
+	env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000").Set("max-mutating-requests-inflight", "500").
+		Set("profiling", "true")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +74,8 @@ func TestControlPlaneScale(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metricsAddr := freeAddr(t)
-	mgr := startManager(t, env, metricsAddr)
+	metricsAddr, pprofAddr := freeAddr(t), freeAddr(t)
+	mgr := startManager(t, env, metricsAddr, pprofAddr)
 	defer mgr.stop()
 
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{
@@ -106,6 +108,7 @@ func TestControlPlaneScale(t *testing.T) {
 	convergedAt := watchConvergence(t, cfg, n) // watches, not polling lists: measuring must not take API server CPU
 	cpuBefore, busyBefore := mgr.cpuSeconds(t), machineBusySeconds(t)
 	apiBefore, etcdBefore := processCPUSeconds(t, "kube-apiserver"), processCPUSeconds(t, "etcd")
+	stopProfiles := profile(t, cfg, pprofAddr)
 	start := time.Now()
 	parallel(t, n, func(i int) error {
 		return c.Create(ctx, &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Namespace: fmt.Sprintf("cluster-%05d", i)}})
@@ -118,6 +121,7 @@ func TestControlPlaneScale(t *testing.T) {
 		t.Fatalf("timed out after %s waiting for every cluster to have a ManifestWork and a reported ClusterProxyStatus", convergenceTimeout)
 	}
 	converged := doneAt.Sub(start)
+	stopProfiles()
 	mgrCPU, machineCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds(t)-busyBefore
 	apiCPU, etcdCPU := processCPUSeconds(t, "kube-apiserver")-apiBefore, processCPUSeconds(t, "etcd")-etcdBefore
 	waitQuiet(t, metricsAddr)
@@ -146,6 +150,45 @@ func TestControlPlaneScale(t *testing.T) {
 	if steadyWrites != 0 {
 		t.Errorf("the manager made %.0f API writes at steady state; want 0", steadyWrites)
 	}
+}
+
+// profile takes CPU profiles of the manager and the kube-apiserver while the clusters converge when
+// BENCH_PROFILE_DIR is set; the returned function waits for them. Inspect with 'go tool pprof <file>'.
+func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	const seconds = "10"
+	var wg sync.WaitGroup
+	fetch := func(name string, get func() (*http.Response, error)) {
+		defer wg.Done()
+		resp, err := get()
+		if err != nil {
+			t.Errorf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(dir, name+".pprof"))
+		if err != nil {
+			t.Errorf("profile %s: %v", name, err)
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(f, resp.Body)
+	}
+	wg.Add(2)
+	go fetch("manager", func() (*http.Response, error) {
+		return http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=" + seconds)
+	})
+	go fetch("kube-apiserver", func() (*http.Response, error) {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return hc.Get(cfg.Host + "/debug/pprof/profile?seconds=" + seconds)
+	})
+	return wg.Wait
 }
 
 // watchConvergence reports the moment every one of n clusters has a ManifestWork and a ClusterProxyStatus with an
@@ -190,7 +233,7 @@ func watchConvergence(t *testing.T, cfg *rest.Config, n int) <-chan time.Time {
 // manager is the operator's manager running as its own process, so its RSS is its own.
 type manager struct{ *testenv.Process }
 
-func startManager(t *testing.T, env *envtest.Environment, metricsAddr string) *manager {
+func startManager(t *testing.T, env *envtest.Environment, metricsAddr, pprofAddr string) *manager {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
@@ -199,7 +242,7 @@ func startManager(t *testing.T, env *envtest.Environment, metricsAddr string) *m
 		t.Fatalf("build the manager: %v\n%s", err, out)
 	}
 	p, err := testenv.StartProcess(env, "cluster-proxy-operator", bin, filepath.Join(dir, "manager.log"),
-		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0")
+		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address="+pprofAddr)
 	must(t, err)
 	return &manager{p}
 }
