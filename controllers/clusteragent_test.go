@@ -635,6 +635,8 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		expectGone(&workv1.ManifestWork{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: agentWork}})
 		expectGone(&proxyv1alpha1.ClusterProxyStatus{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: "cluster-proxy"}})
 	})
+
+	tunnelHealthSpecs()
 })
 
 func envValue(env []corev1.EnvVar, name string) string {

@@ -70,7 +70,8 @@ func CacheOptions() cache.Options {
 type Options struct {
 	// Clock is the time source of certificate decisions; tests pass a fake one.
 	Clock clock.PassiveClock
-	// Tunnels reports tunnel health per cluster; nil until the data plane provides it.
+	// Tunnels reports tunnel health per cluster (internal/tunnelhealth in the manager); nil leaves the tunnel
+	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels clusteragent.TunnelSource
 }
 

@@ -29,6 +29,7 @@ var (
 	k8sWatch  client.WithWatch
 	fakeClock *clocktesting.FakeClock
 	writes    writeCounter // API writes made by the manager
+	tunnels   *fakeTunnels // what the proxy-servers see of each cluster's tunnel
 	gc        *testenv.Process
 	cancel    context.CancelFunc
 )
@@ -69,7 +70,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
-	Expect(controllers.Setup(ctx, mgr, controllers.Options{Clock: fakeClock})).To(Succeed())
+	tunnels = newFakeTunnels()
+	Expect(controllers.Setup(ctx, mgr, controllers.Options{Clock: fakeClock, Tunnels: tunnels})).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())

@@ -13,10 +13,13 @@ type ClusterProxyStatusSpec struct {
 
 // ProbeStatus is the last GET /healthz made through the cluster's tunnel.
 type ProbeStatus struct {
-	// lastProbeTime is when the probe ran.
+	// lastProbeTime is when the reported result was measured. Probes run every 30 seconds by default; those that
+	// confirm the reported result (same health, latency between about half and twice the reported one) are not
+	// written, so a steady state makes no API writes.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
-	// health is the result: True when the managed kube-apiserver answered ok, otherwise what went wrong.
+	// health is the result: True when the managed kube-apiserver answered ok, False when it did not or no agent is
+	// connected, Unknown when the proxy-servers cannot be asked.
 	// +optional
 	Health string `json:"health,omitempty"`
 	// latency of the probe, as a duration string such as 3.2ms.

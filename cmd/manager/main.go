@@ -4,6 +4,8 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
+	"time"
 
 	runtimectrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -11,7 +13,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
+
+// repeated collects the values of a repeatable flag.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func main() {
 	var metricsAddr, probeAddr, pprofAddr string
@@ -26,11 +36,28 @@ func main() {
 	// default of 20 would make that take minutes. The API server's priority and fairness still protects it.
 	flag.Float64Var(&qps, "kube-api-qps", 400, "queries per second to the hub API server")
 	flag.IntVar(&burst, "kube-api-burst", 800, "burst of queries to the hub API server")
+	var tunnelHealth bool
+	var tunnelInterval, probeTimeout time.Duration
+	var probeConcurrency int
+	var resolve repeated
+	flag.BoolVar(&tunnelHealth, "tunnel-health", true, "probe every managed cluster's tunnel through the proxy-servers of the "+
+		"default ManagedProxyConfiguration, and set the AgentConnected and TunnelHealthy conditions and the add-on's Available "+
+		"(OCM Customized health check) from it; false leaves the add-on's Available to OCM's Lease check")
+	flag.DurationVar(&tunnelInterval, "tunnel-health-interval", tunnelhealth.DefaultInterval, "time between two rounds of tunnel probes")
+	flag.DurationVar(&probeTimeout, "tunnel-probe-timeout", tunnelhealth.DefaultProbeTimeout, "time one probe through a tunnel may take")
+	flag.IntVar(&probeConcurrency, "tunnel-probe-concurrency", tunnelhealth.DefaultConcurrency, "tunnel probes that run at once")
+	flag.Var(&resolve, "resolve", "host:port=addr:port, dial addr:port for host:port, e.g. the proxy-server Service where in-cluster "+
+		"names do not resolve (local environments); repeatable")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	runtimectrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := runtimectrl.Log.WithName("setup")
+	resolver, err := clusterproxy.ParseResolve(resolve)
+	if err != nil {
+		log.Error(err, "Invalid flag")
+		os.Exit(2)
+	}
 
 	cfg := runtimectrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
@@ -48,7 +75,20 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := runtimectrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{}); err != nil {
+	opts := controllers.Options{}
+	if tunnelHealth {
+		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
+		tunnels := tunnelhealth.New(tunnelhealth.Options{
+			Reader: mgr.GetClient(), Resolve: resolver, Interval: tunnelInterval, ProbeTimeout: probeTimeout,
+			Concurrency: probeConcurrency, Log: runtimectrl.Log.WithName("tunnel-health"),
+		})
+		if err := mgr.Add(tunnels); err != nil {
+			log.Error(err, "Unable to add the tunnel health source")
+			os.Exit(1)
+		}
+		opts.Tunnels = tunnels
+	}
+	if err := controllers.Setup(ctx, mgr, opts); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
 	}

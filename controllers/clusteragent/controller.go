@@ -27,12 +27,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
 )
 
 // Reconciler keeps the agent of one managed cluster, keyed by its ManagedClusterAddOn cluster-proxy.
@@ -43,7 +45,8 @@ type Reconciler struct {
 	APIReader ctrl.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
-	// Tunnels reports tunnel health; nil until the data plane provides it.
+	// Tunnels reports tunnel health and re-queues the clusters whose tunnel changed; nil leaves the tunnel
+	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels TunnelSource
 }
 
@@ -59,6 +62,11 @@ type scope struct {
 	problem *proxyenv.FieldError
 	work    *workv1.ManifestWork // live, nil when none exists
 	created *workv1.ManifestWork // as written in this pass, when it was
+	// cps is the ClusterProxyStatus with the status this pass computed, cpsBefore as read; nil while the cache
+	// has not seen it.
+	cps, cpsBefore *proxyv1alpha1.ClusterProxyStatus
+	// addOnAvailable is the add-on's Available condition, from the status of this pass.
+	addOnAvailable *metav1.Condition
 }
 
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
@@ -100,14 +108,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	if err := r.reconcileWork(ctx, s); err != nil {
 		return runtimectrl.Result{}, err
 	}
+	requeue, err := r.prepareClusterStatus(ctx, s) // the add-on's Available condition is derived from it
+	if err != nil {
+		return runtimectrl.Result{}, err
+	}
 	if err := r.applyAddOnStatus(ctx, s); err != nil {
 		return runtimectrl.Result{}, err
 	}
-	result, err := r.reconcileClusterStatus(ctx, s)
+	err = r.writeClusterStatus(ctx, s)
 	if apierrors.IsConflict(err) {
 		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // written meanwhile: read again soon
 	}
-	return result, err
+	return runtimectrl.Result{RequeueAfter: requeue}, err
 }
 
 // reconcileWork renders and applies the agent ManifestWork. On bad input it reports the problem and leaves the
@@ -179,7 +191,11 @@ func problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.Fiel
 // SetupWithManager registers the reconciler and the changes that re-queue a cluster.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	onlyOurAddOn := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
-	return runtimectrl.NewControllerManagedBy(mgr).
+	b := runtimectrl.NewControllerManagedBy(mgr)
+	if r.Tunnels != nil {
+		b = b.WatchesRawSource(source.Channel(r.Tunnels.Changes(), handler.TypedEnqueueRequestsFromMapFunc(r.addOnsOfTunnelChange)))
+	}
+	return b.
 		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn)).
 		Owns(&workv1.ManifestWork{}).
 		Owns(&proxyv1alpha1.ClusterProxyStatus{}).
@@ -205,6 +221,14 @@ func addOnOfCSR(_ context.Context, o ctrl.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}}}
 }
 
+// addOnsOfTunnelChange re-queues the add-on of a cluster whose tunnel changed, or every add-on.
+func (r *Reconciler) addOnsOfTunnelChange(ctx context.Context, cluster string) []reconcile.Request {
+	if cluster == tunnelhealth.AllClusters {
+		return r.allAddOns(ctx, nil)
+	}
+	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}}}
+}
+
 func (r *Reconciler) allAddOns(ctx context.Context, _ ctrl.Object) []reconcile.Request {
 	list := &addonv1alpha1.ManagedClusterAddOnList{}
 	if err := r.Client.List(ctx, list /* the cache holds only the add-ons named cluster-proxy */); err != nil {
@@ -216,6 +240,3 @@ func (r *Reconciler) allAddOns(ctx context.Context, _ ctrl.Object) []reconcile.R
 	}
 	return reqs
 }
-
-// requeueProbe is how often tunnel health is re-probed once a data plane reports it.
-const requeueProbe = time.Minute

@@ -8,16 +8,15 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"strconv"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
-	runtimectrl "sigs.k8s.io/controller-runtime"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -40,18 +39,36 @@ const (
 	ReasonWaitingForCSR        = "WaitingForCertificate"
 	ReasonTunnelSourceMissing  = "TunnelSourceNotConfigured"
 	ReasonConfigured           = "ConfigurationsConfigured"
+
+	ReasonNotObservedYet         = "NotObservedYet"
+	ReasonProxyServerUnreachable = "ProxyServerUnreachable"
+	ReasonAgentConnected         = "AgentConnected"
+	ReasonNoAgentConnected       = "NoAgentConnected"
+	ReasonProbeSucceeded         = "ProbeSucceeded"
+	ReasonProbeFailed            = "ProbeFailed"
+	ReasonTunnelAvailable        = "TunnelAvailable"
 )
 
-// applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references
-// and the Configured, ManifestApplied and Progressing conditions) with server-side apply on the status, so the
-// conditions OCM's own agents write stay untouched. Nothing is written when they are already in place.
+// applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references,
+// health-check mode and the Configured, ManifestApplied and Progressing conditions, plus Available when it checks the
+// tunnels itself) with server-side apply on the status, so the conditions OCM's own agents write stay untouched.
+// Nothing is written when they are already in place.
 func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	conditions := s.mca.Status.DeepCopy().Conditions
+	owned := []string{addonv1alpha1.ManagedClusterAddOnConditionConfigured, addonv1alpha1.ManagedClusterAddOnManifestApplied, addonv1alpha1.ManagedClusterAddOnConditionProgressing}
 	for _, c := range addOnConditions(s) {
 		meta.SetStatusCondition(&conditions, c)
 	}
+	// With tunnel health the operator sets Available from real probes (OCM's Customized mode); without it, OCM
+	// derives Available from the agent's Lease.
+	mode := addonv1alpha1.HealthCheckModeLease
+	if r.Tunnels != nil && s.addOnAvailable != nil {
+		mode = addonv1alpha1.HealthCheckModeCustomized
+		meta.SetStatusCondition(&conditions, *s.addOnAvailable)
+		owned = append(owned, addonv1alpha1.ManagedClusterAddOnConditionAvailable)
+	}
 	var ours []any
-	for _, t := range []string{addonv1alpha1.ManagedClusterAddOnConditionConfigured, addonv1alpha1.ManagedClusterAddOnManifestApplied, addonv1alpha1.ManagedClusterAddOnConditionProgressing} {
+	for _, t := range owned {
 		c := meta.FindStatusCondition(conditions, t)
 		ours = append(ours, map[string]any{
 			"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message,
@@ -61,7 +78,7 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	status := map[string]any{
 		"namespace":     installNamespace(s),
 		"registrations": toJSON(registrations(s)),
-		"healthCheck":   map[string]any{"mode": string(addonv1alpha1.HealthCheckModeLease)},
+		"healthCheck":   map[string]any{"mode": string(mode)},
 		"conditions":    ours,
 	}
 	if refs := configReferences(s); len(refs) > 0 {
@@ -170,8 +187,10 @@ func workApplied(work *workv1.ManifestWork) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == work.Generation
 }
 
-// reconcileClusterStatus keeps the cluster's ClusterProxyStatus.
-func (r *Reconciler) reconcileClusterStatus(ctx context.Context, s *scope) (runtimectrl.Result, error) {
+// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status, and from it the
+// add-on's Available condition; writeClusterStatus writes it. The add-on's status is applied in between, as before
+// the tunnel conditions existed, so the next pass sees the add-on's Configured condition already written.
+func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeue time.Duration, err error) {
 	cps := &proxyv1alpha1.ClusterProxyStatus{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: proxyv1alpha1.AddonName, Namespace: s.mca.Namespace,
@@ -181,34 +200,64 @@ func (r *Reconciler) reconcileClusterStatus(ctx context.Context, s *scope) (runt
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
 	if _, err := apply.Ensure(ctx, r.Client, cps); err != nil {
-		return runtimectrl.Result{}, err
+		return 0, err
 	}
-	if err := r.Client.Get(ctx, ctrl.ObjectKeyFromObject(cps), cps); err != nil {
-		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err) // the cache has not seen it yet; its creation re-queues us
-	}
-	before := cps.DeepCopy()
-	st := &cps.Status
 	now := r.Clock.Now()
+	if err := r.Client.Get(ctx, ctrl.ObjectKeyFromObject(cps), cps); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return 0, err
+		}
+		// The cache has not seen it yet and its creation re-queues us; the add-on's Available comes from what this
+		// pass knows meanwhile.
+		st := &proxyv1alpha1.ClusterProxyStatusStatus{}
+		if _, err := r.computeStatus(ctx, st, s, 0, now); err != nil {
+			return 0, err
+		}
+		available := addOnAvailableCondition(st)
+		s.addOnAvailable = &available
+		return 0, nil
+	}
+	s.cpsBefore = cps.DeepCopy()
+	requeue, err = r.computeStatus(ctx, &cps.Status, s, cps.Generation, now)
+	if err != nil {
+		return 0, err
+	}
+	s.cps = cps
+	available := addOnAvailableCondition(&cps.Status)
+	s.addOnAvailable = &available
+	return requeue, nil
+}
 
+// writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
+func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
+	if s.cps == nil {
+		return nil
+	}
+	return apply.PatchStatus(ctx, r.Client, s.cpsBefore, s.cps)
+}
+
+// computeStatus sets every field and condition of st from this pass, and returns when to look again (the agent
+// certificate's expiry). Tunnel health is not polled: its source re-queues the clusters whose tunnel changed.
+func (r *Reconciler) computeStatus(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, generation int64, now time.Time) (time.Duration, error) {
 	setAgentDeployed(st, s)
 	if s.problem == nil && s.summary != nil {
 		st.AgentNamespace, st.AgentImage = s.summary.Namespace, s.summary.Image
 	}
-	setProxySettings(st, s, cps.Generation)
-	requeue, err := r.setCertificate(ctx, st, s.mca.Namespace, cps.Generation, now)
+	setProxySettings(st, s, generation)
+	requeue, err := r.setCertificate(ctx, st, s.mca.Namespace, generation, now)
 	if err != nil {
-		return runtimectrl.Result{}, err
+		return 0, err
 	}
-	if r.Tunnels != nil {
-		requeue = minPositive(requeue, requeueProbe)
-	}
-	r.setTunnel(ctx, st, s.mca.Namespace, cps.Generation, now)
-	setAvailable(st, cps.Generation)
+	tunnel := r.observeTunnel(s.mca.Namespace)
+	setAgentConnected(st, tunnel)
+	setTunnelHealthy(st, tunnel)
+	setProbe(st, tunnel)
+	setAvailable(st)
 	for i := range st.Conditions {
-		st.Conditions[i].ObservedGeneration = cps.Generation
+		st.Conditions[i].ObservedGeneration = generation
 	}
-	st.ObservedGeneration = cps.Generation
-	return runtimectrl.Result{RequeueAfter: requeue}, apply.PatchStatus(ctx, r.Client, before, cps)
+	st.ObservedGeneration = generation
+	return requeue, nil
 }
 
 func setAgentDeployed(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope) {
@@ -319,55 +368,6 @@ func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.Clust
 	return requeue, nil
 }
 
-// setTunnel reports the tunnel as the data plane sees it.
-func (r *Reconciler) setTunnel(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) {
-	connected := metav1.Condition{Type: proxyv1alpha1.ConditionAgentConnected, Status: metav1.ConditionUnknown, ObservedGeneration: generation,
-		Reason: ReasonTunnelSourceMissing, Message: "no proxy-server reports tunnels to the operator yet"}
-	healthy := metav1.Condition{Type: proxyv1alpha1.ConditionTunnelHealthy, Status: metav1.ConditionUnknown, ObservedGeneration: generation,
-		Reason: ReasonTunnelSourceMissing, Message: connected.Message}
-	if r.Tunnels != nil {
-		if n, err := r.Tunnels.ConnectedAgents(ctx, cluster); err != nil {
-			connected.Reason, connected.Message = "ProxyServerUnreachable", err.Error()
-		} else {
-			st.ConnectedAgents = int32(n)
-			connected.Status, connected.Reason, connected.Message = metav1.ConditionFalse, "NoAgentConnected", "no agent of the cluster is connected"
-			if n > 0 {
-				connected.Status, connected.Reason, connected.Message = metav1.ConditionTrue, "AgentConnected", strconv.Itoa(n)+" agent(s) connected"
-			}
-		}
-		result, err := r.Tunnels.Probe(ctx, cluster)
-		probe := &proxyv1alpha1.ProbeStatus{LastProbeTime: &metav1.Time{Time: now}, Latency: result.Latency.String(), Message: result.Message}
-		switch {
-		case err != nil:
-			probe.Health, probe.Message = "Error", err.Error()
-			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, "ProbeFailed", err.Error()
-		case result.Healthy:
-			probe.Health = "True"
-			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionTrue, "ProbeSucceeded", "GET /healthz through the tunnel took "+probe.Latency
-		default:
-			probe.Health = "False"
-			healthy.Status, healthy.Reason, healthy.Message = metav1.ConditionFalse, "ProbeUnhealthy", result.Message
-		}
-		st.Probe = probe
-	}
-	meta.SetStatusCondition(&st.Conditions, connected)
-	meta.SetStatusCondition(&st.Conditions, healthy)
-}
-
-// setAvailable is True when the agent is deployed, connected and its tunnel healthy.
-func setAvailable(st *proxyv1alpha1.ClusterProxyStatusStatus, generation int64) {
-	c := metav1.Condition{Type: proxyv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, ObservedGeneration: generation,
-		Reason: "TunnelAvailable", Message: "the cluster is reachable through its tunnel"}
-	for _, t := range []string{proxyv1alpha1.ConditionAgentDeployed, proxyv1alpha1.ConditionAgentConnected, proxyv1alpha1.ConditionTunnelHealthy} {
-		if dep := meta.FindStatusCondition(st.Conditions, t); dep.Status != metav1.ConditionTrue {
-			c.Status, c.Reason, c.Message = dep.Status, dep.Reason, t+": "+dep.Message
-			break
-		}
-	}
-	st.Available = c.Status == metav1.ConditionTrue
-	meta.SetStatusCondition(&st.Conditions, c)
-}
-
 // redact hides credentials in a proxy URL.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
@@ -407,11 +407,4 @@ func dropNulls(v any) any {
 		}
 	}
 	return v
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	if a <= 0 || (b > 0 && b < a) {
-		return b
-	}
-	return a
 }

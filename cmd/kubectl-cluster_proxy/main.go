@@ -1,0 +1,231 @@
+// Command kubectl-cluster_proxy is a kubectl plugin for cluster-proxy on an OCM hub:
+//
+//	kubectl cluster-proxy health                 probe every managed cluster through its tunnel now
+//	kubectl cluster-proxy kubeconfig <cluster>   a kubeconfig that reaches the cluster through the user-server
+//
+// It reads the hub with the current kubeconfig (--kubeconfig, --context). The proxy-server and user-server are
+// in-cluster Services; from outside the hub cluster, point their names at a port-forward with --resolve.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
+)
+
+const usage = `Usage:
+  kubectl cluster-proxy health [flags]
+      Probe every managed cluster: CLUSTER NAME, INSTALLED, AVAILABLE, PROBED HEALTH (GET /healthz through the
+      tunnel, now) and LATENCY.
+  kubectl cluster-proxy kubeconfig <cluster> [-o file] [--token token] [--user-server-url url] [flags]
+      Write a kubeconfig whose server is the user-server URL of <cluster>, trusting the hub's proxy CA.
+
+Flags for every command:
+`
+
+// errUsage marks a command line that cannot be run; the exit code is 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole command; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		_, _ = fmt.Fprintln(stderr, "error:", err)
+		return 2
+	default:
+		_, _ = fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+}
+
+// globals are the flags of every command.
+type globals struct {
+	kubeconfig, context, configuration string
+	resolve                            repeated
+}
+
+// register adds the flags with the values already parsed as defaults, so they may come before or after the
+// command.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "the hub's kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&g.context, "context", g.context, "the kubeconfig context of the hub (default the current one)")
+	fs.StringVar(&g.configuration, "configuration", g.configuration, "the ManagedProxyConfiguration")
+	fs.Var(&g.resolve, "resolve", "host:port=addr:port, dial addr:port for host:port, e.g. "+
+		"proxy-entrypoint.<ns>.svc:8090=127.0.0.1:8090 for a port-forward; repeatable")
+}
+
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	g := globals{configuration: proxyv1alpha1.DefaultConfigurationName}
+	fs := newFlagSet("kubectl-cluster_proxy", stderr, &g)
+	if err := fs.Parse(args); err != nil { // up to the command
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	remaining := fs.Args()
+	if len(remaining) == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: a command is required: health or kubeconfig", errUsage)
+	}
+	command, rest := remaining[0], remaining[1:]
+	switch command {
+	case "health":
+		h := healthCommand{globals: g}
+		fs := newFlagSet("health", stderr, &h.globals)
+		h.register(fs)
+		positional, err := parse(fs, rest)
+		if err != nil {
+			return err
+		}
+		if len(positional) > 0 {
+			return fmt.Errorf("%w: health takes no arguments, got %q", errUsage, positional)
+		}
+		return h.run(ctx, stdout, stderr)
+	case "kubeconfig":
+		k := kubeconfigCommand{globals: g}
+		fs := newFlagSet("kubeconfig", stderr, &k.globals)
+		k.register(fs)
+		positional, err := parse(fs, rest)
+		if err != nil {
+			return err
+		}
+		if len(positional) != 1 {
+			return fmt.Errorf("%w: kubeconfig takes one managed cluster name, got %q", errUsage, positional)
+		}
+		k.cluster = positional[0]
+		return k.run(ctx, stdout)
+	default:
+		fs.Usage()
+		return fmt.Errorf("%w: unknown command %q: want health or kubeconfig", errUsage, command)
+	}
+}
+
+func newFlagSet(name string, stderr io.Writer, g *globals) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		_, _ = fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	g.register(fs)
+	return fs
+}
+
+// parse parses flags anywhere among the arguments, as kubectl does, and returns the positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// hub is the hub API as the plugin reads it.
+type hub struct {
+	config *rest.Config
+	client client.Client
+}
+
+func (g *globals) hub() (*hub, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
+	}
+	cfg.Timeout = 30 * time.Second
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, proxyv1alpha1.AddToScheme, clusterv1.Install, addonv1alpha1.Install} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, hubError(cfg, err)
+	}
+	return &hub{config: cfg, client: c}, nil
+}
+
+// hubError names the hub in err, and says when it could not be reached at all.
+func hubError(cfg *rest.Config, err error) error {
+	var status apierrors.APIStatus
+	var urlErr *url.Error
+	var netErr net.Error
+	switch {
+	case errors.As(err, &status):
+		return fmt.Errorf("hub at %s: %w", cfg.Host, err)
+	case errors.As(err, &urlErr), errors.As(err, &netErr):
+		return fmt.Errorf("cannot reach the hub at %s: %w", cfg.Host, err)
+	default:
+		return err
+	}
+}
+
+// proxies reads the configuration and the proxy-client credentials.
+func (h *hub) proxies(ctx context.Context, g *globals) (*clusterproxy.Client, error) {
+	resolve, err := clusterproxy.ParseResolve(g.resolve)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	c, err := clusterproxy.New(ctx, h.config, clusterproxy.Options{Configuration: g.configuration, Resolve: resolve})
+	if errors.Is(err, clusterproxy.ErrNoConfiguration) {
+		return nil, h.noConfiguration(g.configuration)
+	}
+	if err != nil {
+		return nil, hubError(h.config, err)
+	}
+	return c, nil
+}
+
+func (h *hub) noConfiguration(name string) error {
+	return fmt.Errorf("no ManagedProxyConfiguration %q on the hub at %s: install cluster-proxy-operator and create it "+
+		"(kubectl get managedproxyconfigurations), or name another with --configuration", name, h.config.Host)
+}

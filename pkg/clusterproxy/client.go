@@ -1,0 +1,225 @@
+// Package clusterproxy lets hub programs reach managed clusters by name through the cluster-proxy tunnels: a dialer
+// and a *rest.Config for any managed cluster whose proxy-agent is connected, a health probe, and the list of
+// connected agents.
+//
+// It reads what it needs from the hub, as `clusteradm proxy health` and cluster-gateway do: the
+// ManagedProxyConfiguration (namespace, Service name, ports) and the proxy-client certificate and CA bundle
+// Secrets. Connections go to the proxy-server's gRPC frontend (proxy-entrypoint.<ns>.svc:8090) with mutual TLS,
+// one konnectivity tunnel per connection. Outside the hub cluster, map the in-cluster names with Options.Resolve.
+//
+// The certificates are read again while the Client is used, so a renewed proxy-client certificate or a rotated
+// CA is picked up without a new Client.
+package clusterproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+)
+
+const (
+	// KubeAPIServerPort is the tunnel port an agent maps to its cluster's kube-apiserver.
+	KubeAPIServerPort = 443
+	// ServiceProxyPort is the tunnel port of the agent's service-proxy (plain HTTP/1.1 inside the tunnel).
+	ServiceProxyPort = 7443
+	// DefaultCredentialsTTL is how long Secrets read through a hub rest.Config are reused.
+	DefaultCredentialsTTL = time.Minute
+)
+
+// ErrNoConfiguration is wrapped by New's error when the ManagedProxyConfiguration does not exist.
+var ErrNoConfiguration = errors.New("no ManagedProxyConfiguration")
+
+// Options configure a Client.
+type Options struct {
+	// Configuration names the ManagedProxyConfiguration; empty means the default, cluster-proxy.
+	Configuration string
+	// Resolve overrides where in-cluster addresses are dialed (host:port to addr:port).
+	Resolve Resolver
+	// Reader, when set, reads the configuration and the Secrets instead of a client built from the hub
+	// rest.Config; a controller-runtime manager passes its cached client, so a dial costs no API request.
+	Reader client.Reader
+	// CredentialsTTL is how long the Secrets are reused before they are read again: default DefaultCredentialsTTL
+	// with a hub rest.Config, 0 (read on every connection) with a Reader.
+	CredentialsTTL time.Duration
+}
+
+// Client reaches managed clusters through the proxy-servers of one ManagedProxyConfiguration.
+type Client struct {
+	configuration string
+	namespace     string
+	// In-cluster addresses, host:port; Resolve may map them elsewhere.
+	frontendAddr, connectAddr, userServerAddr string
+	resolve                                   Resolver
+	creds                                     *hubCredentials
+}
+
+// New reads the ManagedProxyConfiguration and the proxy-client credentials from the hub. hubConfig is used only when
+// opts.Reader is nil. The error wraps ErrNoConfiguration (and the API's NotFound) when the configuration does not
+// exist, and names the Secret that is missing or invalid.
+func New(ctx context.Context, hubConfig *rest.Config, opts Options) (*Client, error) {
+	reader, ttl := opts.Reader, time.Duration(0)
+	if reader == nil {
+		if hubConfig == nil {
+			return nil, errors.New("clusterproxy: a hub rest.Config or a Reader is required")
+		}
+		c, err := client.New(hubConfig, client.Options{Scheme: hubScheme()})
+		if err != nil {
+			return nil, fmt.Errorf("clusterproxy: hub client for %s: %w", hubConfig.Host, err)
+		}
+		reader, ttl = c, DefaultCredentialsTTL
+	}
+	if opts.CredentialsTTL != 0 {
+		ttl = max(opts.CredentialsTTL, 0)
+	}
+	name := opts.Configuration
+	if name == "" {
+		name = proxyv1alpha1.DefaultConfigurationName
+	}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, mpc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w %q on the hub: %w", ErrNoConfiguration, name, err)
+		}
+		return nil, fmt.Errorf("read ManagedProxyConfiguration %q from the hub: %w", name, err)
+	}
+	ns, ports := render.Namespace(mpc), render.PortsOf(mpc)
+	host := render.ServiceName(mpc) + "." + ns + ".svc"
+	c := &Client{
+		configuration:  name,
+		namespace:      ns,
+		frontendAddr:   net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),
+		connectAddr:    net.JoinHostPort(host, strconv.Itoa(int(ports.HTTPConnectServer))),
+		userServerAddr: net.JoinHostPort(proxyv1alpha1.UserServerServiceName+"."+ns+".svc", strconv.Itoa(proxyv1alpha1.UserServerPort)),
+		resolve:        opts.Resolve,
+		creds: &hubCredentials{
+			reader: reader, namespace: ns, clientSecret: render.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
+		},
+	}
+	if _, err := c.creds.get(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Namespace is where the proxy-servers and their Secrets live.
+func (c *Client) Namespace() string { return c.namespace }
+
+// FrontendAddress is the in-cluster address of the proxy-servers' gRPC frontend, host:port.
+func (c *Client) FrontendAddress() string { return c.frontendAddr }
+
+// UserServerAddress is the in-cluster address of the user-server, host:port.
+func (c *Client) UserServerAddress() string { return c.userServerAddr }
+
+// UserServerURL is the URL through which kubectl reaches cluster's kube-apiserver via the user-server.
+func (c *Client) UserServerURL(cluster string) string {
+	return "https://" + c.userServerAddr + "/" + cluster
+}
+
+// CABundle is the CA bundle the proxy-server and user-server certificates chain to (Secret proxy-server-ca).
+func (c *Client) CABundle(ctx context.Context) ([]byte, error) {
+	m, err := c.creds.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(m.caPEM), nil
+}
+
+// tlsConfig presents the current proxy-client certificate and trusts the current CA bundle for serverName.
+func (c *Client) tlsConfig(ctx context.Context, serverName string) (*tls.Config, error) {
+	m, err := c.creds.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		ServerName:   serverName,
+		Certificates: []tls.Certificate{m.cert},
+		RootCAs:      m.roots,
+	}, nil
+}
+
+func hubScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(err) // compiled-in kinds: only a programming error fails
+	}
+	if err := proxyv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// hubCredentials are the proxy-client certificate and the CA bundle, read from their Secrets and parsed only when
+// their content changed.
+type hubCredentials struct {
+	reader                  client.Reader
+	namespace, clientSecret string
+	ttl                     time.Duration
+
+	mu     sync.Mutex
+	raw    [3][]byte // tls.crt, tls.key, ca.crt as last parsed
+	cur    *tlsMaterial
+	readAt time.Time
+}
+
+type tlsMaterial struct {
+	cert  tls.Certificate
+	roots *x509.CertPool
+	caPEM []byte
+}
+
+func (h *hubCredentials) get(ctx context.Context) (*tlsMaterial, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur != nil && h.ttl > 0 && time.Since(h.readAt) < h.ttl {
+		return h.cur, nil
+	}
+	clientSecret, err := h.secret(ctx, h.clientSecret)
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := h.secret(ctx, proxyv1alpha1.CABundleSecretName)
+	if err != nil {
+		return nil, err
+	}
+	raw := [3][]byte{clientSecret.Data[corev1.TLSCertKey], clientSecret.Data[corev1.TLSPrivateKeyKey], bundle.Data["ca.crt"]}
+	if h.cur != nil && bytes.Equal(raw[0], h.raw[0]) && bytes.Equal(raw[1], h.raw[1]) && bytes.Equal(raw[2], h.raw[2]) {
+		h.readAt = time.Now()
+		return h.cur, nil
+	}
+	cert, err := tls.X509KeyPair(raw[0], raw[1])
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/%s: tls.crt and tls.key: %w", h.namespace, h.clientSecret, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(raw[2]) {
+		return nil, fmt.Errorf("secret %s/%s: ca.crt holds no PEM certificate", h.namespace, proxyv1alpha1.CABundleSecretName)
+	}
+	h.raw, h.readAt = raw, time.Now()
+	h.cur = &tlsMaterial{cert: cert, roots: roots, caPEM: raw[2]}
+	return h.cur, nil
+}
+
+func (h *hubCredentials) secret(ctx context.Context, name string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	if err := h.reader.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, s); err != nil {
+		return nil, fmt.Errorf("read secret %s/%s from the hub: %w", h.namespace, name, err)
+	}
+	return s, nil
+}

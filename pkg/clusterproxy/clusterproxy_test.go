@@ -1,0 +1,177 @@
+package clusterproxy_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunneltest"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
+)
+
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = corev1.AddToScheme(s)
+	_ = proxyv1alpha1.AddToScheme(s)
+	return s
+}
+
+// hubReader holds the hub objects of h, as the hub's API would.
+func hubReader(h *tunneltest.Hub) client.Client {
+	return fake.NewClientBuilder().WithScheme(scheme()).WithObjects(h.Objects()...).Build()
+}
+
+func TestRESTConfigReachesEachClusterByNameThroughItsTunnel(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	api1, ca1 := tunneltest.KubeAPIServer(t, "v1.36.3-cluster1", nil)
+	api2, ca2 := tunneltest.KubeAPIServer(t, "v1.36.3-2nd", nil)
+	hub.StartAgent(t, "cluster1", api1)
+	hub.StartAgent(t, "2nd", api2)
+
+	ctx := context.Background()
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(proxies.FrontendAddress()).To(Equal("proxy-entrypoint.proxy-ns.svc:8090"))
+
+	for cluster, ca := range map[string][]byte{"cluster1": ca1, "2nd": ca2} {
+		// Nothing listens on 127.0.0.1:6443: only the tunnel can answer. The stand-in's certificate names 127.0.0.1.
+		cfg, err := proxies.RESTConfig(cluster, &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+		g.Expect(err).NotTo(HaveOccurred())
+		cs, err := kubernetes.NewForConfig(cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		v, err := cs.Discovery().ServerVersion()
+		g.Expect(err).NotTo(HaveOccurred(), cluster)
+		g.Expect(v.GitVersion).To(Equal("v1.36.3-"+cluster), "the tunnel is routed by cluster name")
+	}
+
+	_, err = proxies.RESTConfig("cluster1", nil)
+	g.Expect(err).To(MatchError(ContainSubstring("base config")))
+}
+
+func TestProbeReportsHealthLatencyAndMissingAgents(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	var healthy atomic.Bool
+	healthy.Store(true)
+	api, _ := tunneltest.KubeAPIServer(t, "v1", healthy.Load)
+	hub.StartAgent(t, "c1", api)
+	ctx := context.Background()
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	agents, err := proxies.ConnectedAgents(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(agents).To(Equal(map[string][]string{"c1": {"c1-agent-1"}}))
+
+	result, err := proxies.Probe(ctx, "c1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(result.Healthy).To(BeTrue())
+	g.Expect(result.Latency).To(BeNumerically(">", 0))
+
+	healthy.Store(false)
+	result, err = proxies.Probe(ctx, "c1")
+	g.Expect(err).NotTo(HaveOccurred(), "an answer other than ok is a result, not an error")
+	g.Expect(result.Healthy).To(BeFalse())
+	g.Expect(result.Message).To(ContainSubstring("500"))
+
+	probeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = proxies.Probe(probeCtx, "no-agent")
+	g.Expect(err).To(MatchError(ContainSubstring("no-agent")))
+}
+
+func TestCredentialsAreReadAgainSoARenewedClientCertificateIsUsed(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
+	hub.StartAgent(t, "c1", api)
+	ctx := context.Background()
+	reader := hubReader(hub)
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: reader, Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// A certificate from a CA the proxy-server does not trust replaces proxy-client: the next connection uses it and
+	// is refused.
+	stranger, err := certs.NewCA("stranger", time.Hour, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := certs.IssueLeaf(stranger, certs.LeafSpec{CommonName: "cluster-proxy-proxy-client", Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{}
+	g.Expect(reader.Get(ctx, client.ObjectKeyFromObject(hub.ClientSecret), secret)).To(Succeed())
+	secret.Data["tls.crt"], secret.Data["tls.key"] = leaf.CertPEM, leaf.KeyPEM
+	g.Expect(reader.Update(ctx, secret)).To(Succeed())
+	_, err = proxies.ConnectedAgents(ctx)
+	g.Expect(err).To(HaveOccurred())
+
+	// The proper certificate is back: connections succeed again without a new Client.
+	secret.Data = hub.ClientSecret.Data
+	g.Expect(reader.Update(ctx, secret)).To(Succeed())
+	result, err := proxies.Probe(ctx, "c1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(result.Healthy).To(BeTrue())
+}
+
+func TestNewNamesWhatIsMissingOnTheHub(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	ctx := context.Background()
+
+	empty := fake.NewClientBuilder().WithScheme(scheme()).Build()
+	_, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: empty})
+	g.Expect(errors.Is(err, clusterproxy.ErrNoConfiguration)).To(BeTrue(), "%v", err)
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	g.Expect(err).To(MatchError(ContainSubstring(`"cluster-proxy"`)))
+
+	noSecret := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(hub.MPC.DeepCopy(), hub.BundleSecret.DeepCopy()).Build()
+	_, err = clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: noSecret})
+	g.Expect(err).To(MatchError(ContainSubstring("secret proxy-ns/proxy-client")))
+
+	_, err = clusterproxy.New(ctx, nil, clusterproxy.Options{})
+	g.Expect(err).To(MatchError(ContainSubstring("rest.Config or a Reader")))
+}
+
+func TestDialerTakesThePortFromTheAddressAndRefusesOtherNetworks(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
+	hub.StartAgent(t, "c1", api)
+	ctx := context.Background()
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+	d := proxies.Dialer("c1")
+
+	conn, err := d.DialContext(ctx, "tcp", "anything.example:443")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(conn.Close()).To(Succeed())
+
+	_, err = d.DialContext(ctx, "tcp", "c1:8443")
+	g.Expect(err).To(MatchError(ContainSubstring("port 8443")), "the agent serves 443 and the service-proxy port only")
+	_, err = d.DialContext(ctx, "udp", "c1:443")
+	g.Expect(err).To(MatchError(ContainSubstring(`network "udp"`)))
+}
+
+func TestParseResolve(t *testing.T) {
+	g := NewWithT(t)
+	r, err := clusterproxy.ParseResolve([]string{"Proxy-Entrypoint.ns.svc:8090=127.0.0.1:18090"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Address("proxy-entrypoint.ns.svc:8090")).To(Equal("127.0.0.1:18090"))
+	g.Expect(r.Address("other:1")).To(Equal("other:1"))
+	for _, bad := range []string{"host:1", "host=127.0.0.1:1", "host:1=127.0.0.1", ":1=127.0.0.1:1"} {
+		_, err := clusterproxy.ParseResolve([]string{bad})
+		g.Expect(err).To(HaveOccurred(), bad)
+	}
+}

@@ -1,0 +1,111 @@
+package clusterproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/rest"
+	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+)
+
+// Dialer opens connections to one managed cluster through its tunnel.
+type Dialer struct {
+	client  *Client
+	cluster string
+}
+
+// Dialer returns a dialer for cluster.
+func (c *Client) Dialer(cluster string) *Dialer {
+	return &Dialer{client: c, cluster: cluster}
+}
+
+// DialContext opens a connection to the port of address on the cluster's side of the tunnel: 443
+// (KubeAPIServerPort) is its kube-apiserver, 7443 (ServiceProxyPort) the agent's service-proxy; an address without a
+// port means 443. The host of address is ignored: the tunnel is addressed by the cluster's name. network must be a
+// TCP one. ctx bounds the dial only.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil, fmt.Errorf("dial cluster %s: network %q is not supported, only tcp", d.cluster, network)
+	}
+	port := KubeAPIServerPort
+	if _, p, err := net.SplitHostPort(address); err == nil {
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("dial cluster %s: port of %q: %w", d.cluster, address, err)
+		}
+	}
+	return d.DialPort(ctx, port)
+}
+
+// DialPort opens a connection to port on the cluster's side of the tunnel.
+func (d *Dialer) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	return d.client.dialCluster(ctx, d.cluster, port)
+}
+
+// RESTConfig is base, reaching cluster's kube-apiserver through its tunnel. base supplies what is valid on the
+// managed cluster: credentials, the kube-apiserver's CA, and as Host the URL its serving certificate names (every
+// connection goes to the tunnel whatever Host says). With an empty Host the URL is https://<cluster>, which then
+// needs TLSClientConfig.ServerName or Insecure. Proxy settings from the environment are not used: the tunnel is the
+// route.
+func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, error) {
+	if base == nil {
+		return nil, errors.New("clusterproxy: RESTConfig needs a base config with credentials of the managed cluster")
+	}
+	if cluster == "" {
+		return nil, errors.New("clusterproxy: RESTConfig needs a cluster name")
+	}
+	cfg := rest.CopyConfig(base)
+	if cfg.Host == "" {
+		cfg.Host = "https://" + cluster
+	}
+	d := c.Dialer(cluster)
+	cfg.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialPort(ctx, KubeAPIServerPort)
+	}
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	return cfg, nil
+}
+
+// dialCluster opens a single-use konnectivity tunnel over the gRPC frontend and dials <cluster>:<port> through it,
+// as cluster-gateway and clusteradm do. The connection lives until it is closed; closing it ends the tunnel.
+func (c *Client) dialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
+	host, _, _ := net.SplitHostPort(c.frontendAddr)
+	tlsCfg, err := c.tlsConfig(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("dial cluster %s: %w", cluster, err)
+	}
+	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), c.frontendAddr,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return c.resolve.DialContext(ctx, "tcp", addr)
+		}),
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		// Below the proxy-server's enforcement minimum the server would close the connection.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Minute}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel to %s for cluster %s: %w", c.describe(c.frontendAddr), cluster, err)
+	}
+	conn, err := tunnel.DialContext(ctx, "tcp", net.JoinHostPort(cluster, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, c.describe(c.frontendAddr), err)
+	}
+	return conn, nil
+}
+
+// describe names an in-cluster address and, when it is resolved elsewhere, where it goes.
+func (c *Client) describe(addr string) string {
+	if to := c.resolve.Address(addr); to != addr {
+		return addr + " (" + to + ")"
+	}
+	return addr
+}
