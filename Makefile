@@ -65,6 +65,7 @@ build: generate ## Build the binaries into bin/.
 	go build -o $(BIN_DIR)/localhub ./cmd/localhub
 	go build -o $(BIN_DIR)/proxy-server ./cmd/proxy-server
 	go build -o $(BIN_DIR)/proxy-agent ./cmd/proxy-agent
+	go build -o $(BIN_DIR)/kubectl-cluster_proxy ./cmd/kubectl-cluster_proxy
 
 .PHONY: run
 run: build envtest-assets ## Start a local hub control plane with the operator and the sample configuration (Ctrl-C stops it).
@@ -91,3 +92,7 @@ help: ## Show this help.
 .PHONY: bench-control-plane
 bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=N).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run TestControlPlaneScale -count=1 -v -timeout 30m
+
+.PHONY: bench-data-plane
+bench-data-plane: ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1: bulk, latency, 64 clients, 1,000 streams (BENCH_PHASES, BENCH_MODES narrow it).
+	go test -tags bench ./test/bench/dataplane -run TestDataPlane -count=1 -v -timeout 30m

@@ -36,7 +36,7 @@ const (
 	// agentKeepaliveMinTime is the shortest keepalive interval agents may use.
 	agentKeepaliveMinTime = 30 * time.Second
 	readHeaderTimeout     = 10 * time.Second
-	inProcessBufferSize   = 1 << 20
+	inProcessBufferSize   = 64 << 10 // bufconn allocates this up front for each direction of every in-process tunnel
 )
 
 // Options configure a Server. Addresses are host:port; an empty HTTPConnectAddr or UserServerAddr turns that
