@@ -1,0 +1,175 @@
+package multicluster
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+func TestValidateClustersRejectsWhatCannotBecomeAManagedCluster(t *testing.T) {
+	tests := []struct {
+		name     string
+		clusters []ClusterSpec
+		wantErr  string
+	}{
+		{name: "digit-leading name and an http proxy", clusters: []ClusterSpec{{Name: "1st-cluster"}, {Name: "cluster1", Proxy: "http://127.0.0.1:3128"}}},
+		{name: "no cluster", wantErr: "no managed cluster"},
+		{name: "upper case", clusters: []ClusterSpec{{Name: "Cluster1"}}, wantErr: `cluster name "Cluster1"`},
+		{name: "dot", clusters: []ClusterSpec{{Name: "a.b"}}, wantErr: `cluster name "a.b"`},
+		{name: "twice", clusters: []ClusterSpec{{Name: "c"}, {Name: "c"}}, wantErr: "used twice"},
+		{name: "proxy without scheme", clusters: []ClusterSpec{{Name: "c", Proxy: "127.0.0.1:3128"}}, wantErr: "proxy of cluster c"},
+		{name: "socks proxy", clusters: []ClusterSpec{{Name: "c", Proxy: "socks5://127.0.0.1:1080"}}, wantErr: "proxy of cluster c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := validateClusters(tt.clusters)
+			if tt.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			}
+		})
+	}
+}
+
+func TestAwaitsAcceptanceApprovesOnlyTheClustersOwnBootstrapRequest(t *testing.T) {
+	registration := func(mutate func(*certificatesv1.CertificateSigningRequest)) *certificatesv1.CertificateSigningRequest {
+		csr := &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{clusterNameLabel: "cluster1"}},
+			Spec: certificatesv1.CertificateSigningRequestSpec{
+				Username:   bootstrapUser("cluster1"),
+				SignerName: certificatesv1.KubeAPIServerClientSignerName,
+			},
+		}
+		if mutate != nil {
+			mutate(csr)
+		}
+		return csr
+	}
+	tests := []struct {
+		name string
+		csr  *certificatesv1.CertificateSigningRequest
+		want bool
+	}{
+		{name: "pending registration", csr: registration(nil), want: true},
+		{name: "add-on CSR", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Labels[addonNameLabel] = "cluster-proxy"
+		})},
+		{name: "another cluster's bootstrap identity", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Username = bootstrapUser("cluster2")
+		})},
+		{name: "labelled for another cluster", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Labels[clusterNameLabel] = "cluster2"
+		})},
+		{name: "another signer", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.SignerName = "example.io/signer"
+		})},
+		{name: "already approved", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue}}
+		})},
+		{name: "denied", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
+			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue}}
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(awaitsAcceptance(tt.csr, "cluster1")).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestClientCAAuthnSignsUsersWithTheCAItWroteToDisk(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	a, err := newClientCAAuthn(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	args := envtest.EmptyArguments()
+	g.Expect(a.Configure(t.TempDir(), args)).To(Succeed())
+	g.Expect(args.Get("client-ca-file").Get(nil)).To(ConsistOf(filepath.Join(dir, "ca.crt")))
+	keyInfo, err := os.Stat(filepath.Join(dir, "ca.key"))
+	g.Expect(err).NotTo(HaveOccurred(), "kube-controller-manager signs with the key file")
+	g.Expect(keyInfo.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+
+	cfg, err := a.AddUser(envtest.User{Name: "boot", Groups: []string{bootstrapGroup}}, &rest.Config{Host: "https://127.0.0.1:6443"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Host).To(Equal("https://127.0.0.1:6443"))
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	g.Expect(err).NotTo(HaveOccurred())
+	ca := parseCert(t, caPEM)
+	g.Expect(ca.NotAfter.Sub(ca.NotBefore)).To(BeNumerically(">=", caValidity), "long-lived, since signed certs are capped at its expiry")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	cert := parseCert(t, cfg.CertData)
+	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cert.Subject.CommonName).To(Equal("boot"))
+	g.Expect(cert.Subject.Organization).To(ConsistOf(bootstrapGroup))
+}
+
+func TestWriteKubeconfigCarriesTheProxyURL(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{
+		CAData: []byte("ca"), CertData: []byte("cert"), KeyData: []byte("key")}}
+	g.Expect(writeKubeconfig(path, "hub", cfg, "http://127.0.0.1:8888")).To(Succeed())
+
+	info, err := os.Stat(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	kc, err := clientcmd.LoadFromFile(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kc.CurrentContext).To(Equal("hub"))
+	g.Expect(kc.Clusters["hub"].ProxyURL).To(Equal("http://127.0.0.1:8888"))
+	g.Expect(kc.Clusters["hub"].Server).To(Equal("https://127.0.0.1:6443"))
+	restCfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(restCfg.Proxy).NotTo(BeNil(), "client-go honours proxy-url")
+}
+
+func parseCert(t *testing.T, data []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestCleanWorkDirCleansOnlyAnEnvironmentsFolder(t *testing.T) {
+	g := NewWithT(t)
+
+	fresh := &Env{WorkDir: filepath.Join(t.TempDir(), "new")}
+	g.Expect(fresh.cleanWorkDir()).To(Succeed())
+	g.Expect(fresh.WorkDir).To(BeADirectory())
+
+	foreign := &Env{WorkDir: t.TempDir()}
+	g.Expect(os.WriteFile(filepath.Join(foreign.WorkDir, "notes.txt"), []byte("mine"), 0o644)).To(Succeed())
+	g.Expect(foreign.cleanWorkDir()).To(MatchError(ContainSubstring("not made by an earlier environment")))
+	g.Expect(filepath.Join(foreign.WorkDir, "notes.txt")).To(BeARegularFile())
+
+	earlier := &Env{WorkDir: t.TempDir()}
+	for _, f := range []string{workDirMarker, "hub/etcd/member", "clusters/c1/etcd/member", "other/keep"} {
+		g.Expect(os.MkdirAll(filepath.Join(earlier.WorkDir, filepath.Dir(f)), 0o755)).To(Succeed())
+		g.Expect(os.WriteFile(filepath.Join(earlier.WorkDir, f), nil, 0o644)).To(Succeed())
+	}
+	g.Expect(earlier.cleanWorkDir()).To(Succeed())
+	g.Expect(filepath.Join(earlier.WorkDir, "hub")).NotTo(BeAnExistingFile())
+	g.Expect(filepath.Join(earlier.WorkDir, "clusters")).NotTo(BeAnExistingFile())
+	g.Expect(filepath.Join(earlier.WorkDir, "other", "keep")).To(BeARegularFile(), "only the environment's own files go")
+}

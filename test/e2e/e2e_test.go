@@ -1,0 +1,283 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/x509"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+)
+
+var _ = Describe("The local system", Ordered, func() {
+	It("joins every cluster through OCM and brings every tunnel up with certificates from klusterlet CSRs", func() {
+		states := must(sys.States(ctx()))
+		Expect(states).To(HaveLen(2))
+		for _, st := range states {
+			Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
+			Expect(st.AddOnAvailable).To(Equal(metav1.ConditionTrue), st.Name)
+		}
+		csrs := &certificatesv1.CertificateSigningRequestList{}
+		Expect(sys.HubClient.List(ctx(), csrs)).To(Succeed())
+		for _, cluster := range clusterNames() {
+			var signed *certificatesv1.CertificateSigningRequest
+			for i := range csrs.Items {
+				csr := &csrs.Items[i]
+				if csr.Spec.SignerName == "open-cluster-management.io/proxy-agent-signer" &&
+					csr.Labels["open-cluster-management.io/cluster-name"] == cluster && len(csr.Status.Certificate) > 0 {
+					signed = csr
+				}
+			}
+			Expect(signed).NotTo(BeNil(), "cluster %s has a signed agent CSR", cluster)
+			Expect(signed.Spec.Username).To(HavePrefix("system:open-cluster-management:"+cluster+":"), "the klusterlet created it")
+			chain := must(certs.ParseCertificates(signed.Status.Certificate))
+			Expect(chain[0].Subject.CommonName).To(Equal(render.AgentCommonNamePrefix + cluster))
+		}
+	})
+
+	It("lets kubectl list, watch and act as a mapped hub user on every cluster through the user-server", func() {
+		hubToken := hubUserToken()
+		for _, cluster := range clusterNames() {
+			By(cluster)
+			viewer := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+			out, err := kubectl(viewer, "get", "namespaces", "-o", "name")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
+
+			expectWatchSees(viewer, cluster)
+
+			hub := userKubeconfig(cluster, "hub-user", hubToken)
+			out, err = kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"))
+			_, err = kubectl(hub, "get", "namespaces")
+			Expect(err).NotTo(HaveOccurred(), "the managed cluster's RBAC for the mapped user applies")
+		}
+	})
+
+	It("reaches every managed kube-apiserver with konnectivity-client over gRPC and with curl over HTTP CONNECT", func() {
+		for _, cluster := range clusterNames() {
+			Eventually(func() (string, error) { return grpcHealthz(cluster) }).Should(Equal("ok"), cluster)
+			Eventually(func() (string, error) { return curlHealthz(cluster) }).Should(Equal("ok"), cluster)
+		}
+	})
+
+	It("shows every cluster healthy with a latency in kubectl-cluster_proxy health", func() {
+		out, err := plugin("health")
+		Expect(err).NotTo(HaveOccurred())
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		Expect(strings.Fields(lines[0])).To(Equal([]string{"CLUSTER", "NAME", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"}))
+		for _, cluster := range clusterNames() {
+			Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+True\s+True\s+True\s+\S+`), out)
+		}
+	})
+
+	It("sends cluster1's agent through the forward proxy: stopping squid drops only its tunnel, and it comes back", func() {
+		Expect(sys.Squid.Stop()).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, err := grpcHealthz(system.ProxiedCluster)
+			g.Expect(err).To(HaveOccurred())
+		}).Should(Succeed())
+		Expect(grpcHealthz(system.DigitCluster)).To(Equal("ok"), "the direct cluster keeps its tunnel")
+		Expect(sys.Squid.Start()).To(Succeed())
+		Eventually(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }).Should(Equal("ok"))
+		Expect(os.ReadFile(sys.Squid.AccessLog())).To(ContainSubstring("CONNECT "+system.EntrypointHost), "squid carried the agent's tunnel")
+	})
+
+	It("reports a bad proxy URL by its field and keeps the running agent", func() {
+		setProxy("http//no-scheme")
+		Eventually(func(g Gomega) {
+			cps := &proxyv1alpha1.ClusterProxyStatus{}
+			g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, "cluster-proxy"), cps)).To(Succeed())
+			c := meta.FindStatusCondition(cps.Status.Conditions, proxyv1alpha1.ConditionProxySettingsApplied)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Message).To(ContainSubstring("spec.proxyConfig.httpsProxy"))
+		}).Should(Succeed())
+		Consistently(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }, "3s", "500ms").Should(Equal("ok"))
+	})
+
+	It("takes a new proxy route to the running agent: it reconnects through the new proxy", func() {
+		second := must(system.StartSquid(filepath.Join(workDir, "squid-2"), map[string]string{system.EntrypointHost: "127.0.0.1"}))
+		defer func() { Expect(second.Stop()).To(Succeed()) }()
+		setProxy(second.URL())
+		Eventually(func(g Gomega) {
+			// The old route is gone: the agent now goes through the second proxy only.
+			g.Expect(sys.Squid.Stop()).To(Succeed())
+			body, err := grpcHealthz(system.ProxiedCluster)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(body).To(Equal("ok"))
+		}).Should(Succeed())
+		Expect(sys.Squid.Start()).To(Succeed())
+		setProxy(sys.Squid.URL())
+		Eventually(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }).Should(Equal("ok"))
+	})
+
+	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {
+		tokens := map[string]string{}
+		for _, cluster := range clusterNames() {
+			tokens[cluster] = userKubeconfig(cluster, "loop", viewerToken(cluster))
+		}
+		oldCA := currentCA()
+		var ok, failures atomic.Int64
+		var mu sync.Mutex
+		var errs []string
+		loopCtx, stop := context.WithCancel(ctx())
+		var wg sync.WaitGroup
+		for cluster, kc := range tokens {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				for loopCtx.Err() == nil {
+					if _, err := kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
+						failures.Add(1)
+						mu.Lock()
+						errs = append(errs, cluster+": "+err.Error())
+						mu.Unlock()
+					} else {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+		Eventually(ok.Load).Should(BeNumerically(">", 4))
+
+		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+		Expect(sys.HubClient.Get(ctx(), types("", proxyv1alpha1.DefaultConfigurationName), mpc)).To(Succeed())
+		patch := client.MergeFrom(mpc.DeepCopy())
+		mpc.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "e2e"}
+		Expect(sys.HubClient.Patch(ctx(), mpc, patch)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			newCA := currentCA()
+			g.Expect(newCA.Equal(oldCA)).To(BeFalse(), "a new CA")
+			live := &proxyv1alpha1.ManagedProxyConfiguration{}
+			g.Expect(sys.HubClient.Get(ctx(), types("", proxyv1alpha1.DefaultConfigurationName), live)).To(Succeed())
+			g.Expect(live.Status.Signer.BundleFingerprints).To(Equal([]string{certs.Fingerprint(newCA)}), "the old CA left the bundle")
+			for _, cluster := range clusterNames() {
+				g.Expect(agentCertificateIssuer(g, cluster)).To(Equal(newCA.Subject.CommonName), "%s's agent certificate", cluster)
+			}
+			for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+				s := &corev1.Secret{}
+				g.Expect(sys.HubClient.Get(ctx(), types(system.Namespace, name), s)).To(Succeed())
+				leaf := must(certs.ParseCertificates(s.Data["tls.crt"]))[0]
+				g.Expect(leaf.CheckSignatureFrom(newCA)).To(Succeed(), name)
+			}
+		}, 5*time.Minute, time.Second).Should(Succeed())
+		Eventually(ok.Load).Should(BeNumerically(">", ok.Load()+4), "requests keep flowing after the rotation")
+		stop()
+		wg.Wait()
+		Expect(errs).To(BeEmpty())
+		Expect(failures.Load()).To(BeZero())
+	})
+
+	It("removes the agent from a cluster and its status from the hub when its add-on is removed", func() {
+		cluster := system.DigitCluster
+		Expect(sys.HubClient.Delete(ctx(), &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: "cluster-proxy"}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := managedClient(cluster).Get(ctx(), types(render.DefaultAgentNamespace, render.AgentDeploymentName), &appsv1.Deployment{})
+			g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+			g.Expect(err).To(HaveOccurred(), "the agent Deployment is gone from the managed cluster")
+			g.Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})).NotTo(Succeed())
+			g.Expect(sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})).NotTo(Succeed())
+		}).Should(Succeed())
+		Eventually(func() bool {
+			for _, p := range sys.Launcher.Pods() {
+				if p.Cluster == cluster && p.Running {
+					return true
+				}
+			}
+			return false
+		}).Should(BeFalse(), "the agent process stopped with its Deployment")
+	})
+
+	It("cleans the hub when the ManagedProxyConfiguration is deleted", func() {
+		Expect(sys.HubClient.Delete(ctx(), &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			for _, name := range []string{"proxy-server-ca", "proxy-client", "proxy-server", "agent-server"} {
+				g.Expect(sys.HubClient.Get(ctx(), types(system.Namespace, name), &corev1.Secret{})).NotTo(Succeed(), name)
+			}
+			g.Expect(sys.HubClient.Get(ctx(), types("", "cluster-proxy"), &addonv1alpha1.ClusterManagementAddOn{})).NotTo(Succeed())
+		}).Should(Succeed())
+	})
+})
+
+// expectWatchSees starts kubectl get --watch through the user-server and creates namespaces on the managed cluster
+// until the watch reports one.
+func expectWatchSees(kubeconfig, cluster string) {
+	c, cancel := context.WithCancel(ctx())
+	defer cancel()
+	cmd := exec.CommandContext(c, filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "--kubeconfig", kubeconfig,
+		"get", "namespaces", "--watch-only", "-o", "name")
+	stdout := must(cmd.StdoutPipe())
+	Expect(cmd.Start()).To(Succeed())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	lines := make(chan string, 16)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	mc := managedClient(cluster)
+	Eventually(func(g Gomega) {
+		name := "watched-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "-")
+		g.Expect(mc.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+		select {
+		case line := <-lines:
+			g.Expect(line).To(HavePrefix("namespace/watched-"))
+		case <-time.After(3 * time.Second):
+			g.Expect("no event").To(BeEmpty(), "the watch streamed nothing")
+		}
+	}, timeout, 0).Should(Succeed())
+}
+
+// setProxy points cluster1's AddOnDeploymentConfig at proxyURL.
+func setProxy(proxyURL string) {
+	Eventually(func(g Gomega) {
+		adc := &addonv1alpha1.AddOnDeploymentConfig{}
+		g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, system.ProxyConfigName), adc)).To(Succeed())
+		adc.Spec.ProxyConfig.HTTPSProxy = proxyURL
+		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
+	}).Should(Succeed())
+}
+
+// currentCA is the signer's current CA.
+func currentCA() *x509.Certificate {
+	s := &corev1.Secret{}
+	Expect(sys.HubClient.Get(ctx(), types(system.Namespace, proxyv1alpha1.SignerSecretName), s)).To(Succeed())
+	return must(certs.ParseCertificates(s.Data["ca.crt"]))[0]
+}
+
+// agentCertificateIssuer is the issuer of the agent certificate the klusterlet wrote on the managed cluster.
+func agentCertificateIssuer(g Gomega, cluster string) string {
+	s := &corev1.Secret{}
+	g.Expect(managedClient(cluster).Get(ctx(), types(render.DefaultAgentNamespace, render.AgentCertSecretName), s)).To(Succeed())
+	chain, err := certs.ParseCertificates(s.Data["tls.crt"])
+	g.Expect(err).NotTo(HaveOccurred())
+	return chain[0].Issuer.CommonName
+}
