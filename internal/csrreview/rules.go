@@ -168,11 +168,16 @@ func checkSignature(req *x509.CertificateRequest) *denial {
 	return nil
 }
 
+// KlusterletDNSName is the one subject alternative name OCM's klusterlet puts in every add-on CSR it creates
+// (<add-on>.addon.open-cluster-management.io). It is tolerated, and never copied into the certificate.
+const KlusterletDNSName = AddonName + ".addon.open-cluster-management.io"
+
 // checkSANs refuses requests for subject alternative names: these are
-// client certificates, identified by their subject only.
+// client certificates, identified by their subject only. The klusterlet's
+// fixed add-on name is the one exception.
 func checkSANs(req *x509.CertificateRequest) *denial {
 	var found []string
-	if len(req.DNSNames) > 0 {
+	if dns := req.DNSNames; len(dns) > 0 && !(len(dns) == 1 && dns[0] == KlusterletDNSName) {
 		found = append(found, fmt.Sprintf("DNS names %q", req.DNSNames))
 	}
 	if len(req.IPAddresses) > 0 {
@@ -189,7 +194,7 @@ func checkSANs(req *x509.CertificateRequest) *denial {
 		found = append(found, fmt.Sprintf("URIs %q", uris))
 	}
 	if len(found) > 0 {
-		return deny(ReasonUnexpectedSANs, "spec.request subject alternative names: want none, got %s", strings.Join(found, ", "))
+		return deny(ReasonUnexpectedSANs, "spec.request subject alternative names: want none (or only DNS %s), got %s", KlusterletDNSName, strings.Join(found, ", "))
 	}
 	return nil
 }

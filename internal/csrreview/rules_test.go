@@ -247,6 +247,11 @@ func TestCheckSANs(t *testing.T) {
 		wantMsg    []string
 	}{
 		{name: "none", template: x509.CertificateRequest{}},
+		{name: "the klusterlet's add-on DNS name", template: x509.CertificateRequest{DNSNames: []string{"cluster-proxy.addon.open-cluster-management.io"}}},
+		{name: "another add-on's DNS name", template: x509.CertificateRequest{DNSNames: []string{"other.addon.open-cluster-management.io"}},
+			wantReason: ReasonUnexpectedSANs},
+		{name: "the klusterlet's name and another", template: x509.CertificateRequest{DNSNames: []string{"cluster-proxy.addon.open-cluster-management.io", "evil.example.com"}},
+			wantReason: ReasonUnexpectedSANs},
 		{name: "DNS", template: x509.CertificateRequest{DNSNames: []string{"a.example.com"}},
 			wantReason: ReasonUnexpectedSANs, wantMsg: []string{"spec.request subject alternative names", "want none", `DNS names ["a.example.com"]`}},
 		{name: "IP", template: x509.CertificateRequest{IPAddresses: []net.IP{net.ParseIP("10.0.0.1")}},

@@ -273,10 +273,18 @@ func currentCA() *x509.Certificate {
 	return must(certs.ParseCertificates(s.Data["ca.crt"]))[0]
 }
 
+// agentNamespace is where the agent of cluster is installed, as its add-on reports (an AddOnDeploymentConfig
+// defaults agentInstallNamespace to open-cluster-management-agent-addon).
+func agentNamespace(g Gomega, cluster string) string {
+	mca := &addonv1alpha1.ManagedClusterAddOn{}
+	g.Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), mca)).To(Succeed())
+	return mca.Status.Namespace
+}
+
 // agentCertificateIssuer is the issuer of the agent certificate the klusterlet wrote on the managed cluster.
 func agentCertificateIssuer(g Gomega, cluster string) string {
 	s := &corev1.Secret{}
-	g.Expect(managedClient(cluster).Get(ctx(), types(render.DefaultAgentNamespace, render.AgentCertSecretName), s)).To(Succeed())
+	g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentCertSecretName), s)).To(Succeed())
 	chain, err := certs.ParseCertificates(s.Data["tls.crt"])
 	g.Expect(err).NotTo(HaveOccurred())
 	return chain[0].Issuer.CommonName
