@@ -177,7 +177,7 @@ const KlusterletDNSName = AddonName + ".addon.open-cluster-management.io"
 // fixed add-on name is the one exception.
 func checkSANs(req *x509.CertificateRequest) *denial {
 	var found []string
-	if dns := req.DNSNames; len(dns) > 0 && !(len(dns) == 1 && dns[0] == KlusterletDNSName) {
+	if dns := req.DNSNames; len(dns) > 1 || (len(dns) == 1 && dns[0] != KlusterletDNSName) {
 		found = append(found, fmt.Sprintf("DNS names %q", req.DNSNames))
 	}
 	if len(req.IPAddresses) > 0 {
