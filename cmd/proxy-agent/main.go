@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"go.uber.org/zap/zapcore"
 
 	"github.com/go-logr/logr"
@@ -98,6 +100,8 @@ func main() {
 		zapOpts.Level = zapcore.Level(-*verbosity)
 	}
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	// Libraries log through controller-runtime\'s logger (the service-proxy, the user-server).
+	ctrllog.SetLogger(log)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
 		os.Exit(2)

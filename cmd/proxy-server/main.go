@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"go.uber.org/zap/zapcore"
 
 	"k8s.io/klog/v2"
@@ -175,6 +177,8 @@ func main() {
 		os.Exit(2)
 	}
 	log := zap.New(zap.UseFlagOptions(&c.zap))
+	// Libraries log through controller-runtime\'s logger (the service-proxy, the user-server).
+	ctrllog.SetLogger(log)
 	// ANP logs through klog.
 	klog.SetLogger(log.WithName("anp"))
 
