@@ -210,7 +210,9 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			mca := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
 			g.Expect(mca.Status.Namespace).To(Equal("open-cluster-management-cluster-proxy"))
 			g.Expect(mca.Status.Registrations).To(ConsistOf(
-				HaveField("SignerName", "kubernetes.io/kube-apiserver-client"),
+				And(HaveField("SignerName", "kubernetes.io/kube-apiserver-client"),
+					HaveField("Subject.Groups", ConsistOf("system:open-cluster-management:cluster:"+cluster+":addon:cluster-proxy",
+						"system:open-cluster-management:addon:cluster-proxy"))),
 				And(HaveField("SignerName", "open-cluster-management.io/proxy-agent-signer"),
 					HaveField("Subject.User", "open-cluster-management:cluster-proxy:agent:"+cluster),
 					HaveField("Subject.OrganizationUnits", ConsistOf(HavePrefix("signer-"+strings.TrimPrefix(caFingerprint, "SHA256:")[:16]),

@@ -110,7 +110,12 @@ func installNamespace(s *scope) string {
 // registrations ask OCM's klusterlet for the add-on's hub kubeconfig and for the agent's client certificate from
 // the proxy-agent signer, with a subject naming the cluster and the signing CA.
 func registrations(s *scope) []addonv1alpha1.RegistrationConfig {
-	regs := []addonv1alpha1.RegistrationConfig{{SignerName: certificatesv1.KubeAPIServerClientSignerName}}
+	regs := []addonv1alpha1.RegistrationConfig{{
+		SignerName: certificatesv1.KubeAPIServerClientSignerName,
+		Subject: addonv1alpha1.Subject{
+			User: csrreview.HubKubeconfigUser(s.mca.Namespace), Groups: csrreview.HubKubeconfigGroups(s.mca.Namespace),
+		},
+	}}
 	if s.mpc != nil && s.mpc.Status.Signer != nil && s.mpc.Status.Signer.CAFingerprint != "" {
 		subject := render.AgentCertificateSubject(s.mca.Namespace, installNamespace(s), s.mpc.Status.Signer.CAFingerprint)
 		regs = append(regs, addonv1alpha1.RegistrationConfig{

@@ -49,6 +49,16 @@ func addonAgentUserPrefix(cluster string) string {
 	return addonGroup(cluster) + ":agent:"
 }
 
+// AllAgentsGroup is the hub group every cluster's add-on identity also carries, so one ClusterRoleBinding can grant
+// all agents what they need on the hub (TokenReview) without a write per cluster.
+const AllAgentsGroup = "system:open-cluster-management:addon:" + AddonName
+
+// HubKubeconfigUser is the user the operator advertises for a cluster's add-on hub kubeconfig.
+func HubKubeconfigUser(cluster string) string { return addonAgentUserPrefix(cluster) + "proxy-agent" }
+
+// HubKubeconfigGroups are the groups the operator advertises for a cluster's add-on hub kubeconfig.
+func HubKubeconfigGroups(cluster string) []string { return []string{addonGroup(cluster), AllAgentsGroup} }
+
 // decided reports whether the CSR already carries an Approved, Denied or
 // Failed condition, and which. Like the Kubernetes helpers it looks at the
 // condition type only: the API only ever sets these with status True.
@@ -209,8 +219,9 @@ func checkHubKubeconfigSubject(cluster string, subject pkix.Name) *denial {
 	if agent, ok := strings.CutPrefix(subject.CommonName, prefix); !ok || agent == "" {
 		return deny(ReasonUnexpectedSubject, "subject CN: want %q followed by an agent name, got %q", prefix, subject.CommonName)
 	}
-	if want := []string{addonGroup(cluster)}; !slices.Equal(subject.Organization, want) {
-		return deny(ReasonUnexpectedSubject, "subject O: want exactly %q, got %q", want, subject.Organization)
+	// OCM's default subject has the cluster's add-on group only; the operator advertises the all-agents group too.
+	if !sameMultiset(subject.Organization, []string{addonGroup(cluster)}) && !sameMultiset(subject.Organization, HubKubeconfigGroups(cluster)) {
+		return deny(ReasonUnexpectedSubject, "subject O: want exactly %q, or %q, got %q", []string{addonGroup(cluster)}, HubKubeconfigGroups(cluster), subject.Organization)
 	}
 	return nil
 }

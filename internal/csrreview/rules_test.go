@@ -284,6 +284,10 @@ func TestCheckHubKubeconfigSubject(t *testing.T) {
 		wantMsg    []string
 	}{
 		{name: "OCM subject", subject: pkix.Name{CommonName: cn, Organization: []string{group}}},
+		{name: "the advertised subject, with the all-agents group", subject: pkix.Name{CommonName: HubKubeconfigUser("c1"),
+			Organization: []string{"system:open-cluster-management:addon:cluster-proxy", group}}},
+		{name: "the all-agents group alone", subject: pkix.Name{CommonName: cn, Organization: []string{"system:open-cluster-management:addon:cluster-proxy"}},
+			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
 		{name: "other attributes are not used by the API server", subject: pkix.Name{CommonName: cn, Organization: []string{group}, Country: []string{"DE"}}},
 		{name: "no agent name", subject: pkix.Name{CommonName: "system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:", Organization: []string{group}},
 			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "agent name"}},

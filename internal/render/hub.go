@@ -292,7 +292,8 @@ func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 // hub token a request carries before impersonating that user on its cluster.
 const AgentHubTokenReviewBindingName = "open-cluster-management:cluster-proxy:agent-tokenreview"
 
-// AgentHubGroup is the hub group OCM gives every cluster's add-on identity (kube-apiserver-client registration).
+// AgentHubGroup is the hub group every cluster's add-on identity carries: the operator advertises it in the
+// kube-apiserver-client registration's subject (csrreview.HubKubeconfigGroups).
 const AgentHubGroup = "system:open-cluster-management:addon:" + proxyv1alpha1.AddonName
 
 // AgentHubTokenReviewBinding grants the agents' hub identities the built-in system:auth-delegator role (TokenReview
