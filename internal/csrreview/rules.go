@@ -57,7 +57,9 @@ const AllAgentsGroup = "system:open-cluster-management:addon:" + AddonName
 func HubKubeconfigUser(cluster string) string { return addonAgentUserPrefix(cluster) + "proxy-agent" }
 
 // HubKubeconfigGroups are the groups the operator advertises for a cluster's add-on hub kubeconfig.
-func HubKubeconfigGroups(cluster string) []string { return []string{addonGroup(cluster), AllAgentsGroup} }
+func HubKubeconfigGroups(cluster string) []string {
+	return []string{addonGroup(cluster), AllAgentsGroup}
+}
 
 // decided reports whether the CSR already carries an Approved, Denied or
 // Failed condition, and which. Like the Kubernetes helpers it looks at the
