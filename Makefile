@@ -76,13 +76,19 @@ build: generate ## Build the binaries into bin/.
 	go build -o $(BIN_DIR)/proxy-server ./cmd/proxy-server
 	go build -o $(BIN_DIR)/proxy-agent ./cmd/proxy-agent
 	go build -o $(BIN_DIR)/kubectl-cluster_proxy ./cmd/kubectl-cluster_proxy
+	go build -o $(BIN_DIR)/localsystem ./cmd/localsystem
 
 .PHONY: ocm-local
 ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as processes (own Go module in hack/ocm; minutes cold, cached after).
 	@hack/ocm-build.sh
 
 .PHONY: run
-run: build envtest-assets ## Start a local hub control plane with the operator and the sample configuration (Ctrl-C stops it).
+run: build ocm-local envtest-assets ## Start the whole system: hub + two managed clusters joined through real OCM, the operator, proxy-server, agents, squid (Ctrl-C stops it).
+	@command -v squid >/dev/null || [ -x /usr/sbin/squid ] || { echo "make run needs squid as the forward proxy: apt-get install -y squid-openssl"; exit 1; }
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(BIN_DIR)/localsystem
+
+.PHONY: run-hub
+run-hub: build envtest-assets ## Start a hub control plane only, with the operator and the sample configuration (Ctrl-C stops it).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(BIN_DIR)/localhub --manager $(BIN_DIR)/manager
 
 .PHONY: docker-build
