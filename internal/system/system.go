@@ -165,7 +165,8 @@ func (s *System) start(ctx context.Context) error {
 	for _, c := range s.Env.Clusters {
 		targets = append(targets, launcher.Target{Name: c.Name, Config: c.Config})
 	}
-	s.Launcher, err = launcher.Start(ctx, launcher.Options{
+	// The pods live as long as the system, not as long as the caller's start-up deadline: Stop ends them.
+	s.Launcher, err = launcher.Start(context.WithoutCancel(ctx), launcher.Options{
 		Hub:       launcher.Target{Name: "hub", Config: s.Env.Hub},
 		Clusters:  targets,
 		Binaries:  launcher.Binaries{ProxyServer: s.opts.Binaries.ProxyServer, ProxyAgent: s.opts.Binaries.ProxyAgent},
