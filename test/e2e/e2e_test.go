@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 var _ = Describe("The local system", Ordered, func() {
@@ -91,6 +94,23 @@ var _ = Describe("The local system", Ordered, func() {
 		Expect(strings.Fields(lines[0])).To(Equal([]string{"CLUSTER", "NAME", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"}))
 		for _, cluster := range clusterNames() {
 			Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+True\s+True\s+True\s+\S+`), out)
+		}
+	})
+
+	It("gives hub programs a rest.Config and a probe for each cluster by name (pkg/clusterproxy)", func() {
+		resolve := must(clusterproxy.ParseResolve(sys.Resolve))
+		proxies := must(clusterproxy.New(ctx(), sys.Env.Hub, clusterproxy.Options{Resolve: resolve}))
+		for _, cluster := range clusterNames() {
+			base := rest.CopyConfig(managedConfig(cluster))
+			// A name that resolves nowhere: only the tunnel can reach the apiserver. Its certificate names localhost.
+			base.Host = "https://kubernetes.default.svc"
+			base.TLSClientConfig.ServerName = "localhost"
+			cfg := must(proxies.RESTConfig(cluster, base))
+			ns := must(kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{}))
+			Expect(ns.Name).To(Equal("open-cluster-management-agent"))
+			result := must(proxies.Probe(ctx(), cluster))
+			Expect(result.Healthy).To(BeTrue(), "%s: %s", cluster, result.Message)
+			Expect(result.Latency).To(BeNumerically(">", 0))
 		}
 	})
 
