@@ -104,7 +104,7 @@ var _ = Describe("The local system", Ordered, func() {
 			base := rest.CopyConfig(managedConfig(cluster))
 			// A name that resolves nowhere: only the tunnel can reach the apiserver. Its certificate names localhost.
 			base.Host = "https://kubernetes.default.svc"
-			base.TLSClientConfig.ServerName = "localhost"
+			base.ServerName = "localhost"
 			cfg := must(proxies.RESTConfig(cluster, base))
 			ns := must(kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{}))
 			Expect(ns.Name).To(Equal("open-cluster-management-agent"))
