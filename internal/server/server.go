@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/test/bufconn"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	anpserver "sigs.k8s.io/apiserver-network-proxy/pkg/server"
 	"sigs.k8s.io/apiserver-network-proxy/pkg/server/proxystrategies"
@@ -36,7 +35,6 @@ const (
 	// agentKeepaliveMinTime is the shortest keepalive interval agents may use.
 	agentKeepaliveMinTime = 30 * time.Second
 	readHeaderTimeout     = 10 * time.Second
-	inProcessBufferSize   = 64 << 10 // bufconn allocates this up front for each direction of every in-process tunnel
 )
 
 // Options configure a Server. Addresses are host:port; an empty HTTPConnectAddr or UserServerAddr turns that
@@ -105,11 +103,12 @@ type Server struct {
 
 	frontendTLS, agentTLS, userTLS *tlsreload.Source
 
-	frontend, agentEndpoint, inProcess *grpc.Server
-	httpConnect, health, admin         *http.Server
-	inProcessListener                  *bufconn.Listener
+	frontend, agentEndpoint    *grpc.Server
+	httpConnect, health, admin *http.Server
 
-	// tunnelCtx bounds the in-process tunnels; it ends after the user-server has drained.
+	// inProcess tracks the user-server's tunnels (DialCluster); tunnelCtx bounds them and ends after the user-server
+	// has drained.
+	inProcess     inProcessTunnels
 	tunnelCtx     context.Context
 	cancelTunnels context.CancelFunc
 
@@ -162,13 +161,11 @@ func New(opts Options) (*Server, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.AgentKeepaliveTime}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.StreamInterceptor(agentStreamInterceptor(s.agents, s.log)),
+		grpc.ForceServerCodecV2(newAgentCodec()),
 	)
 	agent.RegisterAgentServiceServer(s.agentEndpoint, s.anp)
 
-	// The user-server's own frontend: in memory, no TLS, not reachable from outside the process.
-	s.inProcessListener = bufconn.Listen(inProcessBufferSize)
-	s.inProcess = grpc.NewServer()
-	client.RegisterProxyServiceServer(s.inProcess, s.anp)
+	// The user-server's tunnels are streams of ANP's handler in memory (DialCluster), not reachable from outside.
 	s.tunnelCtx, s.cancelTunnels = context.WithCancel(context.Background())
 
 	if opts.HTTPConnectAddr != "" {
@@ -312,7 +309,6 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	}
 	serve("frontend", func() error { return s.frontend.Serve(l.frontend) })
 	serve("agent endpoint", func() error { return s.agentEndpoint.Serve(l.agent) })
-	serve("in-process frontend", func() error { return s.inProcess.Serve(s.inProcessListener) })
 	if l.health != nil {
 		serve("health", func() error { return s.health.Serve(l.health) })
 	}
@@ -356,7 +352,7 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 		stopUser()
 		<-userDone
 		s.cancelTunnels()
-		gracefulStop(shutdownCtx, s.inProcess)
+		s.inProcess.stop(shutdownCtx)
 	})
 	stopping.Go(func() { gracefulStop(shutdownCtx, s.frontend) })
 	if s.httpConnect != nil {

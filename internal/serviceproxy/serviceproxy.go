@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -89,8 +91,9 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.kube = newReverseProxy("kube-apiserver", kubeTransport)
-	p.services = newReverseProxy("service", newServiceTransport(opts.ServiceCAs, dial))
+	buffers := &copybuf.Pool{}
+	p.kube = newReverseProxy("kube-apiserver", kubeTransport, buffers)
+	p.services = newReverseProxy("service", newServiceTransport(opts.ServiceCAs, dial), buffers)
 	return p, nil
 }
 
@@ -201,7 +204,7 @@ func withRoute(ctx context.Context, r *route) context.Context {
 	return context.WithValue(ctx, routeKey{}, r)
 }
 
-func newReverseProxy(kind string, transport http.RoundTripper) *httputil.ReverseProxy {
+func newReverseProxy(kind string, transport http.RoundTripper, buffers httputil.BufferPool) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rt := pr.In.Context().Value(routeKey{}).(*route)
@@ -212,8 +215,11 @@ func newReverseProxy(kind string, transport http.RoundTripper) *httputil.Reverse
 			}
 		},
 		Transport: transport,
-		// Watches and logs stream; flush every write.
-		FlushInterval: -1,
+		// Watches and logs (no Content-Length) and event streams are flushed on every write, their headers at once:
+		// ReverseProxy does that by itself. Other answers are written as they are copied, headers with the first
+		// bytes, so they cross the tunnel in one packet rather than headers first from a goroutine of their own.
+		FlushInterval: 0,
+		BufferPool:    buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the caller went away; nobody reads the answer

@@ -202,6 +202,43 @@ var _ = Describe("service requests", func() {
 		Expect(secure.requests()).To(HaveLen(1))
 	})
 
+	It("relays a chunked answer as it comes: the headers at once, then each chunk when the service sends it", func(ctx SpecContext) {
+		next := make(chan struct{})
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rc := http.NewResponseController(w)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_ = rc.Flush()
+			for _, event := range []string{"ADDED", "MODIFIED"} {
+				select { // the client must see what came before without this
+				case <-next:
+				case <-r.Context().Done():
+					return
+				}
+				_, _ = fmt.Fprintf(w, `{"type":%q}`+"\n", event)
+				_ = rc.Flush()
+			}
+		}))
+		DeferCleanup(backend.Close)
+		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p.dialer.route("stream.team.svc:8080", backend.Listener.Addr().String())
+
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/watch", nil)
+		Expect(err).NotTo(HaveOccurred())
+		for k, v := range serviceHeaders("http", teamNamespace, "stream", "8080") {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req) // returns with the headers, before any event
+		Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		events := bufio.NewReader(resp.Body)
+		for _, event := range []string{"ADDED", "MODIFIED"} {
+			next <- struct{}{}
+			Expect(events.ReadString('\n')).To(Equal(fmt.Sprintf(`{"type":%q}`+"\n", event)))
+		}
+	}, SpecTimeout(20*time.Second))
+
 	It("relays an upgraded connection both ways", func(ctx SpecContext) {
 		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !strings.EqualFold(r.Header.Get("Upgrade"), "SPDY/3.1") {

@@ -10,7 +10,12 @@ import (
 )
 
 // Buffers of the pooled connections; larger than net/http's 4 KiB so a bulk body crosses the tunnel in fewer packets.
-const tunnelBufferSize = 32 << 10
+// A full write buffer is one DATA packet of the proxy-server's in-process tunnel, whose packets stay under 32 KiB
+// (internal/server, maxDataPayload).
+const (
+	tunnelReadBufferSize  = 32 << 10
+	tunnelWriteBufferSize = 32<<10 - 64
+)
 
 // pool keeps one http.Transport per cluster, so requests to a cluster share a bounded set of kept-alive tunnels
 // instead of opening one each. It is the ReverseProxy's RoundTripper; the request's host is the cluster.
@@ -49,8 +54,8 @@ func (p *pool) transport(cluster string) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		// Pass bodies through as they are; the transport must not negotiate and undo compression on its own.
 		DisableCompression: true,
-		WriteBufferSize:    tunnelBufferSize,
-		ReadBufferSize:     tunnelBufferSize,
+		WriteBufferSize:    tunnelWriteBufferSize,
+		ReadBufferSize:     tunnelReadBufferSize,
 	}
 	p.transports[cluster] = t
 	return t

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
@@ -45,7 +47,10 @@ type Options struct {
 	Allowed allowlist.List
 	// MaxIdleConnsPerCluster is how many idle tunnels a cluster's pool keeps, default 64.
 	MaxIdleConnsPerCluster int
-	// MaxConnsPerCluster bounds a cluster's tunnels, in use or idle, default 256; further requests wait for one.
+	// MaxConnsPerCluster bounds a cluster's tunnels, in use or idle, default 2048; further requests wait for one.
+	// Every watch, followed log, exec, attach and port-forward holds a tunnel for as long as it runs, so the bound is
+	// well above what short requests need (MaxIdleConnsPerCluster) and what a cluster's long-lived streams are
+	// expected to reach; it still caps what one cluster can make the proxy-server and its agent hold.
 	MaxConnsPerCluster int
 	// IdleConnTimeout closes a tunnel idle for that long, default 90s.
 	IdleConnTimeout time.Duration
@@ -57,7 +62,7 @@ type Options struct {
 const (
 	defaultServiceProxyPort = 7443
 	defaultMaxIdle          = 64
-	defaultMaxConns         = 256
+	defaultMaxConns         = 2048
 	defaultIdleConnTimeout  = 90 * time.Second
 	defaultDrainTimeout     = 30 * time.Second
 	// How often transports of clusters that disappeared are dropped.
@@ -123,9 +128,12 @@ func New(opts Options) *Server {
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:   s.rewrite,
 		Transport: s.pool,
-		// Watches and logs stream: every chunk goes to the client as it arrives.
-		FlushInterval: -1,
+		// Watches and logs (no Content-Length) and event streams are flushed on every write, their headers at once:
+		// ReverseProxy does that by itself. Other answers are written as they are copied, headers with the first
+		// bytes; -1 here would flush their headers alone from a goroutine of its own, for every request.
+		FlushInterval: 0,
 		ErrorHandler:  s.proxyError,
+		BufferPool:    &copybuf.Pool{},
 	}
 	return s
 }

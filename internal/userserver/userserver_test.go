@@ -257,6 +257,45 @@ func TestBoundsTunnelsPerCluster(t *testing.T) {
 	g.Expect(e.dialer.dials.Load()).To(BeEquivalentTo(limit), "idle tunnels are kept and reused")
 }
 
+func TestHoldsMoreLongLivedRequestsToOneClusterThanTheOldBoundByDefault(t *testing.T) {
+	g := NewWithT(t)
+	const watches = 300 // the bound was 256: the 257th watch waited for one of the others to end
+	var arrived atomic.Int32
+	all := make(chan struct{})
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == watches {
+			close(all)
+		}
+		select { // every watch stays open until all of them have reached the cluster
+		case <-all:
+			_, _ = io.WriteString(w, "ok")
+		case <-time.After(10 * time.Second):
+			http.Error(w, "not every watch got through", http.StatusServiceUnavailable)
+		}
+	})
+	e := newEnv(t, backend, Options{}, "busy")
+	g.Expect(e.server.opts.MaxConnsPerCluster).To(Equal(defaultMaxConns))
+
+	codes := make(chan int, watches)
+	var wg sync.WaitGroup
+	for range watches {
+		wg.Go(func() {
+			code, err := e.try(t, "/busy/api/v1/pods?watch=true")
+			if err != nil {
+				t.Error(err)
+			}
+			codes <- code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		g.Expect(code).To(Equal(http.StatusOK))
+	}
+	_, maxOpen, _ := e.dialer.stats()
+	g.Expect(maxOpen).To(Equal(watches), "one tunnel per watch")
+}
+
 func TestIdleTunnelsExpire(t *testing.T) {
 	g := NewWithT(t)
 	var s seen
@@ -371,6 +410,40 @@ func dialUpgrade(t *testing.T, addr, path, proto string) (net.Conn, *bufio.Reade
 	g.Expect(resp.StatusCode).To(Equal(http.StatusSwitchingProtocols))
 	g.Expect(resp.Header.Get("Upgrade")).To(Equal(proto))
 	return conn, r
+}
+
+func TestSendsTheHeadersOfAWatchBeforeItsFirstEvent(t *testing.T) {
+	g := NewWithT(t)
+	release := make(chan struct{})
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(w).Flush()
+		select { // no event yet: kubectl still has to see the answer start
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	e := newEnv(t, backend, Options{}, "quiet")
+	defer close(release)
+
+	answered := make(chan *http.Response, 1)
+	go func() {
+		resp, err := e.frontend.Client().Do(e.request(t, http.MethodGet, "/quiet/api/v1/pods?watch=true", //nolint:bodyclose // the test closes it
+			http.Header{"Authorization": {testToken}}))
+		if err != nil {
+			t.Error(err)
+			close(answered)
+			return
+		}
+		answered <- resp
+	}()
+	var resp *http.Response
+	g.Eventually(answered, 5*time.Second).Should(Receive(&resp))
+	g.Expect(resp).NotTo(BeNil())
+	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(resp.Header.Get("Content-Type")).To(Equal("application/json"))
 }
 
 func TestUpgradedConnectionsCarryBytesBothWays(t *testing.T) {

@@ -331,9 +331,9 @@ func (m *concurrencyMode) run(period time.Duration) (int, []time.Duration, cost)
 // concurrency has 64 clients loop GETs of 100 bytes for a fixed period per mode.
 func (b *bench) concurrency() {
 	var modes []*concurrencyMode
-	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyFull) {
+	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyANPPerRSA, keyFull) {
 		m := &concurrencyMode{r: r}
-		if r.key != keyANPPerReq {
+		if r.key != keyANPPerReq && r.key != keyANPPerRSA {
 			m.rt = r.transport(concurrentClients)
 		}
 		check := r.transport(1)
@@ -355,9 +355,13 @@ func (b *bench) concurrency() {
 	})
 
 	rate := map[string]float64{}
+	cpuPerRequest := map[string]float64{} // microseconds
 	for _, m := range modes {
 		if m.cost.wall > 0 {
 			rate[m.r.key] = float64(m.requests) / m.cost.wall.Seconds()
+		}
+		if m.requests > 0 {
+			cpuPerRequest[m.r.key] = float64(m.cost.self.Microseconds()) / float64(m.requests)
 		}
 	}
 	out := newTable(b.out, "mode", "req/s", "(rounds)", "p50 us", "p99 us", "CPU us per request", "other procs CPU s", "tunnels opened",
@@ -382,7 +386,8 @@ func (b *bench) concurrency() {
 		b.check("concurrency", m.r, &m.errs)
 	}
 	out.flush()
-	b.sum.concFull, b.sum.concPerReq, b.sum.concANPPool = rate[keyFull], rate[keyANPPerReq], rate[keyANPPool]
+	b.sum.concFull, b.sum.concPerReq, b.sum.concPerReqRSA, b.sum.concANPPool = rate[keyFull], rate[keyANPPerReq], rate[keyANPPerRSA], rate[keyANPPool]
+	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of a new tunnel per request: %s %s\n", targetConcurrency,
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
 }

@@ -267,6 +267,7 @@ func (tg *target) hold(w http.ResponseWriter, r *http.Request) {
 type anpStack struct {
 	frontend  string
 	clientTLS *tls.Config
+	rsa       *rsaFrontend
 }
 
 func startANP(t *testing.T, p *pki) *anpStack {
@@ -321,7 +322,8 @@ func startANP(t *testing.T, p *pki) *anpStack {
 	waitFor(t, "ANP's agent to connect", 20*time.Second, func() bool { return cs.HealthyClientsCount() > 0 })
 
 	clientCert, clientKey := p.client(t, "anp-client")
-	return &anpStack{frontend: frontLn.Addr().String(), clientTLS: p.clientTLS(t, clientCert, clientKey)}
+	return &anpStack{frontend: frontLn.Addr().String(), clientTLS: p.clientTLS(t, clientCert, clientKey),
+		rsa: startRSAFrontend(t, ps, o.FrontendKeepaliveTime)}
 }
 
 // anpServerTLS is the ANP proxy-server binary's TLS configuration: client certificates required and verified against
@@ -501,6 +503,7 @@ const (
 	keyDirect     = "direct"
 	keyANP        = "anp"
 	keyANPPerReq  = "anp-per-request"
+	keyANPPerRSA  = "anp-per-request-rsa"
 	keyOursRaw    = "ours-raw"
 	keyFull       = "full"
 	keyANPPool    = "anp-pool"
@@ -515,7 +518,7 @@ func (w *world) routes() map[string]*route {
 		return &route{key: key, label: label, base: plain, tunnels: n,
 			dial: tunnelDial(w.anp.frontend, w.anp.clientTLS, w.target.addr, n)}
 	}
-	oursRaw := &atomic.Int64{}
+	oursRaw, perReqRSA := &atomic.Int64{}, &atomic.Int64{}
 	user := w.ours.addrs.UserServer
 	return map[string]*route{
 		keyDirect:     {key: keyDirect, label: "direct over loopback (reference)", base: plain, dial: direct},
@@ -523,6 +526,8 @@ func (w *world) routes() map[string]*route {
 		keyANP:        anp(keyANP, "raw ANP tunnel, defaults, reused (baseline)"),
 		keyANPPool:    anp(keyANPPool, "raw ANP tunnels, defaults, 64 reused (reference)"),
 		keyANPPerReq:  anp(keyANPPerReq, "raw ANP, new tunnel + transport per request (baseline)"),
+		keyANPPerRSA: {key: keyANPPerRSA, label: "the same with RSA-2048 certificates (SPEC anchor's key type; extra)", base: plain,
+			tunnels: perReqRSA, dial: tunnelDial(w.anp.rsa.addr, w.anp.rsa.clientTLS, w.target.addr, perReqRSA)},
 		keyOursRaw: {key: keyOursRaw, label: "raw tunnel: our proxy-server + agent (diagnostic)", base: "http://" + kubeAPIServer,
 			tunnels: oursRaw, dial: tunnelDial(w.ours.addrs.Frontend, w.ours.clientTLS, net.JoinHostPort(cluster, "443"), oursRaw)},
 		keyFull: {key: keyFull, label: "full path: user-server > proxy-server > agent > service-proxy", base: "https://" + user + servicePath,

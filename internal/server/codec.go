@@ -1,0 +1,201 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+)
+
+// agentCodec is gRPC's protobuf codec with a shorter way in for the DATA packets agents send, which carry nearly all
+// the bytes of the data plane. gRPC's codec copies a message that spans several HTTP/2 frames (anything over 16 KiB)
+// into one pooled buffer, and protobuf then copies the payload out of it into a new allocation; here the payload is
+// copied once, into a buffer from payloadBuffers that the in-process tunnel hands back once it has been read (other
+// frontends leave theirs to the garbage collector). A larger DATA packet is copied once and its payload points into
+// the copy. Any other packet, and a DATA packet with anything unusual in it (an error text, unknown or repeated fields),
+// goes through protobuf as before.
+type agentCodec struct{ encoding.CodecV2 }
+
+func newAgentCodec() agentCodec { return agentCodec{encoding.GetCodecV2(grpcproto.Name)} }
+
+func (c agentCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	pkt, ok := v.(*client.Packet)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	if decodePooledData(data, pkt) {
+		return nil
+	}
+	buf := data.Materialize()
+	if decodeDataPacket(buf, pkt) {
+		return nil
+	}
+	if err := proto.Unmarshal(buf, pkt); err != nil {
+		return fmt.Errorf("unmarshal a packet: %w", err)
+	}
+	return nil
+}
+
+// Packet and Data field numbers, from konnectivity-client's client.proto.
+const (
+	packetTypeField  = 1
+	packetDataField  = 4
+	dataConnectField = 1
+	dataDataField    = 3
+)
+
+// payloadBufferSize is the size of the buffers DATA payloads are decoded into: agents send at most 32 KiB per packet.
+const payloadBufferSize = 32 << 10
+
+var payloadBuffers = sync.Pool{New: func() any { b := make([]byte, payloadBufferSize); return &b }}
+
+// releasePayload hands back a payload decodePooledData made, once nothing refers to it any more; others are left alone.
+func releasePayload(b []byte) {
+	if cap(b) == payloadBufferSize {
+		b = b[:payloadBufferSize]
+		payloadBuffers.Put(&b)
+	}
+}
+
+// decodePooledData fills pkt from data if it is a DATA packet laid out as protobuf writes it (type, then Data with an
+// optional connection ID, then the payload, which ends the message) with a payload of at most payloadBufferSize
+// bytes; the payload goes into a buffer from payloadBuffers. It reports false, leaving pkt alone, for anything else.
+func decodePooledData(data mem.BufferSlice, pkt *client.Packet) bool {
+	total := data.Len()
+	var prefix [32]byte // the tags and varints ahead of the payload take at most 2+1+3+1+10+1+3 bytes
+	have := copyRange(data, 0, prefix[:min(total, len(prefix))])
+	b := prefix[:have]
+	consumed := func() int { return have - len(b) }
+	field := func(num protowire.Number, typ protowire.Type) bool {
+		n, t, k := protowire.ConsumeTag(b)
+		if k < 0 || n != num || t != typ {
+			return false
+		}
+		b = b[k:]
+		return true
+	}
+	varint := func() (uint64, bool) {
+		v, k := protowire.ConsumeVarint(b)
+		if k < 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	if !field(packetTypeField, protowire.VarintType) {
+		return false
+	}
+	if typ, ok := varint(); !ok || typ != uint64(client.PacketType_DATA) || !field(packetDataField, protowire.BytesType) {
+		return false
+	}
+	if l, ok := varint(); !ok || l != uint64(total-consumed()) {
+		return false // Data does not end the message
+	}
+	var connID uint64
+	if n, t, k := protowire.ConsumeTag(b); k > 0 && n == dataConnectField && t == protowire.VarintType {
+		b = b[k:]
+		var ok bool
+		if connID, ok = varint(); !ok {
+			return false
+		}
+	}
+	if !field(dataDataField, protowire.BytesType) {
+		return false
+	}
+	n, ok := varint()
+	if !ok || n == 0 || n > payloadBufferSize || uint64(consumed())+n != uint64(total) {
+		return false // no payload, too large for the pool, or something follows it
+	}
+	payload := (*payloadBuffers.Get().(*[]byte))[:n]
+	copyRange(data, consumed(), payload)
+	pkt.Reset()
+	pkt.Type = client.PacketType_DATA
+	pkt.Payload = &client.Packet_Data{Data: &client.Data{ConnectID: int64(connID), Data: payload}} //nolint:gosec // int64 on the wire
+	return true
+}
+
+// copyRange copies data's bytes from offset on into dst and returns how many it copied.
+func copyRange(data mem.BufferSlice, offset int, dst []byte) int {
+	n := 0
+	for _, buf := range data {
+		b := buf.ReadOnlyData()
+		if offset >= len(b) {
+			offset -= len(b)
+			continue
+		}
+		n += copy(dst[n:], b[offset:])
+		offset = 0
+		if n == len(dst) {
+			break
+		}
+	}
+	return n
+}
+
+// decodeDataPacket fills pkt from b if b is a DATA packet with only a connection ID and data; the data aliases b.
+// It reports false, leaving pkt alone, for anything else.
+func decodeDataPacket(b []byte, pkt *client.Packet) bool {
+	var typ uint64
+	var data []byte
+	var sawType, sawData bool
+	for len(b) > 0 {
+		num, wt, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == packetTypeField && wt == protowire.VarintType && !sawType:
+			typ, n = protowire.ConsumeVarint(b)
+			sawType = true
+		case num == packetDataField && wt == protowire.BytesType && !sawData:
+			data, n = protowire.ConsumeBytes(b)
+			sawData = true
+		default:
+			return false
+		}
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+	}
+	if typ != uint64(client.PacketType_DATA) || !sawData {
+		return false
+	}
+	var connID uint64
+	var payload []byte
+	var sawConn, sawPayload bool
+	for len(data) > 0 {
+		num, wt, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return false
+		}
+		data = data[n:]
+		switch {
+		case num == dataConnectField && wt == protowire.VarintType && !sawConn:
+			connID, n = protowire.ConsumeVarint(data)
+			sawConn = true
+		case num == dataDataField && wt == protowire.BytesType && !sawPayload:
+			payload, n = protowire.ConsumeBytes(data)
+			sawPayload = true
+		default:
+			return false
+		}
+		if n < 0 {
+			return false
+		}
+		data = data[n:]
+	}
+	if sawPayload && payload == nil {
+		payload = []byte{} // present but empty, as protobuf leaves it
+	}
+	pkt.Reset()
+	pkt.Type = client.PacketType_DATA
+	pkt.Payload = &client.Packet_Data{Data: &client.Data{ConnectID: int64(connID), Data: payload}} //nolint:gosec // int64 on the wire
+	return true
+}

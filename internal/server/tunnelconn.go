@@ -1,0 +1,230 @@
+package server
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+)
+
+// tunnelConn is the connection end of an in-process tunnel. Unlike konnectivity-client's connection it has
+// addresses and deadlines, Close does not wait for the agent, and a Read takes as many queued packets as fit.
+type tunnelConn struct{ *tunnel }
+
+var _ net.Conn = tunnelConn{}
+
+// Read returns queued data; io.EOF once the agent closed the connection and everything was read.
+func (c tunnelConn) Read(p []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		if c.readDL.expired() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		c.mu.Lock()
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		if c.in.len() > 0 {
+			n := 0
+			for n < len(p) && c.in.len() > 0 {
+				head := c.in.peek()
+				k := copy(p[n:], head[c.inOff:])
+				n, c.inOff = n+k, c.inOff+k
+				if c.inOff == len(head) {
+					releasePayload(c.in.pop())
+					c.inOff = 0
+				}
+			}
+			c.inBytes -= n
+			c.mu.Unlock()
+			wake(c.inSpace)
+			return n, nil
+		}
+		eof := c.eof
+		c.mu.Unlock()
+		if eof {
+			return 0, io.EOF
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		select {
+		case <-c.inReady:
+		case <-c.closed:
+		case <-c.readDL.wait():
+		}
+	}
+}
+
+// Write sends p as DATA packets of at most maxDataPayload bytes. It waits while the proxy-server has
+// inProcessSendQuota bytes of this connection still to take.
+func (c tunnelConn) Write(p []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	n := 0
+	for len(p) > 0 {
+		if c.writeDL.expired() {
+			return n, os.ErrDeadlineExceeded
+		}
+		c.mu.Lock()
+		switch {
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return n, err
+		case c.eof || c.outEnd:
+			c.mu.Unlock()
+			return n, errTunnelClosed
+		case c.outBytes >= inProcessSendQuota:
+			c.mu.Unlock()
+			select {
+			case <-c.outSpace:
+			case <-c.closed:
+			case <-c.writeDL.wait():
+			}
+			continue
+		}
+		k := min(len(p), maxDataPayload)
+		// The caller may reuse p once Write returns; the packet keeps its own copy.
+		c.out.push(&client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{
+			Data: &client.Data{ConnectID: c.connID, Data: append([]byte(nil), p[:k]...)},
+		}})
+		c.outBytes += k
+		c.mu.Unlock()
+		wake(c.outReady)
+		p, n = p[k:], n+k
+	}
+	return n, nil
+}
+
+// Close drops unread data, sends CLOSE_REQ and returns without waiting for the agent's answer.
+func (c tunnelConn) Close() error {
+	c.shut(net.ErrClosed)
+	return nil
+}
+
+func (c tunnelConn) LocalAddr() net.Addr  { return tunnelAddr("in-process") }
+func (c tunnelConn) RemoteAddr() net.Addr { return c.addr }
+
+func (c tunnelConn) SetDeadline(t time.Time) error {
+	c.readDL.set(t)
+	c.writeDL.set(t)
+	return nil
+}
+
+func (c tunnelConn) SetReadDeadline(t time.Time) error  { c.readDL.set(t); return nil }
+func (c tunnelConn) SetWriteDeadline(t time.Time) error { c.writeDL.set(t); return nil }
+
+// tunnelAddr is the address a tunnel was dialed to, <cluster>:<port>.
+type tunnelAddr string
+
+func (a tunnelAddr) Network() string { return "konnectivity" }
+func (a tunnelAddr) String() string  { return string(a) }
+
+// fifo is a queue that reuses its array.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+func (q *fifo[T]) len() int { return len(q.items) - q.head }
+
+func (q *fifo[T]) push(v T) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, v)
+}
+
+func (q *fifo[T]) peek() T { return q.items[q.head] }
+
+func (q *fifo[T]) pop() T {
+	v := q.items[q.head]
+	var zero T
+	q.items[q.head] = zero
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+		if cap(q.items) > fifoKeep {
+			q.items = nil // a burst of small packets does not pin a large array for the connection's life
+		}
+	}
+	return v
+}
+
+// fifoKeep is the largest array an empty queue keeps.
+const fifoKeep = 64
+
+// reset empties the queue and lets go of its array.
+func (q *fifo[T]) reset() { q.items, q.head = nil, 0 }
+
+// deadline is a settable point in time with a channel that is closed once it has passed.
+type deadline struct {
+	mu    sync.Mutex
+	gen   uint64
+	timer *time.Timer
+	ch    chan struct{}
+}
+
+func (d *deadline) chanLocked() chan struct{} {
+	if d.ch == nil {
+		d.ch = make(chan struct{})
+	}
+	return d.ch
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	ch := d.chanLocked()
+	select {
+	case <-ch: // passed: the next deadline needs a fresh channel
+		ch = make(chan struct{})
+		d.ch = ch
+	default:
+	}
+	if t.IsZero() {
+		return
+	}
+	wait := time.Until(t)
+	if wait <= 0 {
+		close(ch)
+		return
+	}
+	gen := d.gen
+	d.timer = time.AfterFunc(wait, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.gen == gen {
+			close(ch)
+		}
+	})
+}
+
+func (d *deadline) wait() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.chanLocked()
+}
+
+func (d *deadline) expired() bool {
+	select {
+	case <-d.wait():
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,356 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/metadata"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+)
+
+// These tests play ANP's Proxy handler themselves, through the tunnel's stream end.
+
+const testConnID = 7
+
+// handlerEnd is the stream end of a tunnel with Recv results delivered on a channel, so tests can wait for them.
+type handlerEnd struct {
+	tunnelStream
+	recv   chan *client.Packet // closed at io.EOF
+	finish func()              // the handler returns
+}
+
+func newHandlerEnd(t *testing.T) *handlerEnd {
+	t.Helper()
+	tn := newTunnel("c1:443", testr.New(t))
+	h := &handlerEnd{tunnelStream: tunnelStream{tn}, recv: make(chan *client.Packet, 64)}
+	h.finish = sync.OnceFunc(func() { h.handlerDone(nil) })
+	go func() {
+		defer close(h.recv)
+		for {
+			pkt, err := h.Recv()
+			if err != nil {
+				return
+			}
+			h.recv <- pkt
+		}
+	}()
+	t.Cleanup(h.finish)
+	return h
+}
+
+func (h *handlerEnd) next(g Gomega) *client.Packet {
+	var pkt *client.Packet
+	g.Eventually(h.recv).Should(Receive(&pkt))
+	g.Expect(pkt).NotTo(BeNil(), "the stream ended")
+	return pkt
+}
+
+// dialed answers the tunnel's DIAL_REQ with success and returns the connection.
+func dialed(t *testing.T) (*handlerEnd, net.Conn) {
+	t.Helper()
+	g := NewWithT(t)
+	h := newHandlerEnd(t)
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := h.dial(context.Background())
+		done <- result{c, err}
+	}()
+	req := h.next(g)
+	g.Expect(req.Type).To(Equal(client.PacketType_DIAL_REQ))
+	g.Expect(req.GetDialRequest().Address).To(Equal("c1:443"))
+	g.Expect(req.GetDialRequest().Protocol).To(Equal("tcp"))
+	g.Expect(h.Send(dialResponse(req.GetDialRequest().Random, ""))).To(Succeed())
+	var r result
+	g.Eventually(done).Should(Receive(&r))
+	g.Expect(r.err).NotTo(HaveOccurred())
+	return h, r.conn
+}
+
+func dialResponse(random int64, errText string) *client.Packet {
+	rsp := &client.DialResponse{Random: random, Error: errText}
+	if errText == "" {
+		rsp.ConnectID = testConnID
+	}
+	return &client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{DialResponse: rsp}}
+}
+
+func dataPacket(b []byte) *client.Packet {
+	return &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: testConnID, Data: b}}}
+}
+
+func closeRSP() *client.Packet {
+	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{CloseResponse: &client.CloseResponse{ConnectID: testConnID}}}
+}
+
+func TestTunnelStreamCarriesTheMetadataANPReads(t *testing.T) {
+	g := NewWithT(t)
+	h := newHandlerEnd(t)
+	md, ok := metadata.FromIncomingContext(h.Context())
+	g.Expect(ok).To(BeTrue(), "ANP's handler refuses a stream without incoming metadata")
+	g.Expect(md.Get(header.UserAgent)).To(ConsistOf(inProcessUserAgent))
+	h.finish()
+	g.Expect(h.Context().Err()).To(MatchError(context.Canceled), "the stream's context ends with the handler")
+}
+
+func TestTunnelDialGivenUpSendsDialCloseAndEndsTheStream(t *testing.T) {
+	g := NewWithT(t)
+	h := newHandlerEnd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	failed := make(chan error, 1)
+	go func() {
+		_, err := h.dial(ctx)
+		failed <- err
+	}()
+	req := h.next(g)
+	cancel()
+	g.Eventually(failed).Should(Receive(MatchError(context.Canceled)))
+	cls := h.next(g)
+	g.Expect(cls.Type).To(Equal(client.PacketType_DIAL_CLS))
+	g.Expect(cls.GetCloseDial().Random).To(Equal(req.GetDialRequest().Random))
+	g.Eventually(h.recv).Should(BeClosed(), "then io.EOF: the handler returns")
+	// An answer that crosses the DIAL_CLS is refused, so that ANP closes the connection at the agent.
+	g.Expect(h.Send(dialResponse(req.GetDialRequest().Random, ""))).To(MatchError(errTunnelClosed))
+}
+
+func TestTunnelDialRefusedOrClosedByTheAgent(t *testing.T) {
+	for name, answer := range map[string]func(random int64) *client.Packet{
+		"DIAL_RSP with an error": func(random int64) *client.Packet { return dialResponse(random, "connection refused") },
+		"DIAL_CLS": func(random int64) *client.Packet {
+			return &client.Packet{Type: client.PacketType_DIAL_CLS, Payload: &client.Packet_CloseDial{CloseDial: &client.CloseDial{Random: random}}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHandlerEnd(t)
+			failed := make(chan error, 1)
+			go func() {
+				_, err := h.dial(context.Background())
+				failed <- err
+			}()
+			req := h.next(g)
+			g.Expect(h.Send(answer(req.GetDialRequest().Random))).To(Succeed())
+			var err error
+			g.Eventually(failed).Should(Receive(&err))
+			g.Expect(err).To(Or(MatchError("connection refused"), MatchError(errDialClosed)))
+			g.Eventually(h.recv).Should(BeClosed())
+		})
+	}
+}
+
+func TestTunnelDialTimesOutWithoutAnAnswer(t *testing.T) {
+	g := NewWithT(t)
+	h := newHandlerEnd(t)
+	h.dialTimeout = 50 * time.Millisecond
+	_, err := h.dial(context.Background())
+	g.Expect(err).To(MatchError(errDialTimeout))
+	g.Expect(h.next(g).Type).To(Equal(client.PacketType_DIAL_REQ))
+	g.Expect(h.next(g).Type).To(Equal(client.PacketType_DIAL_CLS))
+}
+
+func TestTunnelWritesSplitIntoPacketsTheAgentHopEncodesCheaply(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	data := randomData(t, 2*maxDataPayload+5)
+	n, err := conn.Write(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n).To(Equal(len(data)))
+	var got []byte
+	for _, want := range []int{maxDataPayload, maxDataPayload, 5} {
+		pkt := h.next(g)
+		g.Expect(pkt.Type).To(Equal(client.PacketType_DATA))
+		g.Expect(pkt.GetData().ConnectID).To(BeEquivalentTo(testConnID))
+		g.Expect(pkt.GetData().Data).To(HaveLen(want))
+		got = append(got, pkt.GetData().Data...)
+	}
+	g.Expect(bytes.Equal(got, data)).To(BeTrue())
+}
+
+func TestTunnelWriteWaitsForTheHandlerBeyondTheSendQuota(t *testing.T) {
+	g := NewWithT(t)
+	tn := newTunnel("c1:443", testr.New(t))
+	tn.connID = testConnID
+	conn := tunnelConn{tn}
+	s := tunnelStream{tn}
+	written := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(make([]byte, inProcessSendQuota+maxDataPayload))
+		written <- err
+	}()
+	g.Consistently(written, 100*time.Millisecond).ShouldNot(Receive(), "nobody takes the packets")
+	for range 3 {
+		_, err := s.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Eventually(written).Should(Receive(BeNil()))
+	tn.handlerDone(nil)
+}
+
+func TestTunnelReadTakesSeveralPacketsAtOnceAndEndsWithEOF(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	for _, s := range []string{"one ", "two ", "three"} {
+		g.Expect(h.Send(dataPacket([]byte(s)))).To(Succeed())
+	}
+	g.Expect(h.Send(closeRSP())).To(Succeed())
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(buf[:n])).To(Equal("one two three"))
+	_, err = conn.Read(buf)
+	g.Expect(err).To(MatchError(io.EOF))
+	g.Eventually(h.recv).Should(BeClosed(), "the agent's CLOSE_RSP ends the stream")
+	_, err = conn.Write([]byte("x"))
+	g.Expect(err).To(MatchError(errTunnelClosed))
+}
+
+func TestTunnelWindowHoldsUpTheAgentUntilTheReaderCatchesUp(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	const packet = 32 << 10
+	packets := 2 * inProcessWindow / packet
+	sent := make(chan int, packets)
+	var want []byte
+	for i := range packets {
+		want = append(want, bytes.Repeat([]byte{byte(i)}, packet)...)
+	}
+	go func() {
+		for i := range packets {
+			_ = h.Send(dataPacket(want[i*packet : (i+1)*packet]))
+			sent <- i
+		}
+	}()
+	g.Eventually(sent).Should(HaveLen(inProcessWindow / packet))
+	g.Consistently(sent, 100*time.Millisecond).Should(HaveLen(inProcessWindow/packet), "the window is full")
+	got := make([]byte, len(want))
+	_, err := io.ReadFull(conn, got)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(bytes.Equal(got, want)).To(BeTrue())
+	g.Expect(sent).To(HaveLen(packets))
+}
+
+func TestTunnelReaderThatStallsLosesItsConnection(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	h.stallTimeout = 50 * time.Millisecond
+	for range inProcessWindow / (32 << 10) {
+		g.Expect(h.Send(dataPacket(make([]byte, 32<<10)))).To(Succeed())
+	}
+	start := time.Now()
+	g.Expect(h.Send(dataPacket(make([]byte, 32<<10)))).To(Succeed(), "dropped after the stall timeout")
+	g.Expect(time.Since(start)).To(BeNumerically(">=", h.stallTimeout))
+	req := h.next(g)
+	g.Expect(req.Type).To(Equal(client.PacketType_CLOSE_REQ), "the agent is told to close the connection")
+	g.Expect(req.GetCloseRequest().ConnectID).To(BeEquivalentTo(testConnID))
+	_, err := conn.Read(make([]byte, 8))
+	g.Expect(err).To(MatchError(errReaderStalled))
+	h.mu.Lock()
+	g.Expect(h.in.len()).To(BeZero(), "the queued data was let go at once")
+	h.mu.Unlock()
+	start = time.Now()
+	g.Expect(h.Send(dataPacket(make([]byte, 32<<10)))).To(Succeed())
+	g.Expect(time.Since(start)).To(BeNumerically("<", h.stallTimeout), "later data is dropped without waiting")
+}
+
+func TestTunnelCloseWaitsForTheAgentsAnswerBeforeTheStreamEnds(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	g.Expect(h.Send(dataPacket(make([]byte, 100)))).To(Succeed())
+	start := time.Now()
+	g.Expect(conn.Close()).To(Succeed())
+	g.Expect(time.Since(start)).To(BeNumerically("<", 100*time.Millisecond), "Close does not wait for the agent")
+	h.mu.Lock()
+	g.Expect(h.in.len()).To(BeZero(), "unread data was let go at once")
+	h.mu.Unlock()
+	req := h.next(g)
+	g.Expect(req.Type).To(Equal(client.PacketType_CLOSE_REQ))
+	g.Expect(req.GetCloseRequest().ConnectID).To(BeEquivalentTo(testConnID))
+	g.Consistently(h.recv, 100*time.Millisecond).ShouldNot(BeClosed(), "the stream waits for CLOSE_RSP")
+	g.Expect(h.Send(dataPacket([]byte("late")))).To(Succeed(), "data after Close is dropped")
+	g.Expect(h.Send(closeRSP())).To(Succeed())
+	g.Eventually(h.recv).Should(BeClosed())
+}
+
+func TestTunnelCloseEndsTheStreamWhenTheAgentDoesNotAnswer(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	h.closeTimeout = 50 * time.Millisecond
+	g.Expect(conn.Close()).To(Succeed())
+	g.Expect(h.next(g).Type).To(Equal(client.PacketType_CLOSE_REQ))
+	g.Eventually(h.recv).Should(BeClosed())
+}
+
+func TestTunnelEndedByTheHandlerEndsTheConnection(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	g.Expect(h.Send(dataPacket([]byte("last")))).To(Succeed())
+	h.finish()
+	got, err := io.ReadAll(conn)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(got)).To(Equal("last"))
+	_, err = conn.Write([]byte("x"))
+	g.Expect(err).To(MatchError(errTunnelClosed))
+}
+
+func TestTunnelDeadlines(t *testing.T) {
+	g := NewWithT(t)
+	_, conn := dialed(t)
+	g.Expect(conn.SetReadDeadline(time.Now().Add(30 * time.Millisecond))).To(Succeed())
+	_, err := conn.Read(make([]byte, 8))
+	g.Expect(err).To(MatchError(os.ErrDeadlineExceeded))
+	var ne net.Error
+	g.Expect(errors.As(err, &ne) && ne.Timeout()).To(BeTrue())
+	g.Expect(conn.SetReadDeadline(time.Time{})).To(Succeed())
+
+	// Nobody takes the packets, so a write beyond the send quota waits until its deadline.
+	tn := newTunnel("c1:443", testr.New(t))
+	defer tn.handlerDone(nil)
+	tn.connID = testConnID
+	conn = tunnelConn{tn}
+	g.Expect(conn.SetWriteDeadline(time.Now().Add(30 * time.Millisecond))).To(Succeed())
+	n, err := conn.Write(make([]byte, 2*inProcessSendQuota))
+	g.Expect(err).To(MatchError(os.ErrDeadlineExceeded))
+	g.Expect(n).To(BeNumerically(">=", inProcessSendQuota))
+	g.Expect(n).To(BeNumerically("<", 2*inProcessSendQuota))
+}
+
+func TestFIFOReusesItsArray(t *testing.T) {
+	g := NewWithT(t)
+	var q fifo[int]
+	for i := range 4 {
+		q.push(i)
+	}
+	g.Expect(q.pop()).To(Equal(0))
+	g.Expect(q.pop()).To(Equal(1))
+	capacity := cap(q.items)
+	for i := 4; i < 4+capacity-2; i++ {
+		q.push(i) // fills the room freed at the front before growing
+	}
+	g.Expect(cap(q.items)).To(Equal(capacity))
+	for want := 2; q.len() > 0; want++ {
+		g.Expect(q.pop()).To(Equal(want))
+	}
+	g.Expect(q.items).To(BeEmpty())
+	g.Expect(cap(q.items)).To(Equal(capacity), "a small array is kept for the next packets")
+
+	for i := range 10 * fifoKeep {
+		q.push(i)
+	}
+	for q.len() > 0 {
+		q.pop()
+	}
+	g.Expect(q.items).To(BeNil(), "a large one is let go once the queue is empty")
+}
