@@ -271,7 +271,8 @@ var _ = Describe("Launcher", Ordered, func() {
 		scale(0)
 		Eventually(func() launcher.PodStatus { return pod(clusterName) }).Should(BeZero())
 		Eventually(func() bool { return processAlive(before.PID) }).Should(BeFalse())
-		Expect(podDir(clusterName, render.DefaultAgentNamespace, agentPod)).NotTo(BeADirectory(), "the pod's files go with it")
+		Eventually(func() string { return podDir(clusterName, render.DefaultAgentNamespace, agentPod) }).
+			ShouldNot(BeADirectory(), "the pod's files go with it, right after its process")
 
 		By("waiting, as the kubelet does, for a mounted Secret that does not exist")
 		cert := &corev1.Secret{}
