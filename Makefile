@@ -6,8 +6,14 @@ export PATH := $(BIN_DIR):$(PATH)
 
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# The newest kustomize the Go proxy serves that builds with this Go (v5.8.3 needs go >= 1.27).
+KUSTOMIZE_VERSION ?= v5.8.2
 CONTROLLER_GEN := $(BIN_DIR)/controller-gen
 GOLANGCI_LINT := $(BIN_DIR)/golangci-lint
+KUSTOMIZE := $(BIN_DIR)/kustomize
+HELM_VERSION ?= v3.19.5
+HELM := $(BIN_DIR)/helm
+CHART_DIR := charts/cluster-proxy
 
 # KUBEBUILDER_ASSETS is the folder envtest-assets prints (etcd, kube-apiserver, kube-controller-manager).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
@@ -21,6 +27,13 @@ all: build
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=cluster-proxy-manager crd:allowDangerousTypes=false paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@$(MAKE) --no-print-directory helm-crds
+
+.PHONY: helm-crds
+helm-crds: ## Copy the generated CRDs and the manager ClusterRole into the Helm chart.
+	rm -f $(CHART_DIR)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
@@ -38,18 +51,22 @@ vet: ## go vet the code.
 lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: bundle
+bundle: manifests ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/ with hack/bundle.
+	go run ./hack/bundle
+
 .PHONY: verify-generated
-verify-generated: manifests generate ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
-		echo "Generated files are stale; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; fi
+verify-generated: manifests generate bundle ## Fail when generated files are stale.
+	@if [ -n "$$(git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile)" ]; then \
+		echo "Generated files are stale; run 'make manifests generate bundle' and commit:"; \
+		git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile; git --no-pager diff --stat -- api config $(CHART_DIR) bundle bundle.Dockerfile; exit 1; fi
 
 .PHONY: envtest-assets
 envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, else built from Go modules); prints the folder.
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: manifests generate vet envtest-assets ## Run unit and envtest suites.
+test: manifests generate vet envtest-assets helm kustomize ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 30m
 
 .PHONY: test-multicluster
@@ -100,8 +117,22 @@ docker-build: ## Build the container image (needs a Docker engine).
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN_DIR) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
+.PHONY: helm
+helm: ## Install bin/helm (HELM_VERSION, used by the chart tests in test/helm); reinstalled when bin/helm is another version.
+	@[ -x $(HELM) ] && [ "$$(go version -m $(HELM) 2>/dev/null | awk '$$1=="mod" {print $$3}')" = "$(HELM_VERSION)" ] || \
+		GOBIN=$(BIN_DIR) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: test-helm
+test-helm: helm envtest-assets ## Chart tests only: lint, golden renders, schema, apply to an envtest hub (-update regenerates goldens: make test-helm HELM_TEST_ARGS=-update).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/helm/... -count=1 -v $(if $(HELM_TEST_ARGS),-args $(HELM_TEST_ARGS))
+
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN_DIR) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: kustomize
+kustomize: ## Install bin/kustomize (KUSTOMIZE_VERSION); reinstalled when bin/kustomize is another version.
+	@[ -x $(KUSTOMIZE) ] && [ "$$($(KUSTOMIZE) version 2>/dev/null)" = "$(KUSTOMIZE_VERSION)" ] || \
+		GOBIN=$(BIN_DIR) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 .PHONY: help
 help: ## Show this help.

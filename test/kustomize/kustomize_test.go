@@ -1,0 +1,220 @@
+// Package kustomize tests the kustomize install: 'bin/kustomize build config/default' (and config/samples) builds,
+// and the real kube-apiserver of an envtest hub accepts the result applied server-side with strict field validation,
+// CRDs first.
+package kustomize
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+)
+
+const fieldOwner = client.FieldOwner("kustomize-install-test")
+
+// build runs bin/kustomize build on a folder of config/ and returns its objects.
+func build(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	root := testenv.RepoRoot()
+	bin := filepath.Join(root, "bin", "kustomize")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run 'make kustomize' (make test does)", bin)
+	}
+	cmd := exec.Command(bin, "build", filepath.Join(root, "config", dir))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kustomize build config/%s: %v\n%s", dir, err, stderr.String())
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("kustomize build config/%s: output: %v", dir, err)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs
+}
+
+func TestKustomizeInstall(t *testing.T) {
+	objs := build(t, "default")
+	samples := build(t, "samples")
+
+	// What config/default must hold: the three CRDs, the namespace, RBAC and the manager, all namespaced objects in
+	// open-cluster-management-addon and the image replaced.
+	kinds := map[string]int{}
+	var crds, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		switch o.GetKind() {
+		case "CustomResourceDefinition":
+			crds = append(crds, o)
+		case "Namespace":
+			rest = append([]*unstructured.Unstructured{o}, rest...) // namespace before what lives in it
+		default:
+			rest = append(rest, o)
+		}
+		if o.GetNamespace() != "" && o.GetNamespace() != "open-cluster-management-addon" {
+			t.Errorf("%s %s is in namespace %s; want open-cluster-management-addon", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		if o.GetKind() == "Namespace" && o.GetName() != "open-cluster-management-addon" {
+			t.Errorf("namespace %s; want open-cluster-management-addon", o.GetName())
+		}
+		if o.GetKind() == "Deployment" {
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, c := range containers {
+				if img, _ := c.(map[string]any)["image"].(string); !strings.HasPrefix(img, "quay.io/cluster-proxy-operator/cluster-proxy-operator:") {
+					t.Errorf("manager image %q: the kustomize image replacement did not apply", img)
+				}
+			}
+		}
+	}
+	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1,
+		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1} {
+		if kinds[kind] != n {
+			t.Errorf("config/default has %d %s; want %d", kinds[kind], kind, n)
+		}
+	}
+
+	// A hub with the OCM CRDs only: the operator's CRDs come from the kustomize output.
+	env, err := testenv.NewHub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")
+	var paths []string
+	for _, p := range env.CRDDirectoryPaths {
+		if p != own {
+			paths = append(paths, p)
+		}
+	}
+	env.CRDDirectoryPaths = paths
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest hub: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	base, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Strict: a field the API server does not know is an error, not a warning.
+	c := client.WithFieldValidation(base, metav1.FieldValidationStrict)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	apply := func(o *unstructured.Unstructured) error {
+		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), fieldOwner, client.ForceOwnership)
+	}
+
+	for _, o := range crds {
+		if err := apply(o); err != nil {
+			t.Fatalf("apply CRD %s: %v", o.GetName(), err)
+		}
+	}
+	for _, o := range crds {
+		if err := waitEstablished(ctx, c, o.GetName()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range rest {
+		if err := apply(o); err != nil {
+			t.Errorf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	// The samples are accepted by the CRDs just installed (the API may take a moment to serve a new resource).
+	for _, o := range samples {
+		var err error
+		for range 50 {
+			if err = apply(o); err == nil || !strings.Contains(err.Error(), "no matches for kind") {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("apply sample %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Everything is there, as applied.
+	for _, o := range append(append(crds, rest...), samples...) {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(o.GroupVersionKind())
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+			t.Errorf("get %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	// Applying again is a no-op that succeeds (what a second 'kubectl apply --server-side' does).
+	for _, o := range rest {
+		if err := apply(o); err != nil {
+			t.Errorf("re-apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+
+	// The check has teeth: the same API server refuses a Deployment with a field it does not know.
+	for _, o := range rest {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		bad := o.DeepCopy()
+		if err := unstructured.SetNestedField(bad.Object, "x", "spec", "template", "spec", "notAField"); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(bad); err == nil || !strings.Contains(err.Error(), "notAField") {
+			t.Errorf("a Deployment with an unknown field was accepted (err %v): strict validation is not on", err)
+		}
+	}
+}
+
+func waitEstablished(ctx context.Context, c client.Client, name string) error {
+	for {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err == nil {
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CRD %s is not Established: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
