@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"go.uber.org/zap/zapcore"
@@ -124,7 +126,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 			return fmt.Errorf("%s is required", f.name)
 		}
 	}
-	resolver, err := agent.ParseResolve(c.resolve)
+	resolver, err := resolve.Parse(c.resolve)
 	if err != nil {
 		return err
 	}
@@ -233,7 +235,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 
 // kubeConfig is the managed cluster's kube-apiserver as the agent reaches it: directly (never through the forward
 // proxy) and with --resolve applied.
-func kubeConfig(kubeconfig string, resolver agent.Resolver) (*rest.Config, error) {
+func kubeConfig(kubeconfig string, resolver resolve.Resolver) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -253,7 +255,7 @@ func kubeConfig(kubeconfig string, resolver agent.Resolver) (*rest.Config, error
 
 // hubConfig reads the add-on's hub kubeconfig; without one the service-proxy accepts no hub tokens. The hub is
 // reached like the proxy-server: through the forward proxy when the environment names one, with --resolve applied.
-func hubConfig(path string, resolver agent.Resolver, log logr.Logger) (*rest.Config, error) {
+func hubConfig(path string, resolver resolve.Resolver, log logr.Logger) (*rest.Config, error) {
 	if path == "" {
 		return nil, nil
 	}

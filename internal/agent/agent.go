@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 
@@ -135,7 +137,7 @@ func New(opts Options) (*Agent, error) {
 	setDefault(&opts.ReconnectMin, 100*time.Millisecond)
 	setDefault(&opts.ReconnectMax, 5*time.Second)
 	if opts.Dial == nil {
-		opts.Dial = Resolver(nil).DialContext
+		opts.Dial = resolve.Resolver(nil).DialContext
 	}
 
 	a := &Agent{

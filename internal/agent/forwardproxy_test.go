@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -90,7 +92,7 @@ func TestForwardProxyRefusalsNameTheProxyButNotItsCredentials(t *testing.T) {
 	}()
 	d := &serverDialer{
 		proxy: fixedProxy(&url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword("agent", "s3cret")}),
-		dial:  Resolver(nil).DialContext,
+		dial:  resolve.Resolver(nil).DialContext,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

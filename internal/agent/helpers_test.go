@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -336,7 +338,7 @@ type testEnv struct {
 	pki      *testPKI
 	srv      *testServer
 	target   *httptest.Server
-	resolve  Resolver
+	resolve  resolve.Resolver
 	certFile string
 	keyFile  string
 	caFile   string
@@ -357,7 +359,7 @@ func newEnvWithServers(t testing.TB, count int) *testEnv {
 	var err error
 	e.src, err = tlsreload.New(e.certFile, e.keyFile, e.caFile)
 	must(t, err)
-	e.resolve = Resolver{
+	e.resolve = resolve.Resolver{
 		e.srv.agentAddress(): e.srv.agentLis.Addr().String(),
 		kubeName:             e.target.Listener.Addr().String(),
 	}
@@ -422,13 +424,13 @@ func run(t testing.TB, a *Agent) (stop func()) {
 // and Proxy-Authorization header.
 type connectProxy struct {
 	ln      net.Listener
-	resolve Resolver
+	resolve resolve.Resolver
 	mu      sync.Mutex
 	targets []string
 	auths   []string
 }
 
-func startConnectProxy(t testing.TB, cert *tls.Certificate, resolve Resolver) *connectProxy {
+func startConnectProxy(t testing.TB, cert *tls.Certificate, resolve resolve.Resolver) *connectProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)

@@ -1,47 +1,11 @@
 package clusterproxy
 
-import (
-	"context"
-	"fmt"
-	"net"
-	"strings"
-	"time"
-)
+import "github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
 
 // Resolver maps "host:port" to the "addr:port" actually dialed, like curl's --resolve. Outside the hub cluster the
 // in-cluster Service names (proxy-entrypoint.<ns>.svc) do not resolve; a Resolver points them at a port-forward or a
 // local process.
-type Resolver map[string]string
+type Resolver = resolve.Resolver
 
 // ParseResolve reads --resolve values, each "host:port=addr:port".
-func ParseResolve(values []string) (Resolver, error) {
-	r := Resolver{}
-	for _, v := range values {
-		from, to, ok := strings.Cut(v, "=")
-		if !ok {
-			return nil, fmt.Errorf("--resolve %q: want host:port=addr:port", v)
-		}
-		for _, hp := range []string{from, to} {
-			host, port, err := net.SplitHostPort(hp)
-			if err != nil || host == "" || port == "" {
-				return nil, fmt.Errorf("--resolve %q: %q is not host:port", v, hp)
-			}
-		}
-		r[strings.ToLower(from)] = to
-	}
-	return r, nil
-}
-
-// Address is where addr is dialed: its override, or addr itself.
-func (r Resolver) Address(addr string) string {
-	if to, ok := r[strings.ToLower(addr)]; ok {
-		return to
-	}
-	return addr
-}
-
-// DialContext dials addr, or its override, over TCP.
-func (r Resolver) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	return d.DialContext(ctx, network, r.Address(addr))
-}
+func ParseResolve(values []string) (Resolver, error) { return resolve.Parse(values) }

@@ -1,4 +1,7 @@
-package agent
+// Package resolve maps host:port to the address actually dialed, like curl's --resolve or a pod's hostAliases. Outside
+// a cluster, in-cluster names (the kube-apiserver, proxy-entrypoint.<ns>.svc) do not resolve; local environments
+// point them at loopback. The proxy-agent, the manager, the kubectl plugin and pkg/clusterproxy share it.
+package resolve
 
 import (
 	"context"
@@ -8,12 +11,11 @@ import (
 	"time"
 )
 
-// Resolver maps "host:port" to the "addr:port" actually dialed, as a pod's hostAliases would. Local environments use
-// it to reach in-cluster names (the kube-apiserver, the proxy-server entrypoint) on loopback.
+// Resolver maps "host:port" (case-insensitive) to the "addr:port" actually dialed.
 type Resolver map[string]string
 
-// ParseResolve reads --resolve values, each "host:port=addr:port".
-func ParseResolve(values []string) (Resolver, error) {
+// Parse reads --resolve values, each "host:port=addr:port".
+func Parse(values []string) (Resolver, error) {
 	r := Resolver{}
 	for _, v := range values {
 		from, to, ok := strings.Cut(v, "=")
@@ -39,7 +41,7 @@ func (r Resolver) Address(addr string) string {
 	return addr
 }
 
-// DialContext dials addr, or its override, over TCP. It is the one place the agent opens network connections.
+// DialContext dials addr, or its override, over TCP.
 func (r Resolver) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return d.DialContext(ctx, network, r.Address(addr))
