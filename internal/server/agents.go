@@ -1,10 +1,7 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -115,27 +112,4 @@ func (a *Agents) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(a.View())
-}
-
-// FetchAgents reads GET /agents from a proxy-server's HTTP-CONNECT listener; baseURL is like https://host:8094 and
-// client carries the proxy-client certificate.
-func FetchAgents(ctx context.Context, client *http.Client, baseURL string) (*AgentsView, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/agents", nil)
-	if err != nil {
-		return nil, fmt.Errorf("connected agents: %w", err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("connected agents: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("connected agents: %s: %s", resp.Status, body)
-	}
-	var v AgentsView
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&v); err != nil {
-		return nil, fmt.Errorf("connected agents: decode: %w", err)
-	}
-	return &v, nil
 }

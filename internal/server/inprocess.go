@@ -18,14 +18,6 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
-// Dialer opens a connection to port on a managed cluster through its agent. *Server (in process) and *TunnelDialer
-// (over the mTLS frontend) implement it; so does what internal/userserver calls a Dialer.
-type Dialer interface {
-	DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error)
-}
-
-var _ Dialer = (*Server)(nil)
-
 // The in-process frontend. A connection the user-server dials is itself the frontend stream that ANP's Proxy handler
 // serves: packets pass between the handler and the connection as Go values, with no protobuf encoding, HTTP/2
 // framing, in-memory socket or client-side goroutine, and the packet protocol is konnectivity-client's (DIAL_REQ,

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,35 +43,6 @@ func TestGRPCAndHTTPConnectFrontendsReachTheClusterAtTheSameTime(t *testing.T) {
 	// A cluster without an agent is not reachable, and says so.
 	_, _, err = httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c2:443")
 	g.Expect(err).To(MatchError(ContainSubstring("CONNECT c2:443")))
-}
-
-func TestCurlReachesTheClusterThroughTheHTTPConnectFrontend(t *testing.T) {
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl is not installed")
-	}
-	g := NewWithT(t)
-	f := startFixture(t, false, nil, nil)
-	target := httpTarget(t, "c1-apiserver")
-	_, err = f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
-	g.Expect(err).NotTo(HaveOccurred())
-	clientCert, clientKey := f.pki.dir+"/proxy-client.crt", f.pki.dir+"/proxy-client.key"
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, curl, "-sS", "--fail", "--noproxy", "", "--proxytunnel",
-		"-x", "https://"+f.addrs.HTTPConnect,
-		"--proxy-cacert", f.pki.caFile, "--proxy-cert", clientCert, "--proxy-key", clientKey,
-		"http://c1:443/from-curl").CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	g.Expect(string(out)).To(Equal("c1-apiserver /from-curl"))
-
-	// Without a client certificate the proxy refuses curl.
-	out, err = exec.CommandContext(ctx, curl, "-sS", "--fail", "--noproxy", "", "--proxytunnel",
-		"-x", "https://"+f.addrs.HTTPConnect, "--proxy-cacert", f.pki.caFile,
-		"http://c1:443/from-curl").CombinedOutput()
-	g.Expect(err).To(HaveOccurred(), string(out))
-	g.Expect(string(out)).NotTo(ContainSubstring("c1-apiserver"))
 }
 
 // handshakeRefused checks that the server refuses the TLS session with an alert: with TLS 1.3 the client finishes

@@ -1,8 +1,12 @@
 package server
 
+// Client-side helpers of the tests: hub programs use pkg/clusterproxy, which speaks the same protocols; these let the
+// server's own tests reach it the same way without importing that package's hub-reading client.
+
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,15 +20,23 @@ import (
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 )
 
-// KubeAPIServerPort is the port agents map to their cluster's kube-apiserver.
-const KubeAPIServerPort = 443
+// Dialer opens a connection to port on a managed cluster through its agent: *Server in process, *TunnelDialer over
+// the mTLS frontend.
+type Dialer interface {
+	DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error)
+}
+
+var _ Dialer = (*Server)(nil)
+
+// kubeAPIServerPort is the port agents map to their cluster's kube-apiserver.
+const kubeAPIServerPort = 443
 
 // Probe asks cluster's kube-apiserver for /healthz through a tunnel and reports whether it answered "ok", and how long
 // the whole exchange (tunnel included) took.
 func Probe(ctx context.Context, d Dialer, cluster string) (ok bool, latency time.Duration, err error) {
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialCluster(ctx, cluster, KubeAPIServerPort)
+			return d.DialCluster(ctx, cluster, kubeAPIServerPort)
 		},
 		// The kube-apiserver's serving certificate names its own hosts, never the cluster name the tunnel is addressed
 		// by, and the hub does not hold the cluster's CA here. The tunnel already ends at the agent bound to this
@@ -36,7 +48,7 @@ func Probe(ctx context.Context, d Dialer, cluster string) (ok bool, latency time
 	defer transport.CloseIdleConnections()
 
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(cluster, strconv.Itoa(KubeAPIServerPort))+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(cluster, strconv.Itoa(kubeAPIServerPort))+"/healthz", nil)
 	if err != nil {
 		return false, 0, fmt.Errorf("probe cluster %s: %w", cluster, err)
 	}
@@ -83,4 +95,27 @@ func (d *TunnelDialer) DialCluster(ctx context.Context, cluster string, port int
 		return nil, fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, d.Address, err)
 	}
 	return conn, nil
+}
+
+// FetchAgents reads GET /agents from a proxy-server's HTTP-CONNECT listener; baseURL is like https://host:8094 and
+// client carries the proxy-client certificate.
+func FetchAgents(ctx context.Context, client *http.Client, baseURL string) (*AgentsView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/agents", nil)
+	if err != nil {
+		return nil, fmt.Errorf("connected agents: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("connected agents: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("connected agents: %s: %s", resp.Status, body)
+	}
+	var v AgentsView
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("connected agents: decode: %w", err)
+	}
+	return &v, nil
 }
