@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/deadline"
 )
 
 // memListener hands in-process connections to an http.Server, so the service-proxy is reachable through the tunnel
@@ -68,8 +70,8 @@ var memChunks = sync.Pool{New: func() any { b := make([]byte, 0, memChunk); retu
 // memConn is one end of an in-memory, buffered, full-duplex connection with deadlines, which http.Server needs.
 type memConn struct {
 	in, out   *memBuffer
-	readDL    deadline
-	writeDL   deadline
+	readDL    deadline.Deadline
+	writeDL   deadline.Deadline
 	closeOnce sync.Once
 }
 
@@ -93,13 +95,13 @@ func (c *memConn) LocalAddr() net.Addr  { return memAddr("service-proxy") }
 func (c *memConn) RemoteAddr() net.Addr { return memAddr("tunnel") }
 
 func (c *memConn) SetDeadline(t time.Time) error {
-	c.readDL.set(t)
-	c.writeDL.set(t)
+	c.readDL.Set(t)
+	c.writeDL.Set(t)
 	return nil
 }
 
-func (c *memConn) SetReadDeadline(t time.Time) error  { c.readDL.set(t); return nil }
-func (c *memConn) SetWriteDeadline(t time.Time) error { c.writeDL.set(t); return nil }
+func (c *memConn) SetReadDeadline(t time.Time) error  { c.readDL.Set(t); return nil }
+func (c *memConn) SetWriteDeadline(t time.Time) error { c.writeDL.Set(t); return nil }
 
 // memBuffer is one direction of a pipe. Either end closing it ends the direction: the reader still gets the bytes
 // already written, then EOF; writers get io.ErrClosedPipe.
@@ -124,9 +126,9 @@ func wake(c chan struct{}) {
 	}
 }
 
-func (b *memBuffer) read(p []byte, dl *deadline) (int, error) {
+func (b *memBuffer) read(p []byte, dl *deadline.Deadline) (int, error) {
 	for {
-		if dl.expired() {
+		if dl.Expired() {
 			return 0, os.ErrDeadlineExceeded
 		}
 		b.mu.Lock()
@@ -151,15 +153,15 @@ func (b *memBuffer) read(p []byte, dl *deadline) (int, error) {
 		select {
 		case <-b.readable:
 		case <-b.done:
-		case <-dl.wait():
+		case <-dl.Wait():
 		}
 	}
 }
 
-func (b *memBuffer) write(p []byte, dl *deadline) (int, error) {
+func (b *memBuffer) write(p []byte, dl *deadline.Deadline) (int, error) {
 	n := 0
 	for len(p) > 0 {
-		if dl.expired() {
+		if dl.Expired() {
 			return n, os.ErrDeadlineExceeded
 		}
 		b.mu.Lock()
@@ -187,7 +189,7 @@ func (b *memBuffer) write(p []byte, dl *deadline) (int, error) {
 		select {
 		case <-b.writable:
 		case <-b.done:
-		case <-dl.wait():
+		case <-dl.Wait():
 		}
 	}
 	return n, nil
@@ -208,69 +210,5 @@ func (b *memBuffer) close() {
 	if !b.closed {
 		b.closed = true
 		close(b.done)
-	}
-}
-
-// deadline is a settable point in time with a channel that is closed once it has passed.
-type deadline struct {
-	mu    sync.Mutex
-	gen   uint64
-	timer *time.Timer
-	ch    chan struct{}
-}
-
-// chanLocked returns the current channel, creating it; called with mu held.
-func (d *deadline) chanLocked() chan struct{} {
-	if d.ch == nil {
-		d.ch = make(chan struct{})
-	}
-	return d.ch
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	ch := d.chanLocked()
-	select {
-	case <-ch:
-		ch = make(chan struct{})
-		d.ch = ch
-	default:
-	}
-	if t.IsZero() {
-		return
-	}
-	wait := time.Until(t)
-	if wait <= 0 {
-		close(ch)
-		return
-	}
-	gen := d.gen
-	d.timer = time.AfterFunc(wait, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.gen == gen {
-			close(ch)
-		}
-	})
-}
-
-func (d *deadline) wait() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.chanLocked()
-}
-
-func (d *deadline) expired() bool {
-	select {
-	case <-d.wait():
-		return true
-	default:
-		return false
 	}
 }

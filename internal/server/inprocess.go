@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/deadline"
+
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/metadata"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -133,7 +135,7 @@ type tunnel struct {
 	dialTimeout, stallTimeout, closeTimeout time.Duration
 
 	readMu, writeMu sync.Mutex // one Read and one Write at a time
-	readDL, writeDL deadline
+	readDL, writeDL deadline.Deadline
 
 	mu        sync.Mutex
 	dialDone  bool  // the dial answer arrived, or the dial gave up

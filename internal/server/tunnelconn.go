@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -21,7 +20,7 @@ func (c tunnelConn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	for {
-		if c.readDL.expired() {
+		if c.readDL.Expired() {
 			return 0, os.ErrDeadlineExceeded
 		}
 		c.mu.Lock()
@@ -57,7 +56,7 @@ func (c tunnelConn) Read(p []byte) (int, error) {
 		select {
 		case <-c.inReady:
 		case <-c.closed:
-		case <-c.readDL.wait():
+		case <-c.readDL.Wait():
 		}
 	}
 }
@@ -69,7 +68,7 @@ func (c tunnelConn) Write(p []byte) (int, error) {
 	defer c.writeMu.Unlock()
 	n := 0
 	for len(p) > 0 {
-		if c.writeDL.expired() {
+		if c.writeDL.Expired() {
 			return n, os.ErrDeadlineExceeded
 		}
 		c.mu.Lock()
@@ -86,7 +85,7 @@ func (c tunnelConn) Write(p []byte) (int, error) {
 			select {
 			case <-c.outSpace:
 			case <-c.closed:
-			case <-c.writeDL.wait():
+			case <-c.writeDL.Wait():
 			}
 			continue
 		}
@@ -113,13 +112,13 @@ func (c tunnelConn) LocalAddr() net.Addr  { return tunnelAddr("in-process") }
 func (c tunnelConn) RemoteAddr() net.Addr { return c.addr }
 
 func (c tunnelConn) SetDeadline(t time.Time) error {
-	c.readDL.set(t)
-	c.writeDL.set(t)
+	c.readDL.Set(t)
+	c.writeDL.Set(t)
 	return nil
 }
 
-func (c tunnelConn) SetReadDeadline(t time.Time) error  { c.readDL.set(t); return nil }
-func (c tunnelConn) SetWriteDeadline(t time.Time) error { c.writeDL.set(t); return nil }
+func (c tunnelConn) SetReadDeadline(t time.Time) error  { c.readDL.Set(t); return nil }
+func (c tunnelConn) SetWriteDeadline(t time.Time) error { c.writeDL.Set(t); return nil }
 
 // tunnelAddr is the address a tunnel was dialed to, <cluster>:<port>.
 type tunnelAddr string
@@ -165,66 +164,3 @@ const fifoKeep = 64
 
 // reset empties the queue and lets go of its array.
 func (q *fifo[T]) reset() { q.items, q.head = nil, 0 }
-
-// deadline is a settable point in time with a channel that is closed once it has passed.
-type deadline struct {
-	mu    sync.Mutex
-	gen   uint64
-	timer *time.Timer
-	ch    chan struct{}
-}
-
-func (d *deadline) chanLocked() chan struct{} {
-	if d.ch == nil {
-		d.ch = make(chan struct{})
-	}
-	return d.ch
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	ch := d.chanLocked()
-	select {
-	case <-ch: // passed: the next deadline needs a fresh channel
-		ch = make(chan struct{})
-		d.ch = ch
-	default:
-	}
-	if t.IsZero() {
-		return
-	}
-	wait := time.Until(t)
-	if wait <= 0 {
-		close(ch)
-		return
-	}
-	gen := d.gen
-	d.timer = time.AfterFunc(wait, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.gen == gen {
-			close(ch)
-		}
-	})
-}
-
-func (d *deadline) wait() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.chanLocked()
-}
-
-func (d *deadline) expired() bool {
-	select {
-	case <-d.wait():
-		return true
-	default:
-		return false
-	}
-}
