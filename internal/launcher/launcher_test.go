@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -385,7 +387,7 @@ func agentCertificateSecret(ca *certs.KeyPair) *corev1.Secret {
 func hubKubeconfigSecret() *corev1.Secret {
 	user, err := hubEnv.AddUser(envtest.User{
 		Name:   "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
-		Groups: []string{render.AgentHubGroup},
+		Groups: []string{csrreview.AllAgentsGroup},
 	}, rest.CopyConfig(hubConfig))
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := user.KubeConfig()

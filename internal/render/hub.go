@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -292,17 +294,14 @@ func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 // hub token a request carries before impersonating that user on its cluster.
 const AgentHubTokenReviewBindingName = "open-cluster-management:cluster-proxy:agent-tokenreview"
 
-// AgentHubGroup is the hub group every cluster's add-on identity carries: the operator advertises it in the
-// kube-apiserver-client registration's subject (csrreview.HubKubeconfigGroups).
-const AgentHubGroup = "system:open-cluster-management:addon:" + proxyv1alpha1.AddonName
-
 // AgentHubTokenReviewBinding grants the agents' hub identities the built-in system:auth-delegator role (TokenReview
-// and SubjectAccessReview create), one binding for every cluster.
+// and SubjectAccessReview create), one binding for every cluster: the group is the one every agent's hub identity
+// carries (csrreview.HubKubeconfigGroups).
 func AgentHubTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration) *rbacv1.ClusterRoleBinding {
 	return &rbacv1.ClusterRoleBinding{
 		ObjectMeta: objectMeta(mpc, AgentHubTokenReviewBindingName, ""),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AgentHubGroup}},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: csrreview.AllAgentsGroup}},
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -235,7 +237,7 @@ func (w *harness) hubServiceAccountToken() string {
 func (w *harness) agentHubKubeconfig() string {
 	hubClient := must(client.New(w.hubConfig, client.Options{}))
 	user := must(w.hub.AddUser(envtest.User{Name: "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
-		Groups: []string{render.AgentHubGroup}}, rest.CopyConfig(w.hubConfig)))
+		Groups: []string{csrreview.AllAgentsGroup}}, rest.CopyConfig(w.hubConfig)))
 	binding := render.AgentHubTokenReviewBinding(&proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
 	binding.OwnerReferences = nil
 	mustCreate(hubClient, binding)
