@@ -19,14 +19,14 @@ import (
 	"syscall"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -160,13 +160,7 @@ func adminToken(ctx context.Context, cfg *rest.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, "local-admin", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	return tr.Status.Token, nil
+	return testenv.ServiceAccountToken(ctx, cs, "default", "local-admin", 24*time.Hour)
 }
 
 // hubClientFiles writes the proxy-client pair and the CA bundle from the hub for curl.

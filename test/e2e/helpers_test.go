@@ -21,14 +21,12 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,10 +87,7 @@ func hubUserToken() string {
 }
 
 func token(cs kubernetes.Interface, ns, name string) string {
-	tr := must(cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx(), name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
-	}, metav1.CreateOptions{}))
-	return tr.Status.Token
+	return must(testenv.ServiceAccountToken(ctx(), cs, ns, name, time.Hour))
 }
 
 func binary(name string) string { return filepath.Join(testenv.RepoRoot(), "bin", name) }
@@ -123,15 +118,7 @@ func userKubeconfig(cluster, name, tok string) string {
 }
 
 func kubectl(kubeconfig string, args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
-		append([]string{"--kubeconfig", kubeconfig, "--request-timeout=15s"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
+	return testenv.Kubectl(kubeconfig, args...)
 }
 
 // hubClientFiles writes the proxy-client pair and the CA bundle from the hub, as a hub program mounts them.

@@ -14,14 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // hubClientTLS is what a hub program holds: the proxy-client certificate and the CA bundle.
@@ -109,17 +109,9 @@ func (w *harness) userKubeconfig(name, token string) string {
 	return writeFile("kubeconfigs/"+name, kubeconfig(w.userServerURL(), w.ca.CertPEM, token))
 }
 
-// kubectl runs kubectl (from the envtest assets) with a kubeconfig; it returns stdout, or an error with stderr.
+// kubectl runs kubectl from the envtest assets with a kubeconfig.
 func kubectl(kubeconfigPath string, args ...string) (string, error) {
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfigPath, "--request-timeout=10s"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
+	return testenv.Kubectl(kubeconfigPath, args...)
 }
 
 // userServerGet GETs path (after /<cluster>) through the user-server with an optional token and extra headers.

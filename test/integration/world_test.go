@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 
 	. "github.com/onsi/gomega"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +32,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -262,10 +261,7 @@ func kubeconfig(server string, ca []byte, token string) []byte {
 }
 
 func serviceAccountToken(cs kubernetes.Interface, ns, name string) string {
-	tr := must(cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))},
-	}, metav1.CreateOptions{}))
-	return tr.Status.Token
+	return must(testenv.ServiceAccountToken(context.Background(), cs, ns, name, time.Hour))
 }
 
 func mustCreate(c client.Client, o client.Object) {

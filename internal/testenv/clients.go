@@ -1,0 +1,41 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Kubectl runs kubectl from KUBEBUILDER_ASSETS with a kubeconfig and a 15 s request timeout; it returns stdout, or
+// an error that quotes stderr.
+func Kubectl(kubeconfig string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
+		append([]string{"--kubeconfig", kubeconfig, "--request-timeout=15s"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// ServiceAccountToken is a token of ServiceAccount ns/name from the TokenRequest API, valid for ttl.
+func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, ns, name string, ttl time.Duration) (string, error) {
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token of ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, nil
+}
