@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -86,7 +88,7 @@ func newWorld(t *testing.T) *world {
 	w.target = startTarget(t, 0)
 	w.streamsTarget = startTarget(t, time.Second)
 	w.anp = startANP(t, w.pki)
-	w.ours = startOurs(t, w.pki, agent.Resolver{kubeAPIServer: w.target.addr, webService: w.target.addr,
+	w.ours = startOurs(t, w.pki, resolve.Resolver{kubeAPIServer: w.target.addr, webService: w.target.addr,
 		streamsService: w.streamsTarget.addr}, logr.New(w.logs))
 	return w
 }
@@ -357,7 +359,7 @@ type ourStack struct {
 	log       logr.Logger
 }
 
-func startOurs(t *testing.T, p *pki, resolver agent.Resolver, log logr.Logger) *ourStack {
+func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger) *ourStack {
 	t.Helper()
 	allowed, err := allowlist.ParseAll([]string{"default/web:80", "default/streams:80"})
 	must(t, err)
