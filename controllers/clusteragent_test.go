@@ -266,6 +266,34 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		}, timeout, interval).Should(Succeed())
 	})
 
+	It("restores the agent work when someone else edits it, keeping the labels they added", func() {
+		cluster := "c-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		var rendered int
+		Eventually(func(g Gomega) {
+			_, m := agentManifests(g, cluster)
+			g.Expect(m).To(HaveKey("Deployment/cluster-proxy-proxy-agent"))
+			rendered = len(m)
+		}, timeout, interval).Should(Succeed())
+
+		By("another writer drops the agent Deployment from the work and labels it")
+		Eventually(func(g Gomega) {
+			work := get(g, &workv1.ManifestWork{}, cluster, agentWork)
+			work.Spec.Workload.Manifests = work.Spec.Workload.Manifests[:1]
+			work.Labels["team"] = "platform"
+			g.Expect(k8s.Update(ctx(), work, client.FieldOwner("kubectl-edit"))).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+
+		Eventually(func(g Gomega) {
+			work, m := agentManifests(g, cluster)
+			g.Expect(m).To(HaveLen(rendered), "every rendered manifest is back")
+			g.Expect(m).To(HaveKey("Deployment/cluster-proxy-proxy-agent"))
+			g.Expect(work.Labels).To(HaveKeyWithValue("team", "platform"), "labels others add stay")
+			g.Expect(metav1.GetControllerOf(work)).To(HaveField("Kind", "ManagedClusterAddOn"))
+		}, timeout, interval).Should(Succeed())
+	})
+
 	It("renders every AddOnDeploymentConfig field, and updates the work when the config changes", func() {
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)

@@ -59,7 +59,7 @@ func CacheOptions() cache.Options {
 		&rbacv1.Role{}:               owned,
 		&rbacv1.RoleBinding{}:        owned,
 		&rbacv1.ClusterRoleBinding{}: owned,
-		&workv1.ManifestWork{}:       owned,
+		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: clusteragent.TrimCachedWork},
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,49 +50,27 @@ const (
 
 // applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references,
 // health-check mode and the Configured, ManifestApplied and Progressing conditions, plus Available when it checks the
-// tunnels itself) with server-side apply on the status, so the conditions OCM's own agents write stay untouched.
-// Nothing is written when they are already in place.
+// tunnels itself). The conditions OCM's own agents write are carried over from the cached add-on, and the write is a
+// merge patch locked to the resourceVersion read, so a concurrent change is never lost (the pass is retried); a
+// merge patch costs the API server a fraction of a server-side apply, and there is one per cluster. Nothing is
+// written when the fields are already in place.
 func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
-	conditions := s.mca.Status.DeepCopy().Conditions
-	owned := []string{addonv1alpha1.ManagedClusterAddOnConditionConfigured, addonv1alpha1.ManagedClusterAddOnManifestApplied, addonv1alpha1.ManagedClusterAddOnConditionProgressing}
+	after := s.mca.DeepCopy()
+	st := &after.Status
 	for _, c := range addOnConditions(s) {
-		meta.SetStatusCondition(&conditions, c)
+		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	// With tunnel health the operator sets Available from real probes (OCM's Customized mode); without it, OCM
 	// derives Available from the agent's Lease.
-	mode := addonv1alpha1.HealthCheckModeLease
+	st.HealthCheck.Mode = addonv1alpha1.HealthCheckModeLease
 	if r.Tunnels != nil && s.addOnAvailable != nil {
-		mode = addonv1alpha1.HealthCheckModeCustomized
-		meta.SetStatusCondition(&conditions, *s.addOnAvailable)
-		owned = append(owned, addonv1alpha1.ManagedClusterAddOnConditionAvailable)
+		st.HealthCheck.Mode = addonv1alpha1.HealthCheckModeCustomized
+		meta.SetStatusCondition(&st.Conditions, *s.addOnAvailable)
 	}
-	var ours []any
-	for _, t := range owned {
-		c := meta.FindStatusCondition(conditions, t)
-		ours = append(ours, map[string]any{
-			"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message,
-			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
-		})
-	}
-	status := map[string]any{
-		"namespace":     installNamespace(s),
-		"registrations": toJSON(registrations(s)),
-		"healthCheck":   map[string]any{"mode": string(mode)},
-		"conditions":    ours,
-	}
-	if refs := configReferences(s); len(refs) > 0 {
-		status["configReferences"] = toJSON(refs)
-	}
-	have := toJSON(s.mca.Status)
-	if apply.Contains(have, status) {
-		return nil
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": addonv1alpha1.GroupVersion.String(), "kind": "ManagedClusterAddOn",
-		"metadata": map[string]any{"name": s.mca.Name, "namespace": s.mca.Namespace},
-		"status":   status,
-	}}
-	return r.Client.Status().Apply(ctx, ctrl.ApplyConfigurationFromUnstructured(u), ctrl.FieldOwner(apply.FieldOwner), ctrl.ForceOwnership)
+	st.Namespace = installNamespace(s)
+	st.Registrations = registrations(s)
+	st.ConfigReferences = configReferences(s)
+	return apply.PatchStatus(ctx, r.Client, s.mca, after)
 }
 
 func installNamespace(s *scope) string {
@@ -204,7 +181,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	if _, err := apply.Ensure(ctx, r.Client, cps); err != nil {
+	if _, err := apply.EnsureReplaced(ctx, r.Client, cps); err != nil {
 		return 0, err
 	}
 	now := r.Clock.Now()
@@ -386,30 +363,4 @@ func specHash(spec any) string {
 	raw, _ := json.Marshal(spec)
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
-}
-
-// toJSON turns v into its JSON form, without nulls: some OCM fields lack omitempty, and an applied null is invalid.
-func toJSON(v any) any {
-	raw, _ := json.Marshal(v)
-	var out any
-	_ = json.Unmarshal(raw, &out)
-	return dropNulls(out)
-}
-
-func dropNulls(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, e := range t {
-			if e == nil {
-				delete(t, k)
-			} else {
-				t[k] = dropNulls(e)
-			}
-		}
-	case []any:
-		for i := range t {
-			t[i] = dropNulls(t[i])
-		}
-	}
-	return v
 }

@@ -184,6 +184,10 @@ func replaceRendered(ctx context.Context, c client.Client, live, want map[string
 		}
 	}
 	live["apiVersion"], live["kind"] = want["apiVersion"], want["kind"]
+	if meta, ok := live["metadata"].(map[string]any); ok {
+		// Sent managed fields would replace the stored ones, and a cached object holds only some of them.
+		delete(meta, "managedFields")
+	}
 	for i, v := range kept {
 		_ = unstructured.SetNestedField(live, v, userOwned[i]...)
 	}

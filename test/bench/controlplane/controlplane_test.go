@@ -122,6 +122,7 @@ func TestControlPlaneScale(t *testing.T) {
 	}
 	converged := doneAt.Sub(start)
 	stopProfiles()
+	heapProfile(t, pprofAddr)
 	mgrCPU, machineCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds(t)-busyBefore
 	apiCPU, etcdCPU := processCPUSeconds(t, "kube-apiserver")-apiBefore, processCPUSeconds(t, "etcd")-etcdBefore
 	waitQuiet(t, metricsAddr)
@@ -143,7 +144,8 @@ func TestControlPlaneScale(t *testing.T) {
 		fmt.Sprintf("CPU while converging             manager %.1fs, kube-apiserver %.1fs, etcd %.1fs; whole machine %.1fs of %.1fs available",
 			mgrCPU, apiCPU, etcdCPU, machineCPU, converged.Seconds()*float64(runtime.NumCPU())),
 		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", float64(writes)/float64(n), targetWritesPerCl),
-		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000)", rss, targetRSSMiB),
+		fmt.Sprintf("manager requests while converging %s", afterConverge.minus(before)),
+		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000); now %s", rss, targetRSSMiB, mgr.rssNow(t)),
 		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", steadyStatePeriod, steadyWrites, steadyGets),
 	}
 	fmt.Println("\ncontrol-plane benchmark\n  " + strings.Join(report, "\n  "))
@@ -186,9 +188,25 @@ func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
 		if err != nil {
 			return nil, err
 		}
-		return hc.Get(cfg.Host + "/debug/pprof/profile?seconds=" + seconds)
+		return hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/debug/pprof/profile?seconds=" + seconds)
 	})
 	return wg.Wait
+}
+
+// heapProfile saves the manager's heap profile when BENCH_PROFILE_DIR is set, right after convergence.
+func heapProfile(t *testing.T, pprofAddr string) {
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	must(t, err)
+	defer resp.Body.Close()
+	f, err := os.Create(filepath.Join(dir, "manager-heap.pprof"))
+	must(t, err)
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	must(t, err)
 }
 
 // watchConvergence reports the moment every one of n clusters has a ManifestWork and a ClusterProxyStatus with an
@@ -263,6 +281,21 @@ func (m *manager) peakRSSMiB(t *testing.T) int {
 	return 0
 }
 
+// rssNow is the manager's resident set now, split into anonymous memory (heap, stacks) and mapped files (the binary).
+func (m *manager) rssNow(t *testing.T) string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.Pid()))
+	must(t, err)
+	var parts []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "RssAnon:") || strings.HasPrefix(line, "RssFile:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.Atoi(f[1])
+			parts = append(parts, fmt.Sprintf("%s %d MiB", strings.TrimSuffix(f[0], ":"), kb/1024))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 // cpuSeconds is the manager's user+system CPU time.
 func (m *manager) cpuSeconds(t *testing.T) float64 {
 	return pidCPUSeconds(t, m.Pid())
@@ -326,6 +359,17 @@ func machineBusySeconds(t *testing.T) float64 {
 type requests map[string]float64
 
 func (r requests) method(m string) float64 { return r[m] }
+
+// minus is the requests made since earlier, by method, as text.
+func (r requests) minus(earlier requests) string {
+	var parts []string
+	for _, m := range []string{"GET", "LIST", "WATCH", "POST", "PUT", "PATCH", "DELETE"} {
+		if d := r[m] - earlier[m]; d != 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, d))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
 
 func (r requests) writes() float64 { return r["POST"] + r["PUT"] + r["PATCH"] + r["DELETE"] }
 
