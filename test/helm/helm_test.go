@@ -400,9 +400,10 @@ func TestAppliedToHub(t *testing.T) {
 	g.Expect(err.Error()).To(ContainSubstring("entrypoint.hostname.value is required"))
 }
 
-// TestHelmInstall runs what users run against an envtest hub with the OCM CRDs: 'helm install -n
-// open-cluster-management-addon --create-namespace cluster-proxy charts/cluster-proxy' (CRDs from crds/, then the
-// templates), 'helm upgrade' to the Manual install strategy, and 'helm uninstall'.
+// TestHelmInstall runs what users run against an envtest hub with the OCM CRDs: the README's 'helm install -n
+// open-cluster-management-addon --create-namespace cluster-proxy charts/cluster-proxy --set
+// proxyServer.entrypointAddress=proxy.example.com' (CRDs from crds/, then the templates), 'helm upgrade' to the main
+// value combination and then to the Manual install strategy, and 'helm uninstall'.
 func TestHelmInstall(t *testing.T) {
 	g := NewWithT(t)
 	env, c := startHub(t)
@@ -420,11 +421,19 @@ func TestHelmInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	helm("install", "-n", namespace, "--create-namespace", releaseName, chartDir(), "-f", valuesFile(mainCase))
+	helm("install", "-n", namespace, "--create-namespace", releaseName, chartDir(), "--set", "proxyServer.entrypointAddress=proxy.example.com")
 	mpc := &unstructured.Unstructured{}
 	mpc.SetAPIVersion("proxy.open-cluster-management.io/v1alpha1")
 	mpc.SetKind("ManagedProxyConfiguration")
-	g.Expect(c.Get(ctx, client.ObjectKey{Name: "cluster-proxy"}, mpc)).To(Succeed())
+	entrypoint := func() (string, string) {
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: "cluster-proxy"}, mpc)).To(Succeed())
+		typ, _, _ := unstructured.NestedString(mpc.Object, "spec", "proxyServer", "entrypoint", "type")
+		host, _, _ := unstructured.NestedString(mpc.Object, "spec", "proxyServer", "entrypoint", "hostname", "value")
+		return typ, host
+	}
+	typ, host := entrypoint()
+	g.Expect(typ).To(Equal("Hostname"))
+	g.Expect(host).To(Equal("proxy.example.com"))
 	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cluster-proxy-addon-manager"}, &appsv1.Deployment{})).To(Succeed())
 	g.Expect(c.Get(ctx, client.ObjectKey{Name: "cluster-proxy-manager"}, &rbacv1.ClusterRole{})).To(Succeed())
 	cma := &unstructured.Unstructured{}
@@ -436,6 +445,10 @@ func TestHelmInstall(t *testing.T) {
 		return v
 	}
 	g.Expect(strategy()).To(Equal("Placements"))
+
+	helm("upgrade", "-n", namespace, releaseName, chartDir(), "-f", valuesFile(mainCase))
+	_, host = entrypoint()
+	g.Expect(host).To(Equal("proxy-entrypoint.open-cluster-management-addon.svc"))
 
 	helm("upgrade", "-n", namespace, releaseName, chartDir(), "-f", valuesFile("manual"))
 	g.Expect(strategy()).To(Equal("Manual"))

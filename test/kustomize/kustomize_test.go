@@ -1,6 +1,6 @@
-// Package kustomize tests the kustomize install: 'bin/kustomize build config/default' (and config/samples) builds,
-// and the real kube-apiserver of an envtest hub accepts the result applied server-side with strict field validation,
-// CRDs first.
+// Package kustomize tests the kustomize install: the README's 'kustomize build config/default | kubectl apply
+// --server-side -f -' runs against an envtest hub, config/default and config/samples build, and the real
+// kube-apiserver accepts the result applied server-side with strict field validation, CRDs first.
 package kustomize
 
 import (
@@ -23,6 +23,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
@@ -139,6 +140,20 @@ func TestKustomizeInstall(t *testing.T) {
 		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), fieldOwner, client.ForceOwnership)
 	}
 
+	// First the README's command itself, with the real kubectl: 'kustomize build config/default | kubectl apply
+	// --server-side -f -'. The checks below then apply the same objects with strict field validation.
+	readmeInstall(t, env)
+	for _, o := range objs {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(o.GroupVersionKind())
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+			t.Fatalf("after the README's install, %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		if o.GetKind() == "Deployment" && !appliedBy(got, "kubectl") {
+			t.Errorf("the manager Deployment was not applied by 'kubectl apply --server-side': %v", got.GetManagedFields())
+		}
+	}
+
 	for _, o := range crds {
 		if err := apply(o); err != nil {
 			t.Fatalf("apply CRD %s: %v", o.GetName(), err)
@@ -199,6 +214,44 @@ func TestKustomizeInstall(t *testing.T) {
 			t.Errorf("a Deployment with an unknown field was accepted (err %v): strict validation is not on", err)
 		}
 	}
+}
+
+// readmeInstall runs the install command of the README through bash, with bin/kustomize and the kubectl of
+// KUBEBUILDER_ASSETS first on PATH and KUBECONFIG naming a cluster-admin of env.
+func readmeInstall(t *testing.T, env *envtest.Environment) {
+	t.Helper()
+	user, err := env.AddUser(envtest.User{Name: "kustomize-user", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const command = "kustomize build config/default | kubectl apply --server-side -f -"
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", command)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kcPath,
+		"PATH="+filepath.Join(testenv.RepoRoot(), "bin")+string(os.PathListSeparator)+os.Getenv("KUBEBUILDER_ASSETS")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", command, err, out)
+	}
+	t.Logf("%s:\n%s", command, out)
+}
+
+// appliedBy reports whether manager owns fields of o through server-side apply.
+func appliedBy(o *unstructured.Unstructured, manager string) bool {
+	for _, mf := range o.GetManagedFields() {
+		if mf.Manager == manager && mf.Operation == metav1.ManagedFieldsOperationApply {
+			return true
+		}
+	}
+	return false
 }
 
 func waitEstablished(ctx context.Context, c client.Client, name string) error {
