@@ -232,7 +232,7 @@ func checkStaticExecutable(t *testing.T, path string) {
 		t.Errorf("%s is not an ELF executable: %v", filepath.Base(path), err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			t.Errorf("%s is dynamically linked (it has a program interpreter)", filepath.Base(path))
