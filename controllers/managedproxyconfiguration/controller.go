@@ -147,7 +147,9 @@ var agentIssuerChanged = predicate.Funcs{
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	return runtimectrl.NewControllerManagedBy(mgr).
-		For(&proxyv1alpha1.ManagedProxyConfiguration{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Every update, its own status writes included: a pass that read a stale cached status and found nothing
+		// to write must be followed by one that sees the status it raced with.
+		For(&proxyv1alpha1.ManagedProxyConfiguration{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).

@@ -13,11 +13,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	runtimectrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -117,7 +115,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, pc *proxyv1alpha1.ProxyCer
 // SetupWithManager registers the reconciler; a change of an issuer re-queues its certificates.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	return runtimectrl.NewControllerManagedBy(mgr).
-		For(&proxyv1alpha1.ProxyCertificate{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// Every update, its own status writes included: a pass that read a stale cached status and found nothing
+		// to write must be followed by one that sees the status it raced with.
+		For(&proxyv1alpha1.ProxyCertificate{}).
 		Owns(&corev1.Secret{}).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.certificatesOfIssuer)).
 		Named("proxycertificate").
