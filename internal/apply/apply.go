@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -32,22 +33,10 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ..
 	for _, opt := range opts {
 		opt(&o)
 	}
-	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
+	gvk, want, err := rendered(c, desired, o.userOwned)
 	if err != nil {
 		return false, err
 	}
-	want, err := toMap(desired)
-	if err != nil {
-		return false, err
-	}
-	delete(want, "status")
-	meta, _ := want["metadata"].(map[string]any)
-	delete(meta, "creationTimestamp")
-	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
-	for _, path := range o.userOwned {
-		unstructured.RemoveNestedField(want, path...)
-	}
-	setHash(want)
 
 	live, err := c.Scheme().New(gvk)
 	if err != nil {
@@ -78,6 +67,28 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ..
 		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
 	}
 	return true, nil
+}
+
+// rendered is desired as the map the operator writes: no status or creation time, its type set, the user-owned
+// paths removed, and the hash of the rest in HashAnnotation.
+func rendered(c client.Client, desired client.Object, userOwned [][]string) (schema.GroupVersionKind, map[string]any, error) {
+	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
+	if err != nil {
+		return gvk, nil, err
+	}
+	want, err := toMap(desired)
+	if err != nil {
+		return gvk, nil, err
+	}
+	delete(want, "status")
+	meta, _ := want["metadata"].(map[string]any)
+	delete(meta, "creationTimestamp")
+	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
+	for _, path := range userOwned {
+		unstructured.RemoveNestedField(want, path...)
+	}
+	setHash(want)
+	return gvk, want, nil
 }
 
 // foreignSpecOwner reports whether another writer owns fields outside metadata and status, i.e. changed what

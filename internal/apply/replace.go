@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // EnsureReplaced is Ensure for the objects the operator writes once per managed cluster and alone (the agent
@@ -19,19 +18,10 @@ import (
 // differs, or when another writer changed what the operator renders; labels, annotations and owner references that
 // others added are kept. It returns whether it wrote.
 func EnsureReplaced(ctx context.Context, c client.Client, desired client.Object) (bool, error) {
-	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
+	gvk, want, err := rendered(c, desired, nil)
 	if err != nil {
 		return false, err
 	}
-	want, err := toMap(desired)
-	if err != nil {
-		return false, err
-	}
-	delete(want, "status")
-	meta, _ := want["metadata"].(map[string]any)
-	delete(meta, "creationTimestamp")
-	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
-	setHash(want)
 	key := client.ObjectKeyFromObject(desired)
 
 	liveTyped, err := c.Scheme().New(gvk)
