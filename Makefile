@@ -70,18 +70,15 @@ test: manifests generate vet envtest-assets helm kustomize ## Run unit and envte
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 30m
 
 .PHONY: test-multicluster
-test-multicluster: envtest-assets ocm-local ## Hub and two managed clusters joined through real OCM (one behind tinyproxy, one digit-named): join, ManifestWork, add-on CSR, clean stop.
-	@command -v tinyproxy >/dev/null || { echo "test-multicluster needs tinyproxy: apt-get install -y tinyproxy"; exit 1; }
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./internal/multicluster/... -v -count=1 -timeout 20m
+test-multicluster: envtest-assets ocm-local squid ## Hub and two managed clusters joined through real OCM (one behind squid over TLS, one digit-named): join, ManifestWork, add-on CSR, clean stop; squid's TLS and plain ports.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./internal/multicluster/... ./internal/system/... -v -count=1 -timeout 20m
 
 .PHONY: test-integration
-test-integration: envtest-assets ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy (.ci/run installs the Debian packages).
-	@for tool in curl squid tinyproxy; do command -v $$tool >/dev/null || { echo "test-integration needs $$tool: apt-get install -y curl squid-openssl tinyproxy"; exit 1; }; done
+test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags integration ./test/integration/... -count=1 -timeout 30m -v -ginkgo.v
 
 .PHONY: e2e
-e2e: build ocm-local envtest-assets ## The whole system with real OCM: hub + two managed clusters (one behind squid, one digit-named), manager, proxy-server, agents; real clients.
-	@for tool in curl squid; do command -v $$tool >/dev/null || [ -x /usr/sbin/$$tool ] || { echo "e2e needs $$tool: apt-get install -y curl squid-openssl"; exit 1; }; done
+e2e: build ocm-local envtest-assets squid curl ## The whole system with real OCM: hub + two managed clusters (one behind squid over TLS, one digit-named), manager, proxy-server, agents; real clients.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 40m -v -ginkgo.v
 
 ##@ Build
@@ -100,8 +97,7 @@ ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as proc
 	@hack/ocm-build.sh
 
 .PHONY: run
-run: build ocm-local envtest-assets ## Start the whole system: hub + two managed clusters joined through real OCM, the operator, proxy-server, agents, squid (Ctrl-C stops it).
-	@command -v squid >/dev/null || [ -x /usr/sbin/squid ] || { echo "make run needs squid as the forward proxy: apt-get install -y squid-openssl"; exit 1; }
+run: build ocm-local envtest-assets squid ## Start the whole system: hub + two managed clusters joined through real OCM, the operator, proxy-server, agents, squid (Ctrl-C stops it).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(BIN_DIR)/localsystem
 
 .PHONY: run-hub
@@ -121,6 +117,22 @@ docker-build: ## Build the container image (needs a Docker engine; its build ste
 	docker build -t $(IMG) .
 
 ##@ Tools
+
+# Debian packages some targets run, installed with apt-get (through sudo unless root) when missing.
+APT_INSTALL = { echo "installing $(1) with apt-get"; S=""; [ "$$(id -u)" = 0 ] || S=sudo; \
+	$$S apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q $(1) >/dev/null; }
+
+.PHONY: squid
+squid: ## Install squid-openssl (the forward proxy of make run, e2e and test-multicluster) when it is missing.
+	@command -v squid >/dev/null || [ -x /usr/sbin/squid ] || $(call APT_INSTALL,squid-openssl)
+
+.PHONY: tinyproxy
+tinyproxy: ## Install tinyproxy (a forward proxy of make test-integration) when it is missing.
+	@command -v tinyproxy >/dev/null || [ -x /usr/bin/tinyproxy ] || $(call APT_INSTALL,tinyproxy)
+
+.PHONY: curl
+curl: ## Install curl (a client of make e2e) when it is missing.
+	@command -v curl >/dev/null || $(call APT_INSTALL,curl)
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN_DIR) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

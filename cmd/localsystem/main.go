@@ -1,7 +1,7 @@
 // Command localsystem runs the whole product locally ('make run'): a hub and two managed clusters joined through
 // the real OCM controllers and klusterlet agents, the operator's manager, the proxy-server and proxy-agents started
-// from the Deployments it renders, and squid as the forward proxy of cluster1. When every tunnel is Available it
-// prints the health table and ready-to-paste commands, then stays up until Ctrl-C. The logic lives in
+// from the Deployments it renders, and squid as the forward proxy of cluster1 (over TLS). When every tunnel is
+// Available it prints the health table and ready-to-paste commands, then stays up until Ctrl-C. The logic lives in
 // internal/system.
 package main
 
@@ -136,6 +136,9 @@ func summary(ctx context.Context, sys *system.System, workDir string, binaries s
 	fmt.Println("\nA managed kube-apiserver through the HTTP-CONNECT frontend (mTLS with the proxy-client certificate):")
 	fmt.Printf("  curl --proxytunnel -x https://127.0.0.1:%d --proxy-cacert %s --proxy-cert %s --proxy-key %s -k https://%s:443/healthz\n",
 		sys.Ports.HTTPConnect, ca, cert, key, system.DigitCluster)
+	fmt.Printf("\n%s reaches the hub only through squid over TLS, %s (its CA: %s), klusterlet and proxy-agent alike;\n",
+		system.ProxiedCluster, sys.Squid.TLSURL(), sys.Squid.CAFile())
+	fmt.Printf("squid logs each CONNECT when the tunnel closes: %s\n", sys.Squid.AccessLog())
 	fmt.Printf("\nLogs: %s (manager.log, pods/, clusters/logs/, squid/)\n", workDir)
 	return nil
 }

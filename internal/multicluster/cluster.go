@@ -22,7 +22,7 @@ func (e *Env) startClusters(ctx context.Context) error {
 	errs := make([]error, len(e.opts.Clusters))
 	var wg sync.WaitGroup
 	for i, spec := range e.opts.Clusters {
-		e.Clusters[i] = &Cluster{Name: spec.Name, Proxy: spec.Proxy}
+		e.Clusters[i] = &Cluster{Name: spec.Name, Proxy: spec.Proxy, proxyCA: spec.ProxyCA}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -34,7 +34,8 @@ func (e *Env) startClusters(ctx context.Context) error {
 }
 
 // startCluster starts one managed control plane with the klusterlet's CRDs and namespaces, writes its bootstrap
-// kubeconfig (hub client certificate of the bootstrap group, proxy-url if any) and starts its klusterlet agent.
+// kubeconfig (hub client certificate of the bootstrap group, proxy-url and proxy CA if any) and starts its klusterlet
+// agent.
 func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error {
 	dir := e.path("clusters", c.Name)
 	env, stop, err := controlPlane{name: c.Name, dir: dir, logs: e.path("logs"), crds: []string{crdDir}}.start()
@@ -44,7 +45,7 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 	}
 	c.Env = env
 	c.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	if c.Config, err = addUser(env, c.Name, envtest.User{Name: "admin", Groups: []string{adminGroup}}, c.Kubeconfig, ""); err != nil {
+	if c.Config, err = addUser(env, c.Name, envtest.User{Name: "admin", Groups: []string{adminGroup}}, c.Kubeconfig, "", nil); err != nil {
 		return err
 	}
 	if err := createNamespaces(ctx, c.Config, managedNamespaces...); err != nil {
@@ -52,13 +53,13 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 	}
 	c.BootstrapKubeconfig = filepath.Join(dir, "bootstrap.kubeconfig")
 	bootstrap := envtest.User{Name: bootstrapUser(c.Name), Groups: []string{bootstrapGroup}}
-	if _, err := addUser(e.HubEnv, "hub", bootstrap, c.BootstrapKubeconfig, c.Proxy); err != nil {
+	if _, err := addUser(e.HubEnv, "hub", bootstrap, c.BootstrapKubeconfig, c.Proxy, c.proxyCA); err != nil {
 		return err
 	}
 	// The agent's own admin kubeconfig of its managed cluster, apart from the one handed to callers.
 	agentKubeconfig := filepath.Join(dir, "klusterlet.kubeconfig")
 	agentUser := envtest.User{Name: "klusterlet-agent", Groups: []string{adminGroup}}
-	if _, err := addUser(env, c.Name, agentUser, agentKubeconfig, ""); err != nil {
+	if _, err := addUser(env, c.Name, agentUser, agentKubeconfig, "", nil); err != nil {
 		return err
 	}
 	agent, err := e.startProcess("agent-"+c.Name, e.opts.OCMBinary, "agent",

@@ -111,24 +111,26 @@ func (cp controlPlane) start() (*envtest.Environment, func() error, error) {
 }
 
 // addUser provisions a user of env and writes its kubeconfig to path. proxyURL, when set, becomes the cluster's
-// proxy-url.
-func addUser(env *envtest.Environment, contextName string, user envtest.User, path, proxyURL string) (*rest.Config, error) {
+// proxy-url, and proxyCA (PEM of an HTTPS proxy's CA) is appended to its certificate-authority-data.
+func addUser(env *envtest.Environment, contextName string, user envtest.User, path, proxyURL string, proxyCA []byte) (*rest.Config, error) {
 	u, err := env.AddUser(user, nil)
 	if err != nil {
 		return nil, fmt.Errorf("add user %s: %w", user.Name, err)
 	}
 	cfg := u.Config()
-	if err := writeKubeconfig(path, contextName, cfg, proxyURL); err != nil {
+	if err := writeKubeconfig(path, contextName, cfg, proxyURL, proxyCA); err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
 // writeKubeconfig writes cfg (client certificate authentication) as a kubeconfig whose cluster, user and context
-// are all called name.
-func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string) error {
+// are all called name. proxyURL, when set, is the cluster's proxy-url; proxyCA, when set, follows the server's CA in
+// certificate-authority-data, which is how a client trusts an HTTPS proxy too.
+func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string, proxyCA []byte) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, ProxyURL: proxyURL}
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: appendPEM(cfg.CAData, proxyCA),
+		ProxyURL: proxyURL}
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	kc.CurrentContext = name
@@ -141,6 +143,18 @@ func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string) error
 		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return os.Chmod(path, 0o600)
+}
+
+// appendPEM returns a new PEM blob of first followed by second, with a line break between them if first lacks one.
+func appendPEM(first, second []byte) []byte {
+	if len(second) == 0 {
+		return first
+	}
+	out := append([]byte(nil), first...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	return append(out, second...)
 }
 
 // createNamespaces creates the namespaces, tolerating ones that exist.

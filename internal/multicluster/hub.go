@@ -31,7 +31,7 @@ func (e *Env) startHub(context.Context) error {
 	}
 	e.HubEnv = env
 	e.HubKubeconfig = e.path("hub.kubeconfig")
-	if e.Hub, err = addUser(env, "hub", envtest.User{Name: "admin", Groups: []string{adminGroup}}, e.HubKubeconfig, ""); err != nil {
+	if e.Hub, err = addUser(env, "hub", envtest.User{Name: "admin", Groups: []string{adminGroup}}, e.HubKubeconfig, "", nil); err != nil {
 		return err
 	}
 	scheme := runtime.NewScheme()
@@ -56,7 +56,7 @@ func (e *Env) startHubProcesses(ctx context.Context) error {
 	}
 	kcmKubeconfig := e.path("hub", "kube-controller-manager.kubeconfig")
 	kcmUser := envtest.User{Name: "system:kube-controller-manager", Groups: []string{adminGroup}}
-	if _, err := addUser(e.HubEnv, "hub", kcmUser, kcmKubeconfig, ""); err != nil {
+	if _, err := addUser(e.HubEnv, "hub", kcmUser, kcmKubeconfig, "", nil); err != nil {
 		return err
 	}
 	kcm, err := e.startProcess("kube-controller-manager", filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager"),
@@ -72,7 +72,7 @@ func (e *Env) startHubProcesses(ctx context.Context) error {
 
 	ocmKubeconfig := e.path("hub", "ocm-hub.kubeconfig")
 	ocmUser := envtest.User{Name: "system:open-cluster-management:hub", Groups: []string{adminGroup}}
-	if _, err := addUser(e.HubEnv, "hub", ocmUser, ocmKubeconfig, ""); err != nil {
+	if _, err := addUser(e.HubEnv, "hub", ocmUser, ocmKubeconfig, "", nil); err != nil {
 		return err
 	}
 	ocmHub, err := e.startProcess("ocm-hub", e.opts.OCMBinary, "hub", "--kubeconfig="+ocmKubeconfig, "--hub-apiserver-url="+e.Hub.Host)

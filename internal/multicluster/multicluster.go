@@ -7,7 +7,10 @@
 package multicluster
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -34,9 +37,14 @@ const DefaultJoinTimeout = 3 * time.Minute
 type ClusterSpec struct {
 	// Name is the ManagedCluster name: a DNS label, which may start with a digit.
 	Name string
-	// Proxy, when set, is a forward proxy URL (http://host:port) written as proxy-url into the klusterlet's bootstrap
-	// kubeconfig, so the OCM agent reaches the hub only through it (the issued hub kubeconfig inherits it).
+	// Proxy, when set, is a forward proxy URL (http://host:port or https://host:port) written as proxy-url into the
+	// klusterlet's bootstrap kubeconfig, so the OCM agent reaches the hub only through it (the issued hub kubeconfig
+	// inherits it).
 	Proxy string
+	// ProxyCA is the PEM of the CA of an https:// Proxy. It is appended to the hub's CA in the bootstrap kubeconfig's
+	// certificate-authority-data, as a user does for an HTTPS proxy, so the klusterlet trusts both the proxy and the
+	// hub.
+	ProxyCA []byte
 }
 
 // Options configure Start.
@@ -66,6 +74,8 @@ type Cluster struct {
 	Env *envtest.Environment
 	// Proxy is the forward proxy the klusterlet reaches the hub through; empty when direct.
 	Proxy string
+	// proxyCA is the CA of an HTTPS Proxy (ClusterSpec.ProxyCA).
+	proxyCA []byte
 	// BootstrapKubeconfig is the klusterlet's bootstrap kubeconfig (least-privilege bootstrap identity).
 	BootstrapKubeconfig string
 	// AgentLog is the klusterlet agent's log.
@@ -147,7 +157,7 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // validateClusters checks that every cluster has a distinct DNS-label name (it becomes a namespace) and, if any, a
-// proxy URL client-go can use.
+// proxy URL client-go can use, with a proxy CA of PEM certificates only for an https:// proxy.
 func validateClusters(clusters []ClusterSpec) error {
 	if len(clusters) == 0 {
 		return errors.New("no managed cluster requested")
@@ -161,11 +171,50 @@ func validateClusters(clusters []ClusterSpec) error {
 			return fmt.Errorf("cluster name %q is used twice", c.Name)
 		}
 		seen[c.Name] = true
+		scheme := ""
 		if c.Proxy != "" {
-			if u, err := url.Parse(c.Proxy); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			u, err := url.Parse(c.Proxy)
+			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 				return fmt.Errorf("proxy of cluster %s: %q is not an http(s)://host:port URL", c.Name, c.Proxy)
 			}
+			scheme = u.Scheme
 		}
+		if len(c.ProxyCA) > 0 {
+			if scheme != "https" {
+				return fmt.Errorf("ProxyCA of cluster %s: only an https:// Proxy has a CA to trust, the proxy is %q", c.Name, c.Proxy)
+			}
+			if err := validateCertificates(c.ProxyCA); err != nil {
+				return fmt.Errorf("ProxyCA of cluster %s: %w", c.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// validateCertificates checks that data is PEM holding certificates and nothing else, since it goes verbatim into a
+// kubeconfig's certificate-authority-data.
+func validateCertificates(data []byte) error {
+	n := 0
+	rest := data
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		n++
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("PEM block %d is a %s, not a CERTIFICATE", n, block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("PEM block %d: %w", n, err)
+		}
+	}
+	if n == 0 {
+		return errors.New("no PEM certificate")
+	}
+	if len(bytes.TrimSpace(rest)) > 0 {
+		return fmt.Errorf("text after PEM block %d is not PEM", n)
 	}
 	return nil
 }
@@ -303,7 +352,7 @@ func (e *Env) deadProcess() *process {
 // AddHubUser provisions a hub user, a client certificate from the hub's client CA, and writes its kubeconfig to
 // path (for a process that should not act as the admin).
 func (e *Env) AddHubUser(user envtest.User, path string) (*rest.Config, error) {
-	return addUser(e.HubEnv, "hub", user, path, "")
+	return addUser(e.HubEnv, "hub", user, path, "", nil)
 }
 
 // Err reports a child process (kube-controller-manager, the OCM hub or an agent) that ended on its own since Start,

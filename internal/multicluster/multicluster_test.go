@@ -7,14 +7,11 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/multicluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 )
 
 const (
@@ -41,9 +39,10 @@ const (
 	mib            = 1 << 20
 )
 
-// TestJoinsClustersThroughRealOCM starts a hub and two managed clusters, one behind tinyproxy and one whose name starts
-// with a digit, and checks what the rest of the system relies on: real joins, real ManifestWork delivery, add-on CSRs
-// created by the klusterlet, the proxy route, and a clean stop.
+// TestJoinsClustersThroughRealOCM starts a hub and two managed clusters, one behind squid over TLS (an https://
+// proxy-url, the proxy's CA appended to the hub's in the bootstrap kubeconfig) and one whose name starts with a digit,
+// and checks what the rest of the system relies on: real joins, real ManifestWork delivery, add-on CSRs created by the
+// klusterlet, the proxy route, and a clean stop.
 func TestJoinsClustersThroughRealOCM(t *testing.T) {
 	g := NewWithT(t)
 	SetDefaultEventuallyTimeout(time.Minute)
@@ -52,11 +51,14 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 	defer cancel()
 	workDir := t.TempDir()
 
-	proxy := startTinyproxy(t, workDir)
+	// The local system's forward proxy (internal/system), with no hosts of its own: the hub is 127.0.0.1.
+	squid, err := system.StartSquid(filepath.Join(workDir, "squid"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = squid.Stop() })
 	begin := time.Now()
 	env, err := multicluster.Start(ctx, multicluster.Options{
 		Clusters: []multicluster.ClusterSpec{
-			{Name: proxiedCluster, Proxy: "http://" + proxy.address},
+			{Name: proxiedCluster, Proxy: squid.TLSURL(), ProxyCA: squid.CA()},
 			{Name: digitCluster},
 		},
 		WorkDir: filepath.Join(workDir, "env"),
@@ -173,17 +175,16 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 		}
 	})
 
-	t.Run("cluster1's klusterlet reaches the hub through tinyproxy, 1st-cluster's directly", func(t *testing.T) {
+	t.Run("cluster1's klusterlet keeps the route through squid over TLS after the join, 1st-cluster's is direct", func(t *testing.T) {
 		g := NewWithT(t)
-		hubURL, err := url.Parse(env.Hub.Host)
-		g.Expect(err).NotTo(HaveOccurred())
-		hubPort := hubURL.Port()
-		g.Expect(proxy.log()).To(ContainSubstring("CONNECT 127.0.0.1:"+hubPort),
-			"tinyproxy logged CONNECTs to the hub apiserver")
-		t.Logf("tinyproxy logged %d CONNECTs to the hub", strings.Count(proxy.log(), "CONNECT 127.0.0.1:"+hubPort))
-		// The hub kubeconfig the klusterlet was issued keeps the route, so its traffic after the join is proxied too.
-		g.Expect(issuedProxyURL(t, env.Cluster(proxiedCluster))).To(Equal("http://" + proxy.address))
-		g.Expect(issuedProxyURL(t, env.Cluster(digitCluster))).To(BeEmpty())
+		// The hub kubeconfig the klusterlet was issued keeps the route and the proxy's CA, so its traffic after the
+		// join is proxied too. Squid logs a tunnel only when it closes: the CONNECTs are checked after the stop.
+		proxyURL, caData := issuedRoute(t, env.Cluster(proxiedCluster))
+		g.Expect(proxyURL).To(Equal(squid.TLSURL()))
+		g.Expect(string(caData)).To(HaveSuffix(string(squid.CA())), "the hub's CA, then squid's")
+		proxyURL, caData = issuedRoute(t, env.Cluster(digitCluster))
+		g.Expect(proxyURL).To(BeEmpty())
+		g.Expect(string(caData)).NotTo(ContainSubstring(string(squid.CA())))
 	})
 
 	g.Expect(env.Err()).NotTo(HaveOccurred(), "no process of the environment died")
@@ -193,7 +194,19 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 	g.Expect(env.Stop()).To(Succeed())
 	stopped = true
 	t.Logf("TIMING stop: %.1fs", time.Since(stopBegin).Seconds())
-	proxy.stop(t)
+	g.Expect(squid.Stop()).To(Succeed(), "a graceful stop, which writes the access log")
+
+	t.Run("cluster1's klusterlet reached the hub through squid's TLS port", func(t *testing.T) {
+		g := NewWithT(t)
+		hubURL, err := url.Parse(env.Hub.Host)
+		g.Expect(err).NotTo(HaveOccurred())
+		tunnels, err := squid.Tunnels()
+		g.Expect(err).NotTo(HaveOccurred())
+		viaTLS := system.Tunnel{Target: hubURL.Host, TLS: true}
+		g.Expect(tunnels).To(ContainElement(viaTLS), "squid logged CONNECTs to the hub apiserver on its TLS port")
+		g.Expect(tunnels).To(HaveEach(viaTLS), "and nothing else (the plain-HTTP port was not used)")
+		t.Logf("squid logged %d CONNECTs to the hub, all on its TLS port", len(tunnels))
+	})
 	g.Expect(childProcesses()).To(BeEmpty(), "every process the test started has ended")
 	g.Expect(processesMentioning(workDir)).To(BeEmpty(), "no process of the environment is left (not even re-parented ones)")
 }
@@ -248,96 +261,19 @@ func hubKubeconfigSecret(t *testing.T, c *multicluster.Cluster) *corev1.Secret {
 	return &s
 }
 
-// issuedProxyURL is the proxy-url of the hub kubeconfig the klusterlet got after the join.
-func issuedProxyURL(t *testing.T, c *multicluster.Cluster) string {
+// issuedRoute is the proxy-url and certificate-authority-data of the hub kubeconfig the klusterlet got after the
+// join.
+func issuedRoute(t *testing.T, c *multicluster.Cluster) (proxyURL string, caData []byte) {
 	t.Helper()
 	kc, err := clientcmd.Load(hubKubeconfigSecret(t, c).Data["kubeconfig"])
 	if err != nil {
 		t.Fatalf("cluster %s: parse issued hub kubeconfig: %v", c.Name, err)
 	}
 	for _, cl := range kc.Clusters {
-		return cl.ProxyURL
+		return cl.ProxyURL, cl.CertificateAuthorityData
 	}
 	t.Fatalf("cluster %s: issued hub kubeconfig has no cluster", c.Name)
-	return ""
-}
-
-// tinyproxy is a forward proxy started in the foreground, so it stays our child and we can wait for it.
-type tinyproxy struct {
-	address string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-}
-
-func startTinyproxy(t *testing.T, dir string) *tinyproxy {
-	t.Helper()
-	port := freePort(t)
-	conf := fmt.Sprintf("Port %d\nListen 127.0.0.1\nAllow 127.0.0.1\nLogLevel Connect\nTimeout 600\nMaxClients 100\n", port)
-	confPath := filepath.Join(dir, "tinyproxy.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := &tinyproxy{address: "127.0.0.1:" + strconv.Itoa(port), logPath: filepath.Join(dir, "tinyproxy.log"), done: make(chan struct{})}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command("/usr/bin/tinyproxy", "-d", "-c", confPath)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start tinyproxy: %v", err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.Dial("tcp", p.address)
-		if err == nil {
-			conn.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tinyproxy does not listen on %s:\n%s", p.address, p.log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *tinyproxy) log() string {
-	data, _ := os.ReadFile(p.logPath)
-	return string(data)
-}
-
-func (p *tinyproxy) stop(t *testing.T) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("tinyproxy (pid %d) ignored SIGTERM; killing it", p.cmd.Process.Pid)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return "", nil
 }
 
 // procInfo is what the test reads about a process from /proc.

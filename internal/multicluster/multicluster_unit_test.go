@@ -1,11 +1,15 @@
 package multicluster
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -14,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
 func TestValidateClustersRejectsWhatCannotBecomeAManagedCluster(t *testing.T) {
@@ -123,7 +129,7 @@ func TestWriteKubeconfigCarriesTheProxyURL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
 	cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{
 		CAData: []byte("ca"), CertData: []byte("cert"), KeyData: []byte("key")}}
-	g.Expect(writeKubeconfig(path, "hub", cfg, "http://127.0.0.1:8888")).To(Succeed())
+	g.Expect(writeKubeconfig(path, "hub", cfg, "http://127.0.0.1:8888", nil)).To(Succeed())
 
 	info, err := os.Stat(path)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -133,9 +139,88 @@ func TestWriteKubeconfigCarriesTheProxyURL(t *testing.T) {
 	g.Expect(kc.CurrentContext).To(Equal("hub"))
 	g.Expect(kc.Clusters["hub"].ProxyURL).To(Equal("http://127.0.0.1:8888"))
 	g.Expect(kc.Clusters["hub"].Server).To(Equal("https://127.0.0.1:6443"))
+	g.Expect(kc.Clusters["hub"].CertificateAuthorityData).To(Equal([]byte("ca")), "a plain-HTTP proxy adds no CA")
 	restCfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(restCfg.Proxy).NotTo(BeNil(), "client-go honours proxy-url")
+}
+
+func TestWriteKubeconfigAppendsTheHTTPSProxysCAToTheHubs(t *testing.T) {
+	g := NewWithT(t)
+	hubCA, err := certs.NewCA("hub-ca", time.Hour, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	proxyCA, err := certs.NewCA("proxy-ca", time.Hour, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{
+		// Without its final line break, which appending must not glue the next BEGIN line to.
+		CAData: bytes.TrimRight(hubCA.CertPEM, "\n"), CertData: []byte("cert"), KeyData: []byte("key")}}
+	g.Expect(writeKubeconfig(path, "hub", cfg, "https://127.0.0.1:3129", proxyCA.CertPEM)).To(Succeed())
+
+	kc, err := clientcmd.LoadFromFile(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kc.Clusters["hub"].ProxyURL).To(Equal("https://127.0.0.1:3129"))
+	caData := kc.Clusters["hub"].CertificateAuthorityData
+	g.Expect(string(caData)).To(Equal(string(hubCA.CertPEM)+string(proxyCA.CertPEM)), "the hub's CA PEM, then the proxy's")
+	parsed, err := certs.ParseCertificates(caData)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(parsed).To(HaveLen(2))
+	g.Expect(parsed[0].Equal(hubCA.Cert)).To(BeTrue(), "the hub's CA first")
+	g.Expect(parsed[1].Equal(proxyCA.Cert)).To(BeTrue(), "the proxy's CA second")
+	g.Expect(cfg.CAData).To(Equal(bytes.TrimRight(hubCA.CertPEM, "\n")), "the caller's config is left alone")
+
+	restCfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(restCfg.CAData).To(Equal(caData), "client-go trusts both, for the proxy and for the hub")
+	proxyURL, err := restCfg.Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "127.0.0.1:6443"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(proxyURL.String()).To(Equal("https://127.0.0.1:3129"))
+}
+
+func TestValidateClustersChecksTheProxyCA(t *testing.T) {
+	ca, err := certs.NewCA("proxy-ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := certs.NewCA("other-ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
+	const httpsProxy = "https://127.0.0.1:3129"
+	tests := []struct {
+		name    string
+		spec    ClusterSpec
+		wantErr string
+	}{
+		{name: "https proxy with its CA", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: ca.CertPEM}},
+		{name: "https proxy with a bundle of two CAs", spec: ClusterSpec{Name: "c", Proxy: httpsProxy,
+			ProxyCA: append(append([]byte(nil), ca.CertPEM...), other.CertPEM...)}},
+		{name: "https proxy whose CA the system trusts already", spec: ClusterSpec{Name: "c", Proxy: httpsProxy}},
+		{name: "CA for a plain-HTTP proxy", spec: ClusterSpec{Name: "c", Proxy: "http://127.0.0.1:3128", ProxyCA: ca.CertPEM},
+			wantErr: `ProxyCA of cluster c: only an https:// Proxy has a CA to trust, the proxy is "http://127.0.0.1:3128"`},
+		{name: "CA without a proxy", spec: ClusterSpec{Name: "c", ProxyCA: ca.CertPEM},
+			wantErr: `ProxyCA of cluster c: only an https:// Proxy has a CA to trust, the proxy is ""`},
+		{name: "not PEM", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: []byte("proxy-ca")},
+			wantErr: "ProxyCA of cluster c: no PEM certificate"},
+		{name: "a private key", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: append(append([]byte(nil), ca.CertPEM...), ca.KeyPEM...)},
+			wantErr: "ProxyCA of cluster c: PEM block 2 is a EC PRIVATE KEY, not a CERTIFICATE"},
+		{name: "a certificate that does not parse", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: broken},
+			wantErr: "ProxyCA of cluster c: PEM block 1: x509:"},
+		{name: "text after the certificates", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: append(append([]byte(nil), ca.CertPEM...), "trailing"...)},
+			wantErr: "ProxyCA of cluster c: text after PEM block 1 is not PEM"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := validateClusters([]ClusterSpec{{Name: "direct"}, tt.spec})
+			if tt.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+			} else {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			}
+		})
+	}
 }
 
 func parseCert(t *testing.T, data []byte) *x509.Certificate {

@@ -6,17 +6,31 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
+// squidCAValidity is the lifetime of the throw-away CA of a Squid's TLS port, and of its serving certificate: longer
+// than any 'make run' session.
+const squidCAValidity = 365 * 24 * time.Hour
+
+// squidLogFormat is squid's native access log format followed by the local address the client connected to, so a
+// line tells which of the proxy's ports (URL or TLSURL) carried the request.
+const squidLogFormat = "%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt %>la:%>lp"
+
 // Squid is a forward proxy on 127.0.0.1 with its own hosts file, standing in for a corporate proxy that resolves
-// the hub's public name. It allows CONNECT from loopback only.
+// the hub's public name. It listens on two ports, plain HTTP (URL) and TLS (TLSURL, serving a certificate of its own
+// throw-away CA), and allows CONNECT from loopback only.
 type Squid struct {
-	dir  string
-	port int
+	dir     string
+	port    int
+	tlsPort int
+	caPEM   []byte
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -49,9 +63,29 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(strings.Join(hostLines, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	s := &Squid{dir: dir, port: freePort()}
+	ca, err := certs.NewCA("local-forward-proxy-ca", squidCAValidity, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("squid CA: %w", err)
+	}
+	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "local-forward-proxy", DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: squidCAValidity}, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("squid serving certificate: %w", err)
+	}
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for path, data := range map[string][]byte{certFile: leaf.CertPEM, filepath.Join(dir, "ca.crt"): ca.CertPEM} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	// A throw-away key of a loopback-only proxy, which squid reads after dropping root privileges to its own user.
+	if err := os.WriteFile(keyFile, leaf.KeyPEM, 0o644); err != nil { //nolint:gosec // squid's user must read it
+		return nil, err
+	}
+	s := &Squid{dir: dir, port: freePort(), tlsPort: freePort(), caPEM: ca.CertPEM}
 	conf := strings.Join([]string{
 		fmt.Sprintf("http_port 127.0.0.1:%d", s.port),
+		fmt.Sprintf("https_port 127.0.0.1:%d tls-cert=%s tls-key=%s", s.tlsPort, certFile, keyFile),
 		"hosts_file " + filepath.Join(dir, "hosts"),
 		"acl loopback src 127.0.0.0/8",
 		"acl CONNECT method CONNECT",
@@ -60,7 +94,8 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 		"cache deny all",
 		"pid_filename " + filepath.Join(dir, "squid.pid"),
 		"cache_log stdio:" + filepath.Join(dir, "cache.log"),
-		"access_log stdio:" + filepath.Join(dir, "access.log"),
+		"logformat local_port " + squidLogFormat,
+		"access_log stdio:" + filepath.Join(dir, "access.log") + " local_port",
 		"logfile_rotate 0",
 		"coredump_dir " + dir,
 		"shutdown_lifetime 0 seconds",
@@ -70,18 +105,58 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 		return nil, err
 	}
 	if err := s.Start(); err != nil {
+		_ = s.Stop() // a squid that started but never listened
 		return nil, err
 	}
 	return s, nil
 }
 
-// URL is the proxy's address for HTTPS_PROXY and a kubeconfig's proxy-url.
+// URL is the proxy's plain-HTTP address for HTTPS_PROXY and a kubeconfig's proxy-url.
 func (s *Squid) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.port) }
 
-// AccessLog is where squid writes a line for each tunnel it closed.
+// TLSURL is the proxy's address over TLS for HTTPS_PROXY and a kubeconfig's proxy-url: clients must trust CA.
+func (s *Squid) TLSURL() string { return fmt.Sprintf("https://127.0.0.1:%d", s.tlsPort) }
+
+// CA is the PEM of the CA that issued the certificate TLSURL serves, for an AddOnDeploymentConfig's
+// proxyConfig.caBundle and a kubeconfig's certificate-authority-data.
+func (s *Squid) CA() []byte { return append([]byte(nil), s.caPEM...) }
+
+// CAFile is the same PEM as CA, as a file (for curl --proxy-cacert).
+func (s *Squid) CAFile() string { return filepath.Join(s.dir, "ca.crt") }
+
+// AccessLog is where squid writes a line for each tunnel it closed: squid's native format followed by the local
+// address the client connected to (see Tunnels).
 func (s *Squid) AccessLog() string { return filepath.Join(s.dir, "access.log") }
 
-// Start runs squid (again, after Stop) on the same port and waits until it listens.
+// Tunnel is a CONNECT squid carried.
+type Tunnel struct {
+	// Target is the host:port the client asked for.
+	Target string
+	// TLS tells whether the client came to the TLS port (TLSURL) rather than the plain-HTTP one (URL).
+	TLS bool
+}
+
+// Tunnels are the CONNECTs of the access log, in its order. Squid logs a tunnel when it closes, so one still open is
+// not there yet; Stop closes them all.
+func (s *Squid) Tunnels() ([]Tunnel, error) {
+	raw, err := os.ReadFile(s.AccessLog())
+	if err != nil {
+		return nil, fmt.Errorf("read squid's access log: %w", err)
+	}
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+	var tunnels []Tunnel
+	for _, line := range strings.Split(string(raw), "\n") {
+		// time elapsed client code/status bytes method URL user hierarchy/peer type local-address
+		f := strings.Fields(line)
+		if len(f) < 11 || f[5] != "CONNECT" {
+			continue
+		}
+		tunnels = append(tunnels, Tunnel{Target: f[6], TLS: f[len(f)-1] == tlsAddr})
+	}
+	return tunnels, nil
+}
+
+// Start runs squid (again, after Stop) on the same ports and waits until it listens on both.
 func (s *Squid) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,23 +183,27 @@ func (s *Squid) Start() error {
 	}()
 	s.cmd, s.done = cmd, done
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
-		if err == nil {
-			c.Close()
-			return nil
+	for _, port := range []int{s.port, s.tlsPort} {
+		address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		for {
+			c, err := net.DialTimeout("tcp", address, time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			select {
+			case <-done:
+				raw, _ := os.ReadFile(filepath.Join(s.dir, "cache.log"))
+				return fmt.Errorf("squid exited at start: %s", lastLines(string(raw), 10))
+			default:
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("squid does not listen on %s: %w", address, err)
+			}
+			time.Sleep(100 * time.Millisecond) // waiting for a foreign process to bind; it offers nothing to watch
 		}
-		select {
-		case <-done:
-			raw, _ := os.ReadFile(filepath.Join(s.dir, "cache.log"))
-			return fmt.Errorf("squid exited at start: %s", lastLines(string(raw), 10))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("squid does not listen on %s: %w", s.URL(), err)
-		}
-		time.Sleep(100 * time.Millisecond) // waiting for a foreign process to bind; it offers nothing to watch
 	}
+	return nil
 }
 
 // Stop ends squid gracefully (it logs the tunnels it closes).

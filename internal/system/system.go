@@ -1,7 +1,7 @@
 // Package system runs the whole product locally, the way a user runs it on real clusters: a hub and two managed
 // clusters joined through the real OCM hub controllers and klusterlet agents (internal/multicluster), the operator's
 // manager, the proxy-server and proxy-agents started from the Deployments the operator rendered (internal/launcher),
-// and a real forward proxy (squid) that the first cluster reaches the hub through, for its klusterlet and its
+// and a real forward proxy (squid) that the first cluster reaches the hub through over TLS, for its klusterlet and its
 // proxy-agent alike. 'make run' and the end-to-end suite use it.
 package system
 
@@ -31,7 +31,8 @@ import (
 )
 
 const (
-	// ProxiedCluster reaches the hub only through the forward proxy.
+	// ProxiedCluster reaches the hub only through the forward proxy, over TLS to the proxy (Squid.TLSURL): its
+	// klusterlet trusts the proxy's CA from its bootstrap kubeconfig, its proxy-agent from the AddOnDeploymentConfig.
 	ProxiedCluster = "cluster1"
 	// DigitCluster has a name that starts with a digit, which the existing addon cannot serve.
 	DigitCluster = "1st-cluster"
@@ -41,7 +42,8 @@ const (
 	// which agents reach directly: the proxied cluster's agent must go through the forward proxy, which resolves the
 	// name to the loopback hub (squid's hosts_file), as a corporate proxy resolves the hub's public name.
 	EntrypointHost = "proxy-entrypoint.hub.internal"
-	// ProxyConfigName is the AddOnDeploymentConfig with the forward proxy, in the proxied cluster's namespace.
+	// ProxyConfigName is the AddOnDeploymentConfig with the forward proxy (httpsProxy and caBundle), in the proxied
+	// cluster's namespace.
 	ProxyConfigName = "proxy-config"
 )
 
@@ -126,14 +128,17 @@ func (s *System) start(ctx context.Context) error {
 	var err error
 	s.Ports = Ports{Frontend: freePort(), Agent: freePort(), Health: freePort(), Admin: freePort(), HTTPConnect: freePort(), UserServer: freePort()}
 
-	s.logf("starting the forward proxy (squid) that %s reaches the hub through", ProxiedCluster)
+	s.logf("starting the forward proxy (squid, over TLS with its own CA) that %s reaches the hub through", ProxiedCluster)
 	if s.Squid, err = StartSquid(filepath.Join(s.opts.WorkDir, "squid"), map[string]string{EntrypointHost: "127.0.0.1"}); err != nil {
 		return err
 	}
 
 	s.logf("starting the hub and the managed clusters %s and %s, joined through OCM", ProxiedCluster, DigitCluster)
 	s.Env, err = multicluster.Start(ctx, multicluster.Options{
-		Clusters:  []multicluster.ClusterSpec{{Name: ProxiedCluster, Proxy: s.Squid.URL()}, {Name: DigitCluster}},
+		Clusters: []multicluster.ClusterSpec{
+			{Name: ProxiedCluster, Proxy: s.Squid.TLSURL(), ProxyCA: s.Squid.CA()},
+			{Name: DigitCluster},
+		},
 		WorkDir:   filepath.Join(s.opts.WorkDir, "clusters"),
 		OCMBinary: s.opts.Binaries.OCMLocal,
 		Log:       s.opts.Log,
@@ -212,7 +217,9 @@ func (s *System) applyConfiguration(ctx context.Context) error {
 	}
 	adc := &addonv1alpha1.AddOnDeploymentConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: ProxyConfigName, Namespace: ProxiedCluster},
-		Spec:       addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPSProxy: s.Squid.URL()}},
+		Spec: addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
+			HTTPSProxy: s.Squid.TLSURL(), CABundle: s.Squid.CA(),
+		}},
 	}
 	if err := s.HubClient.Create(ctx, adc); err != nil {
 		return fmt.Errorf("create the AddOnDeploymentConfig: %w", err)

@@ -5,7 +5,10 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,7 +117,15 @@ var _ = Describe("The local system", Ordered, func() {
 		}
 	})
 
-	It("sends cluster1's agent through the forward proxy: stopping squid drops only its tunnel, and it comes back", func() {
+	It("sends cluster1's agent and klusterlet through the forward proxy over TLS: stopping squid drops only its tunnel, and it comes back", func() {
+		cps := &proxyv1alpha1.ClusterProxyStatus{}
+		Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, "cluster-proxy"), cps)).To(Succeed())
+		Expect(cps.Status.ProxySettings).NotTo(BeNil())
+		Expect(cps.Status.ProxySettings.HTTPSProxy).To(Equal(sys.Squid.TLSURL()))
+		caSum := sha256.Sum256(sys.Squid.CA())
+		Expect(cps.Status.ProxySettings.CABundleFingerprint).To(Equal("SHA256:"+hex.EncodeToString(caSum[:])), "the agent trusts squid's CA")
+
+		// Squid logs a tunnel when it closes: stopping it gracefully writes the agent's and the klusterlet's.
 		Expect(sys.Squid.Stop()).To(Succeed())
 		Eventually(func(g Gomega) {
 			_, err := grpcHealthz(system.ProxiedCluster)
@@ -123,7 +134,14 @@ var _ = Describe("The local system", Ordered, func() {
 		Expect(grpcHealthz(system.DigitCluster)).To(Equal("ok"), "the direct cluster keeps its tunnel")
 		Expect(sys.Squid.Start()).To(Succeed())
 		Eventually(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }).Should(Equal("ok"))
-		Expect(os.ReadFile(sys.Squid.AccessLog())).To(ContainSubstring("CONNECT "+system.EntrypointHost), "squid carried the agent's tunnel")
+
+		tunnels := must(sys.Squid.Tunnels())
+		entrypoint := system.EntrypointHost + ":" + itoa(sys.Ports.Agent)
+		hub := must(url.Parse(sys.Env.Hub.Host)).Host
+		Expect(tunnels).To(ContainElement(system.Tunnel{Target: entrypoint, TLS: true}), "squid's TLS port carried the agent's tunnel")
+		Expect(tunnels).To(ContainElement(system.Tunnel{Target: hub, TLS: true}),
+			"squid's TLS port carried the klusterlet's connection to the hub kube-apiserver")
+		Expect(tunnels).NotTo(ContainElement(system.Tunnel{Target: hub, TLS: false}), "nothing reached the hub through the plain-HTTP port")
 	})
 
 	It("reports a bad proxy URL by its field and keeps the running agent", func() {
@@ -142,6 +160,7 @@ var _ = Describe("The local system", Ordered, func() {
 	It("takes a new proxy route to the running agent: it reconnects through the new proxy", func() {
 		second := must(system.StartSquid(filepath.Join(workDir, "squid-2"), map[string]string{system.EntrypointHost: "127.0.0.1"}))
 		defer func() { Expect(second.Stop()).To(Succeed()) }()
+		// The new route is plain HTTP to the proxy, the other way an agent reaches one.
 		setProxy(second.URL())
 		expectAgentRunsWithProxy(second.URL())
 		Eventually(func(g Gomega) {
@@ -152,8 +171,11 @@ var _ = Describe("The local system", Ordered, func() {
 			g.Expect(body).To(Equal("ok"))
 		}).Should(Succeed())
 		Expect(sys.Squid.Start()).To(Succeed())
-		setProxy(sys.Squid.URL())
-		expectAgentRunsWithProxy(sys.Squid.URL())
+		setProxy(sys.Squid.TLSURL())
+		expectAgentRunsWithProxy(sys.Squid.TLSURL())
+		Expect(second.Stop()).To(Succeed())
+		Expect(second.Tunnels()).To(ContainElement(system.Tunnel{Target: system.EntrypointHost + ":" + itoa(sys.Ports.Agent), TLS: false}),
+			"the second squid carried the agent's tunnel on its plain-HTTP port")
 	})
 
 	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {

@@ -2,8 +2,8 @@
 
 // Package e2e runs the whole product as a user runs it, on this machine with real parts: a hub and two managed
 // clusters joined through the real OCM controllers and klusterlet agents, the operator's manager, the proxy-server
-// and agents started from the Deployments it rendered, and squid as the forward proxy of cluster1. Run it with
-// 'make e2e'.
+// and agents started from the Deployments it rendered, and squid as the forward proxy of cluster1 (over TLS, for its
+// klusterlet and its agent). Run it with 'make e2e'.
 package e2e
 
 import (
