@@ -90,6 +90,24 @@ var _ = Describe("The local system", Ordered, func() {
 		}
 	})
 
+	It("answers the README's status commands on the hub", func() {
+		out := shell("kubectl get managedproxyconfiguration cluster-proxy -o yaml")
+		Expect(out).To(ContainSubstring("entrypoint: " + system.EntrypointHost))
+		Expect(out).To(MatchRegexp(`status: "True"\n\s+type: Ready\n`), "Ready=True:\n%s", out)
+		out = shell("kubectl get clusterproxystatuses -A")
+		Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(ContainElements("CLUSTER", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"))
+		for _, cluster := range clusterNames() {
+			Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+cluster-proxy\s+`+cluster+`\s+true\s+true\s+True\s+\S+`), out)
+		}
+		out = shell("kubectl get proxycertificates -A")
+		Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(ContainElements("READY", "SECRET", "ISSUER"))
+		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+			Expect(out).To(MatchRegexp(`(?m)^`+system.Namespace+`\s+`+name+`\s+True\s+`), out)
+		}
+		out = shell("kubectl get managedclusters,clusterproxystatuses -A")
+		Expect(out).To(ContainSubstring("managedcluster.cluster.open-cluster-management.io/" + system.ProxiedCluster))
+	})
+
 	It("shows every cluster healthy with a latency in kubectl-cluster_proxy health", func() {
 		out, err := plugin("health")
 		Expect(err).NotTo(HaveOccurred())
@@ -211,11 +229,9 @@ var _ = Describe("The local system", Ordered, func() {
 		}
 		Eventually(ok.Load).Should(BeNumerically(">", 4))
 
-		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
-		Expect(sys.HubClient.Get(ctx(), types("", proxyv1alpha1.DefaultConfigurationName), mpc)).To(Succeed())
-		patch := client.MergeFrom(mpc.DeepCopy())
-		mpc.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "e2e"}
-		Expect(sys.HubClient.Patch(ctx(), mpc, patch)).To(Succeed())
+		// The README's command, as written.
+		Expect(shell(`kubectl annotate managedproxyconfiguration cluster-proxy proxy.open-cluster-management.io/rotate-ca="$(date +%s)" --overwrite`)).
+			To(ContainSubstring("managedproxyconfiguration.proxy.open-cluster-management.io/cluster-proxy annotated"))
 
 		Eventually(func(g Gomega) {
 			newCA := currentCA()

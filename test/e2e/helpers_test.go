@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -115,6 +116,18 @@ func userKubeconfig(cluster, name, tok string) string {
 	_, err := plugin("kubeconfig", cluster, "-o", path, "--token", tok)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return path
+}
+
+// shell runs a command line as the README writes it, through bash, with the hub's admin kubeconfig as KUBECONFIG
+// and the envtest kubectl first on PATH; it fails the spec when the command fails.
+func shell(command string) string {
+	GinkgoHelper()
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", command)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+sys.Env.HubKubeconfig,
+		"PATH="+os.Getenv("KUBEBUILDER_ASSETS")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s:\n%s", command, out)
+	return string(out)
 }
 
 func kubectl(kubeconfig string, args ...string) (string, error) {
