@@ -58,10 +58,15 @@ func (r *CSRReconciler) Reconcile(ctx context.Context, req runtimectrl.Request) 
 	if err := r.Client.Get(ctx, req.NamespacedName, csr); err != nil {
 		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
 	}
+	if failed(csr) || (approved(csr) && (len(csr.Status.Certificate) > 0 || csr.Spec.SignerName != csrreview.AgentSignerName)) {
+		return runtimectrl.Result{}, nil // decided, and signed where the operator signs: nothing left to do
+	}
 	clusterName := csr.Labels[csrreview.ClusterNameLabel]
+	// Approval is a security decision: the cluster's acceptance is read from the API server, not the cache, so a
+	// revocation made a moment ago is seen. CSRs are few.
 	cluster := &clusterv1.ManagedCluster{}
 	accepted := false
-	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: clusterName}, cluster); err == nil {
+	if err := r.APIReader.Get(ctx, ctrl.ObjectKey{Name: clusterName}, cluster); err == nil {
 		accepted = cluster.Spec.HubAcceptsClient
 	} else if ctrl.IgnoreNotFound(err) != nil {
 		return runtimectrl.Result{}, err
