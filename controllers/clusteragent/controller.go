@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -49,10 +48,6 @@ type Reconciler struct {
 	// Tunnels reports tunnel health and re-queues the clusters whose tunnel changed; nil leaves the tunnel
 	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels TunnelSource
-
-	// warned holds, per cluster, the problem its last Warning Event reported, so a problem is reported once even
-	// when a pass reads an add-on whose status the cache has not caught up with.
-	warned sync.Map
 }
 
 // scope is what one pass reads and decides.
@@ -135,12 +130,6 @@ func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
 			return err
 		}
 	}
-	if s.problem == nil {
-		r.warned.Delete(s.mca.Namespace)
-	} else if r.problemIsNew(s.mca, s.problem) {
-		r.Recorder.Eventf(s.mca, nil, corev1.EventTypeWarning, s.problem.Reason, "Configure",
-			"Agent not updated, the last good configuration stays deployed: %s", s.problem.Error())
-	}
 	work := &workv1.ManifestWork{}
 	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: s.mca.Namespace, Name: render.AgentWorkName}, work)
 	switch {
@@ -188,14 +177,9 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
 	return err
 }
 
-// problemIsNew reports whether this problem was not reported for the cluster yet, neither by an earlier pass nor
-// (after a restart) in the add-on's Configured condition, so its Event is emitted once, not on every pass while it
-// lasts.
-func (r *Reconciler) problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.FieldError) bool {
-	text := problem.Reason + ": " + problem.Error()
-	if prev, seen := r.warned.Swap(mca.Namespace, text); seen {
-		return prev != text
-	}
+// problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on
+// every pass while it lasts.
+func problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.FieldError) bool {
 	c := meta.FindStatusCondition(mca.Status.Conditions, addonv1alpha1.ManagedClusterAddOnConditionConfigured)
 	return c == nil || c.Status != metav1.ConditionFalse || c.Reason != problem.Reason || c.Message != problem.Error()
 }

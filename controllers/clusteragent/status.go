@@ -11,6 +11,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,7 +71,16 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	st.Namespace = installNamespace(s)
 	st.Registrations = registrations(s)
 	st.ConfigReferences = configReferences(s)
-	return apply.PatchStatus(ctx, r.Client, s.mca, after)
+	if err := apply.PatchStatus(ctx, r.Client, s.mca, after); err != nil {
+		return err
+	}
+	// After the write: the resourceVersion lock proves the add-on read was current, so a problem it does not show
+	// yet is new, and its Event is emitted once, not on every pass while it lasts.
+	if s.problem != nil && problemIsNew(s.mca, s.problem) {
+		r.Recorder.Eventf(s.mca, nil, corev1.EventTypeWarning, s.problem.Reason, "Configure",
+			"Agent not updated, the last good configuration stays deployed: %s", s.problem.Error())
+	}
+	return nil
 }
 
 func installNamespace(s *scope) string {
