@@ -8,13 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/rest"
-	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
 )
 
 // Dialer opens connections to one managed cluster through its tunnel.
@@ -76,30 +73,16 @@ func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, er
 	return cfg, nil
 }
 
-// dialCluster opens a single-use konnectivity tunnel over the gRPC frontend and dials <cluster>:<port> through it,
-// as cluster-gateway and clusteradm do. The connection lives until it is closed; closing it ends the tunnel.
+// dialCluster opens a single-use konnectivity tunnel over the gRPC frontend and dials <cluster>:<port> through it.
+// The connection lives until it is closed; closing it ends the tunnel.
 func (c *Client) dialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
 	host, _, _ := net.SplitHostPort(c.frontendAddr)
 	tlsCfg, err := c.tlsConfig(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("dial cluster %s: %w", cluster, err)
 	}
-	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), c.frontendAddr,
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return c.resolve.DialContext(ctx, "tcp", addr)
-		}),
-		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		// Below the proxy-server's enforcement minimum the server would close the connection.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Minute}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("tunnel to %s for cluster %s: %w", c.describe(c.frontendAddr), cluster, err)
-	}
-	conn, err := tunnel.DialContext(ctx, "tcp", net.JoinHostPort(cluster, strconv.Itoa(port)))
-	if err != nil {
-		return nil, fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, c.describe(c.frontendAddr), err)
-	}
-	return conn, nil
+	f := tunnelclient.Frontend{Address: c.frontendAddr, TLS: tlsCfg, Dial: c.resolve.DialContext, Name: c.describe(c.frontendAddr)}
+	return f.DialCluster(ctx, cluster, port)
 }
 
 // describe names an in-cluster address and, when it is resolved elsewhere, where it goes.

@@ -1,0 +1,161 @@
+// Package tunnelclient is the hub side of the proxy-server's protocols: a konnectivity tunnel to a managed cluster
+// over the gRPC frontend, GET /healthz of a cluster's kube-apiserver through a tunnel, and GET /agents. It holds no
+// hub client: pkg/clusterproxy supplies addresses and credentials read from the hub, the proxy-server's own tests
+// supply theirs, and both run this code.
+package tunnelclient
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+)
+
+// KubeAPIServerPort is the tunnel port an agent maps to its cluster's kube-apiserver.
+const KubeAPIServerPort = 443
+
+// Frontend is a proxy-server's mTLS gRPC frontend as a hub program reaches it.
+type Frontend struct {
+	// Address is host:port, e.g. proxy-entrypoint.<ns>.svc:8090.
+	Address string
+	// TLS presents the proxy-client certificate and verifies the proxy-server.
+	TLS *tls.Config
+	// Dial opens the TCP connection to Address; nil dials it directly.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Name is how errors name the frontend; empty means Address.
+	Name string
+}
+
+// DialCluster opens a single-use konnectivity tunnel and dials <cluster>:<port> through it, as cluster-gateway and
+// clusteradm do; ctx bounds the dial only. Closing the connection ends the tunnel.
+func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(f.TLS)),
+		// Below the proxy-server's enforcement minimum (5 minutes) the server would close the connection.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Minute}),
+	}
+	if f.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return f.Dial(ctx, "tcp", addr)
+		}))
+	}
+	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), f.Address, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel to %s for cluster %s: %w", f.name(), cluster, err)
+	}
+	conn, err := tunnel.DialContext(ctx, "tcp", net.JoinHostPort(cluster, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, f.name(), err)
+	}
+	return conn, nil
+}
+
+func (f *Frontend) name() string {
+	if f.Name != "" {
+		return f.Name
+	}
+	return f.Address
+}
+
+// DialClusterFunc opens a connection to port on a managed cluster: Frontend.DialCluster, or the proxy-server's
+// in-process dialer.
+type DialClusterFunc func(ctx context.Context, cluster string, port int) (net.Conn, error)
+
+// ProbeResult is a GET /healthz sent to a cluster's kube-apiserver through its tunnel.
+type ProbeResult struct {
+	// Healthy is true when the kube-apiserver answered 200 "ok".
+	Healthy bool
+	// Latency is how long the whole exchange took, the tunnel's set-up included.
+	Latency time.Duration
+	// Message says what the kube-apiserver answered instead of "ok".
+	Message string
+}
+
+// Probe sends GET /healthz to cluster's kube-apiserver through a tunnel opened by dial. The error is set when no
+// answer came (no agent connected, the tunnel or the dial failed, ctx ended); an answer other than 200 "ok" is an
+// unhealthy result, not an error.
+func Probe(ctx context.Context, dial DialClusterFunc, cluster string) (ProbeResult, error) {
+	start := time.Now()
+	transport := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dial(ctx, cluster, KubeAPIServerPort)
+		},
+		// The kube-apiserver's certificate names its own hosts, never the cluster name the tunnel is addressed by, and
+		// the hub does not hold the cluster's CA. The tunnel already ends at the agent bound to this cluster's
+		// certificate; the probe sends no credentials and reads only the health text.
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // see above
+		DisableKeepAlives: true,
+		Proxy:             nil,
+	}
+	defer transport.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		"https://"+net.JoinHostPort(cluster, strconv.Itoa(KubeAPIServerPort))+"/healthz", nil)
+	if err != nil {
+		return ProbeResult{}, fmt.Errorf("probe cluster %s: %w", cluster, err)
+	}
+	resp, err := transport.RoundTrip(req)
+	if err != nil {
+		return ProbeResult{Latency: time.Since(start)}, fmt.Errorf("probe cluster %s: %w", cluster, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	result := ProbeResult{Latency: time.Since(start)}
+	if err != nil {
+		return result, fmt.Errorf("probe cluster %s: read /healthz: %w", cluster, err)
+	}
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		result.Message = fmt.Sprintf("GET /healthz answered %s: %.100q", resp.Status, body)
+		return result, nil
+	}
+	result.Healthy = true
+	return result, nil
+}
+
+// agentsView is the body of the proxy-server's GET /agents (docs/data-plane.md, "Connected agents"); the server
+// serves it as server.AgentsView, which this package does not import so hub programs do not link the proxy-server.
+type agentsView struct {
+	Clusters map[string]struct {
+		Agents []string `json:"agents"`
+	} `json:"clusters"`
+}
+
+// ConnectedAgents asks a proxy-server (GET /agents on its HTTP-CONNECT listener; baseURL is like https://host:8094,
+// client presents the proxy-client certificate) which agents are connected, and returns their IDs by cluster,
+// sorted.
+func ConnectedAgents(ctx context.Context, client *http.Client, baseURL string) (map[string][]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/agents", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	var v agentsView
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	out := make(map[string][]string, len(v.Clusters))
+	for cluster, a := range v.Clusters {
+		ids := slices.Clone(a.Agents)
+		slices.Sort(ids)
+		out[cluster] = ids
+	}
+	return out, nil
+}
