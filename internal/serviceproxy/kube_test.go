@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
 
 const hubUserAlice = "cluster:hub:system:serviceaccount:" + hubNamespace + ":alice"
@@ -220,7 +222,7 @@ var _ = Describe("kube-apiserver requests", func() {
 	It("answers 503, and caches nothing, when a TokenReview cannot be made", func(ctx SpecContext) {
 		By("a hub that fails")
 		brokenHub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "etcd is down")
+			proxyhttp.WriteStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "etcd is down")
 		}))
 		DeferCleanup(brokenHub.Close)
 		p := startProxy(func(o *Options) {

@@ -16,13 +16,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
 
 const (
@@ -110,7 +110,7 @@ type proxy struct {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if hasHeaderPrefix(r.Header, serviceHeaderPrefix) {
+	if hasHeaderPrefix(r.Header, proxyhttp.HeaderPrefix) {
 		p.serveService(w, r)
 		return
 	}
@@ -121,11 +121,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *proxy) serveService(w http.ResponseWriter, r *http.Request) {
 	t, err := parseServiceTarget(r.Header)
 	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
 	if !p.allowed.Allows(t.namespace, t.name, t.port) {
-		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			fmt.Sprintf("service %s/%s port %d is not in the allow-list of this cluster", t.namespace, t.name, t.port))
 		return
 	}
@@ -135,9 +135,9 @@ func (p *proxy) serveService(w http.ResponseWriter, r *http.Request) {
 // serveKube authenticates the caller's token and forwards to the kube-apiserver: a managed-cluster token as it came,
 // a hub token as impersonation of the hub identity with the agent's own credential.
 func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
-	token := bearerToken(r.Header)
+	token := proxyhttp.BearerToken(r.Header)
 	if token == "" {
-		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized: a bearer token is required")
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized: a bearer token is required")
 		return
 	}
 	log := ctrllog.FromContext(r.Context()).WithName("service-proxy")
@@ -147,7 +147,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 	id, err := p.managed.review(ctx, token)
 	if err != nil {
 		log.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"cannot authenticate the request on the managed cluster; try again later")
 		return
 	}
@@ -158,7 +158,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 	if p.hub != nil {
 		if id, err = p.hub.review(ctx, token); err != nil {
 			log.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
-			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 				"cannot authenticate the request on the hub; try again later")
 			return
 		}
@@ -166,7 +166,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 			credential, err := p.agentToken.get()
 			if err != nil {
 				log.Error(err, "Cannot read the agent's token for an impersonated request")
-				writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 					"the proxy-agent has no credential for the managed cluster; try again later")
 				return
 			}
@@ -179,17 +179,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
-}
-
-// bearerToken is the token of an "Authorization: Bearer <token>" header, or "". It is parsed as kube-apiserver
-// parses it, so the token reviewed is the token the apiserver will see.
-func bearerToken(h http.Header) string {
-	parts := strings.SplitN(strings.TrimSpace(h.Get("Authorization")), " ", 3)
-	if len(parts) < 2 || !strings.EqualFold(parts[0], "Bearer") {
-		return ""
-	}
-	return parts[1]
+	proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 }
 
 // route is what the handler decided for one request; the reverse proxies' Rewrite applies it.
@@ -209,7 +199,7 @@ func newReverseProxy(kind string, transport http.RoundTripper, buffers httputil.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rt := pr.In.Context().Value(routeKey{}).(*route)
 			pr.SetURL(rt.target)
-			removeHeaderPrefix(pr.Out.Header, serviceHeaderPrefix)
+			removeHeaderPrefix(pr.Out.Header, proxyhttp.HeaderPrefix)
 			if rt.impersonate != nil {
 				rt.impersonate.apply(pr.Out.Header)
 			}
@@ -226,7 +216,7 @@ func newReverseProxy(kind string, transport http.RoundTripper, buffers httputil.
 			}
 			ctrllog.FromContext(r.Context()).WithName("service-proxy").Error(err, "Proxy request failed",
 				"target", kind, "host", r.Context().Value(routeKey{}).(*route).target.Host, "path", r.URL.Path)
-			writeStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError,
+			proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError,
 				fmt.Sprintf("the service-proxy cannot reach the %s: %v", kind, err))
 		},
 		ErrorLog: newStdLogger(),

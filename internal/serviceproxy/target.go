@@ -9,16 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-)
 
-// The headers the user-server sets on service requests. Any Cluster-Proxy-* header makes a request a service request,
-// so a malformed one is refused instead of reaching the kube-apiserver.
-const (
-	serviceHeaderPrefix = "Cluster-Proxy-"
-	headerNamespace     = "Cluster-Proxy-Namespace"
-	headerService       = "Cluster-Proxy-Service"
-	headerPort          = "Cluster-Proxy-Port"
-	headerProto         = "Cluster-Proxy-Proto"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
 
 // serviceTarget is a service request's destination.
@@ -34,26 +26,26 @@ type serviceTarget struct {
 func parseServiceTarget(h http.Header) (serviceTarget, error) {
 	var t serviceTarget
 	var err error
-	if t.namespace, err = singleHeader(h, headerNamespace, true); err != nil {
+	if t.namespace, err = singleHeader(h, proxyhttp.HeaderNamespace, true); err != nil {
 		return t, err
 	}
 	if errs := validation.IsDNS1123Label(t.namespace); len(errs) > 0 {
-		return t, fmt.Errorf("header %s %q is not a namespace name: %s", headerNamespace, t.namespace, strings.Join(errs, "; "))
+		return t, fmt.Errorf("header %s %q is not a namespace name: %s", proxyhttp.HeaderNamespace, t.namespace, strings.Join(errs, "; "))
 	}
-	if t.name, err = singleHeader(h, headerService, true); err != nil {
+	if t.name, err = singleHeader(h, proxyhttp.HeaderService, true); err != nil {
 		return t, err
 	}
 	if errs := validation.IsDNS1035Label(t.name); len(errs) > 0 {
-		return t, fmt.Errorf("header %s %q is not a service name: %s", headerService, t.name, strings.Join(errs, "; "))
+		return t, fmt.Errorf("header %s %q is not a service name: %s", proxyhttp.HeaderService, t.name, strings.Join(errs, "; "))
 	}
-	port, err := singleHeader(h, headerPort, true)
+	port, err := singleHeader(h, proxyhttp.HeaderPort, true)
 	if err != nil {
 		return t, err
 	}
 	if t.port, err = strconv.Atoi(port); err != nil || t.port < 1 || t.port > 65535 || strconv.Itoa(t.port) != port {
-		return t, fmt.Errorf("header %s %q is not a port number from 1 to 65535", headerPort, port)
+		return t, fmt.Errorf("header %s %q is not a port number from 1 to 65535", proxyhttp.HeaderPort, port)
 	}
-	if t.proto, err = singleHeader(h, headerProto, false); err != nil {
+	if t.proto, err = singleHeader(h, proxyhttp.HeaderProto, false); err != nil {
 		return t, err
 	}
 	switch t.proto {
@@ -61,7 +53,7 @@ func parseServiceTarget(h http.Header) (serviceTarget, error) {
 		t.proto = "https"
 	case "http", "https":
 	default:
-		return t, fmt.Errorf("header %s %q must be http or https", headerProto, t.proto)
+		return t, fmt.Errorf("header %s %q must be http or https", proxyhttp.HeaderProto, t.proto)
 	}
 	return t, nil
 }

@@ -11,12 +11,14 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
 
 func TestParseServiceTarget(t *testing.T) {
 	full := func(proto, ns, name, port string) http.Header {
 		h := http.Header{}
-		for k, v := range map[string]string{headerProto: proto, headerNamespace: ns, headerService: name, headerPort: port} {
+		for k, v := range map[string]string{proxyhttp.HeaderProto: proto, proxyhttp.HeaderNamespace: ns, proxyhttp.HeaderService: name, proxyhttp.HeaderPort: port} {
 			if v != "" {
 				h.Set(k, v)
 			}
@@ -46,8 +48,8 @@ func TestParseServiceTarget(t *testing.T) {
 		{name: "service with a slash", header: full("http", "team", "echo/x", "80"), wantErr: "not a service name"},
 		{name: "service starting with a digit", header: full("http", "team", "1echo", "80"), wantErr: "not a service name"},
 		{name: "host injection", header: full("http", "team", "echo", "80@evil"), wantErr: "port number"},
-		{name: "twice", header: http.Header{headerNamespace: {"team", "other"}, headerService: {"echo"}, headerPort: {"80"}}, wantErr: "more than once"},
-		{name: "twice in different case", header: http.Header{headerNamespace: {"team"}, "cluster-proxy-namespace": {"other"}, headerService: {"echo"}, headerPort: {"80"}}, wantErr: "more than once"},
+		{name: "twice", header: http.Header{proxyhttp.HeaderNamespace: {"team", "other"}, proxyhttp.HeaderService: {"echo"}, proxyhttp.HeaderPort: {"80"}}, wantErr: "more than once"},
+		{name: "twice in different case", header: http.Header{proxyhttp.HeaderNamespace: {"team"}, "cluster-proxy-namespace": {"other"}, proxyhttp.HeaderService: {"echo"}, proxyhttp.HeaderPort: {"80"}}, wantErr: "more than once"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -94,27 +96,6 @@ func TestImpersonatedGroupsLeaveOutSystemAuthenticated(t *testing.T) {
 	g.Expect(impersonatedGroups([]string{"system:serviceaccounts", "system:authenticated", "", "team"})).
 		To(Equal([]string{"system:serviceaccounts", "team"}))
 	g.Expect(impersonatedGroups(nil)).To(BeEmpty())
-}
-
-func TestBearerToken(t *testing.T) {
-	g := NewWithT(t)
-	for value, want := range map[string]string{
-		"Bearer abc":     "abc",
-		"bearer abc":     "abc",
-		" Bearer abc ":   "abc",
-		"Bearer abc def": "abc",
-		"Bearer  abc":    "",
-		"Bearer ":        "",
-		"Bearer":         "",
-		"Basic abc":      "",
-		"":               "",
-	} {
-		h := http.Header{}
-		if value != "" {
-			h.Set("Authorization", value)
-		}
-		g.Expect(bearerToken(h)).To(Equal(want), "Authorization %q", value)
-	}
 }
 
 func TestReviewCacheExpiresEntries(t *testing.T) {

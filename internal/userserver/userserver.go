@@ -18,12 +18,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
 
 // Dialer opens a tunnel to a port of a cluster's agent.
@@ -73,12 +73,6 @@ const (
 	clientIdleTimeout = 5 * time.Minute
 	// A status for the metric when the client went away before it got an answer (nginx's convention).
 	statusClientClosed = 499
-
-	headerPrefix    = "Cluster-Proxy-"
-	headerNamespace = "Cluster-Proxy-Namespace"
-	headerService   = "Cluster-Proxy-Service"
-	headerPort      = "Cluster-Proxy-Port"
-	headerProto     = "Cluster-Proxy-Proto"
 )
 
 // Server is the user-server's http.Handler; Serve runs it on a listener and drains it.
@@ -159,36 +153,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	t, err := ParsePath(r.URL.EscapedPath())
 	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
 	// The service-proxy authenticates the token; refusing a request without one here saves opening a tunnel.
-	if !hasBearerToken(r.Header) {
-		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+	if proxyhttp.BearerToken(r.Header) == "" {
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
 			`a bearer token is required: set the header "Authorization: Bearer <token>"`)
 		return
 	}
 	if svc := t.Service; svc != nil && !s.opts.Allowed.Allows(svc.Namespace, svc.Name, svc.Port) {
-		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			fmt.Sprintf("service %s/%s port %d is not in the user-server's allow-list", svc.Namespace, svc.Name, svc.Port))
 		return
 	}
 	if !s.opts.Clusters.Known(t.Cluster) {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", t.Cluster))
+		proxyhttp.WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", t.Cluster))
 		return
 	}
 	if !s.opts.Clusters.Connected(t.Cluster) {
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("the agent of cluster %q is not connected", t.Cluster))
 		return
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
-}
-
-// hasBearerToken accepts "Bearer <token>" with any case of the scheme, as the kube-apiserver does.
-func hasBearerToken(h http.Header) bool {
-	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "bearer") && strings.TrimSpace(token) != ""
 }
 
 type targetKey struct{}
@@ -199,7 +187,7 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	t, _ := pr.In.Context().Value(targetKey{}).(Target)
 	for k := range pr.Out.Header {
 		// Also the underscore spelling, which some servers read as the same header.
-		if len(k) >= len(headerPrefix) && strings.EqualFold(strings.ReplaceAll(k[:len(headerPrefix)], "_", "-"), headerPrefix) {
+		if len(k) >= len(proxyhttp.HeaderPrefix) && strings.EqualFold(strings.ReplaceAll(k[:len(proxyhttp.HeaderPrefix)], "_", "-"), proxyhttp.HeaderPrefix) {
 			delete(pr.Out.Header, k)
 		}
 	}
@@ -210,10 +198,10 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = ""
 	pr.SetXForwarded()
 	if svc := t.Service; svc != nil {
-		pr.Out.Header.Set(headerNamespace, svc.Namespace)
-		pr.Out.Header.Set(headerService, svc.Name)
-		pr.Out.Header.Set(headerPort, strconv.Itoa(svc.Port))
-		pr.Out.Header.Set(headerProto, svc.Proto)
+		pr.Out.Header.Set(proxyhttp.HeaderNamespace, svc.Namespace)
+		pr.Out.Header.Set(proxyhttp.HeaderService, svc.Name)
+		pr.Out.Header.Set(proxyhttp.HeaderPort, strconv.Itoa(svc.Port))
+		pr.Out.Header.Set(proxyhttp.HeaderProto, svc.Proto)
 	}
 }
 
@@ -227,7 +215,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	log.Error(err, "Proxying to the service-proxy failed", "cluster", t.Cluster)
 	// Kubernetes has no reason for 502; ServiceUnavailable makes clients treat it as transient, not their fault.
-	writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
+	proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
 		fmt.Sprintf("the agent of cluster %q could not be reached", t.Cluster))
 }
 

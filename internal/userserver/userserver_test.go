@@ -138,6 +138,9 @@ func TestAnswersRefusalsWithKubernetesStatus(t *testing.T) {
 		{name: "no token for an unknown cluster", path: "/nowhere/api", code: 401, reason: metav1.StatusReasonUnauthorized},
 		{name: "basic auth", path: "/c1/api", auth: "Basic YTpi", code: 401, reason: metav1.StatusReasonUnauthorized},
 		{name: "empty bearer", path: "/c1/api", auth: "Bearer  ", code: 401, reason: metav1.StatusReasonUnauthorized},
+		// The kube-apiserver reads the token between the first and the second space: here it reads none, and the
+		// service-proxy refuses it, so the user-server refuses it before opening a tunnel.
+		{name: "bearer and two spaces", path: "/c1/api", auth: "Bearer  abc", code: 401, reason: metav1.StatusReasonUnauthorized},
 		{name: "unknown cluster", path: "/nowhere/api", auth: testToken, code: 404, reason: metav1.StatusReasonNotFound,
 			message: `cluster "nowhere" not found`},
 		{name: "disconnected cluster", path: "/asleep/api", auth: testToken, code: 503,

@@ -1,0 +1,49 @@
+// Package proxyhttp is what the user-server and the proxy-agent's service-proxy agree on: the Cluster-Proxy-* headers
+// that address a service, how a bearer token is read, and the Kubernetes Status both answer errors with.
+package proxyhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The headers the user-server sets on service requests. Any header starting with HeaderPrefix makes a request a
+// service request for the service-proxy.
+const (
+	HeaderPrefix    = "Cluster-Proxy-"
+	HeaderNamespace = "Cluster-Proxy-Namespace"
+	HeaderService   = "Cluster-Proxy-Service"
+	HeaderPort      = "Cluster-Proxy-Port"
+	HeaderProto     = "Cluster-Proxy-Proto"
+)
+
+// BearerToken is the token of an "Authorization: Bearer <token>" header, or "". It is parsed as the kube-apiserver
+// parses it, so the token checked is the token the apiserver will see: "Bearer  abc" (two spaces) has none.
+func BearerToken(h http.Header) string {
+	parts := strings.SplitN(strings.TrimSpace(h.Get("Authorization")), " ", 3)
+	if len(parts) < 2 || !strings.EqualFold(parts[0], "Bearer") {
+		return ""
+	}
+	return parts[1]
+}
+
+// WriteStatus answers with a failure Status as the kube-apiserver does, so kubectl and client-go show the message
+// and classify the error.
+func WriteStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
+	body, _ := json.Marshal(&metav1.Status{ // a Status always marshals
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure,
+		Message:  message,
+		Reason:   reason,
+		Code:     int32(code),
+	})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
