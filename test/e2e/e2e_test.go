@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,18 +19,19 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -68,17 +66,17 @@ var _ = Describe("The local system", Ordered, func() {
 		for _, cluster := range clusterNames() {
 			By(cluster)
 			viewer := userKubeconfig(cluster, "viewer", viewerToken(cluster))
-			out, err := kubectl(viewer, "get", "namespaces", "-o", "name")
+			out, err := testenv.Kubectl(viewer, "get", "namespaces", "-o", "name")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
 
 			expectWatchSees(viewer, cluster)
 
 			hub := userKubeconfig(cluster, "hub-user", hubToken)
-			out, err = kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+			out, err = testenv.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"))
-			_, err = kubectl(hub, "get", "namespaces")
+			_, err = testenv.Kubectl(hub, "get", "namespaces")
 			Expect(err).NotTo(HaveOccurred(), "the managed cluster's RBAC for the mapped user applies")
 		}
 	})
@@ -216,7 +214,7 @@ var _ = Describe("The local system", Ordered, func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				for loopCtx.Err() == nil {
-					if _, err := kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
+					if _, err := testenv.Kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
 						failures.Add(1)
 						mu.Lock()
 						errs = append(errs, cluster+": "+err.Error())
@@ -258,13 +256,21 @@ var _ = Describe("The local system", Ordered, func() {
 
 	It("removes the agent from a cluster and its status from the hub when its add-on is removed", func() {
 		cluster := system.DigitCluster
+		namespace := agentNamespace(Default, cluster)
+		Expect(namespace).NotTo(BeEmpty(), "the add-on reports where its agent is installed")
+		deployment := types(namespace, render.AgentDeploymentName)
+		Expect(managedClient(cluster).Get(ctx(), deployment, &appsv1.Deployment{})).To(Succeed(), "the agent Deployment is there before the removal")
+		Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})).To(Succeed())
+		Expect(sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})).To(Succeed())
+
 		Expect(sys.HubClient.Delete(ctx(), &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: "cluster-proxy"}})).To(Succeed())
 		Eventually(func(g Gomega) {
-			err := managedClient(cluster).Get(ctx(), types(render.DefaultAgentNamespace, render.AgentDeploymentName), &appsv1.Deployment{})
-			g.Expect(client.IgnoreNotFound(err)).To(Succeed())
-			g.Expect(err).To(HaveOccurred(), "the agent Deployment is gone from the managed cluster")
-			g.Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})).NotTo(Succeed())
-			g.Expect(sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})).NotTo(Succeed())
+			err := managedClient(cluster).Get(ctx(), deployment, &appsv1.Deployment{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the agent Deployment is gone from the managed cluster: %v", err)
+			err = sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ClusterProxyStatus is gone: %v", err)
+			err = sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the agent ManifestWork is gone: %v", err)
 		}).Should(Succeed())
 		Eventually(func() bool {
 			for _, p := range sys.Launcher.Pods() {
@@ -280,9 +286,11 @@ var _ = Describe("The local system", Ordered, func() {
 		Expect(sys.HubClient.Delete(ctx(), &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}})).To(Succeed())
 		Eventually(func(g Gomega) {
 			for _, name := range []string{"proxy-server-ca", "proxy-client", "proxy-server", "agent-server"} {
-				g.Expect(sys.HubClient.Get(ctx(), types(system.Namespace, name), &corev1.Secret{})).NotTo(Succeed(), name)
+				err := sys.HubClient.Get(ctx(), types(system.Namespace, name), &corev1.Secret{})
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", name, err)
 			}
-			g.Expect(sys.HubClient.Get(ctx(), types("", "cluster-proxy"), &addonv1alpha1.ClusterManagementAddOn{})).NotTo(Succeed())
+			err := sys.HubClient.Get(ctx(), types("", "cluster-proxy"), &addonv1alpha1.ClusterManagementAddOn{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ClusterManagementAddOn is gone: %v", err)
 		}).Should(Succeed())
 	})
 })
@@ -290,32 +298,12 @@ var _ = Describe("The local system", Ordered, func() {
 // expectWatchSees starts kubectl get --watch through the user-server and creates namespaces on the managed cluster
 // until the watch reports one.
 func expectWatchSees(kubeconfig, cluster string) {
-	c, cancel := context.WithCancel(ctx())
-	defer cancel()
-	cmd := exec.CommandContext(c, filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "--kubeconfig", kubeconfig,
-		"get", "namespaces", "--watch-only", "-o", "name")
-	stdout := must(cmd.StdoutPipe())
-	Expect(cmd.Start()).To(Succeed())
-	defer func() { cancel(); _ = cmd.Wait() }()
-	lines := make(chan string, 16)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
+	GinkgoHelper()
 	mc := managedClient(cluster)
-	Eventually(func(g Gomega) {
-		name := "watched-" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "-")
-		g.Expect(mc.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-		select {
-		case line := <-lines:
-			g.Expect(line).To(HavePrefix("namespace/watched-"))
-		case <-time.After(3 * time.Second):
-			g.Expect("no event").To(BeEmpty(), "the watch streamed nothing")
-		}
-	}, timeout, 0).Should(Succeed())
+	create := func(c context.Context, name string) error {
+		return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	Expect(testenv.WatchSeesNamespace(ctx(), kubeconfig, create, 3*time.Second, timeout)).To(Succeed())
 }
 
 // expectAgentRunsWithProxy waits until cluster1's agent Deployment carries proxyURL and the agent process started

@@ -130,10 +130,6 @@ func shell(command string) string {
 	return string(out)
 }
 
-func kubectl(kubeconfig string, args ...string) (string, error) {
-	return testenv.Kubectl(kubeconfig, args...)
-}
-
 // hubClientFiles writes the proxy-client pair and the CA bundle from the hub, as a hub program mounts them.
 func hubClientFiles() (cert, key, ca string) {
 	dir := filepath.Join(workDir, "hub-client")

@@ -20,8 +20,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // hubClientTLS is what a hub program holds: the proxy-client certificate and the CA bundle.
@@ -109,21 +107,30 @@ func (w *harness) userKubeconfig(name, token string) string {
 	return writeFile("kubeconfigs/"+name, kubeconfig(w.userServerURL(), w.ca.CertPEM, token))
 }
 
-// kubectl runs kubectl from the envtest assets with a kubeconfig.
-func kubectl(kubeconfigPath string, args ...string) (string, error) {
-	return testenv.Kubectl(kubeconfigPath, args...)
-}
-
 // userServerGet GETs path (after /<cluster>) through the user-server with an optional token and extra headers.
 func (w *harness) userServerGet(path, token string, headers ...string) (int, string) {
 	return w.userServerGetCluster(clusterName, path, token, headers...)
 }
 
 func (w *harness) userServerGetCluster(cluster, path, token string, headers ...string) (int, string) {
+	code, body, err := w.userServerDo(cluster, path, token, headers...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	return code, body
+}
+
+// userServerDo is userServerGetCluster returning an error for a request that got no answer, for callers that retry.
+func (w *harness) userServerDo(cluster, path, token string, headers ...string) (int, string, error) {
+	bundle, err := os.ReadFile(w.bundlePath) // read per request: it changes during a rotation
+	if err != nil {
+		return 0, "", err
+	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(must(os.ReadFile(w.bundlePath))) // read per request: it changes during a rotation
+	pool.AppendCertsFromPEM(bundle)
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
-	req := must(http.NewRequest(http.MethodGet, "https://"+addr(w.ports.user)+"/"+cluster+path, nil))
+	req, err := http.NewRequest(http.MethodGet, "https://"+addr(w.ports.user)+"/"+cluster+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -131,8 +138,10 @@ func (w *harness) userServerGetCluster(cluster, path, token string, headers ...s
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := c.Do(req)
-	Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		return 0, "", err
+	}
 	defer resp.Body.Close()
-	body := must(io.ReadAll(resp.Body))
-	return resp.StatusCode, string(body)
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
 }

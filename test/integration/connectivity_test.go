@@ -3,19 +3,16 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 var _ = Describe("Reaching the managed cluster", Ordered, func() {
@@ -52,7 +49,7 @@ var _ = Describe("Reaching the managed cluster", Ordered, func() {
 
 	It("kubectl lists the managed cluster's namespaces through the user-server", func() {
 		kc := world.userKubeconfig("viewer", world.managedToken)
-		out, err := kubectl(kc, "get", "namespaces", "-o", "name")
+		out, err := testenv.Kubectl(kc, "get", "namespaces", "-o", "name")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("namespace/kube-system"))
 		Expect(out).To(ContainSubstring("namespace/open-cluster-management-cluster-proxy"), "the managed cluster, not the hub")
@@ -60,34 +57,10 @@ var _ = Describe("Reaching the managed cluster", Ordered, func() {
 
 	It("kubectl streams a watch through the user-server", func() {
 		kc := world.userKubeconfig("viewer", world.managedToken)
-		bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kc, "get", "namespaces", "--watch-only", "-o", "name")
-		stdout := must(cmd.StdoutPipe())
-		Expect(cmd.Start()).To(Succeed())
-		defer func() { cancel(); _ = cmd.Wait() }()
-		lines := make(chan string, 16)
-		go func() {
-			s := bufio.NewScanner(stdout)
-			for s.Scan() {
-				lines <- s.Text()
-			}
-			close(lines)
-		}()
-
-		// Create namespaces until the watch reports one: the watch may not be established when the first is made.
-		Eventually(func(g Gomega) {
-			name := "watched-" + time.Now().Format("150405.000000")
-			name = strings.ReplaceAll(name, ".", "-")
-			g.Expect(world.managedClient.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-			select {
-			case line := <-lines:
-				g.Expect(line).To(HavePrefix("namespace/watched-"))
-			case <-time.After(2 * time.Second):
-				g.Expect("no event").To(BeEmpty(), "the watch streamed nothing")
-			}
-		}, timeout, 0).Should(Succeed())
+		create := func(ctx context.Context, name string) error {
+			return world.managedClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}
+		Expect(testenv.WatchSeesNamespace(context.Background(), kc, create, 2*time.Second, timeout)).To(Succeed())
 	})
 
 	It("reaches an allow-listed service, and only that one", func() {
