@@ -18,10 +18,11 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
 
 var _ = Describe("Certificate rotation under load", Ordered, func() {
-	It("rotates the CA and every server, agent and client certificate with zero failed requests and no new tunnel", func() {
+	It("rotates the CA and every server, agent and client certificate with zero failed requests and no new tunnel, and the agent's next tunnel uses its new certificate", func() {
 		tunnels := `cluster_proxy_agent_server_connects_total{result="success"}`
 		tunnelsBefore := metric(world.agentMetrics(), tunnels)
 		Expect(tunnelsBefore).To(BeNumerically(">=", 1))
@@ -55,7 +56,7 @@ var _ = Describe("Certificate rotation under load", Ordered, func() {
 		}
 
 		By("re-issuing the agent's and the hub client's certificates under the new CA")
-		world.writeAgentCertificate("agent", clusterName, "open-cluster-management-cluster-proxy", newCA)
+		world.writeAgentCertificate("agent", clusterName, render.DefaultAgentNamespace, newCA)
 		world.writePair("proxy-client", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: "proxy-client",
 			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, time.Now())))
 		world.ca = newCA
@@ -73,6 +74,19 @@ var _ = Describe("Certificate rotation under load", Ordered, func() {
 		Expect(load.failures()).To(BeEmpty(), "no request failed during the rotation")
 		Expect(metric(world.agentMetrics(), tunnels)).To(Equal(tunnelsBefore), "the agent's tunnel was never re-established")
 		Expect(world.connectedAgents(Default)).To(ConsistOf("agent-1"))
+
+		By("forcing a new tunnel: the restarted proxy-server trusts only the new CA, so the agent is back only if it reloaded its certificate")
+		world.server.stop(false)
+		world.server.start()
+		world.waitConnected()
+		Expect(metric(world.agentMetrics(), tunnels)).To(BeNumerically(">", tunnelsBefore), "the agent opened a new tunnel")
+		Eventually(func(g Gomega) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, body, err := world.grpcGet(ctx, "/healthz")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(body).To(Equal("ok"))
+		}).Should(Succeed(), "requests flow through the new tunnel")
 	})
 })
 
@@ -108,7 +122,10 @@ func startLoad() *load {
 		}()
 	}
 	run("user-server", func() error {
-		code, body := world.userServerGet("/api", world.managedToken)
+		code, body, err := world.userServerDo(clusterName, "/api", world.managedToken)
+		if err != nil {
+			return err
+		}
 		if code != 200 {
 			return fmt.Errorf("status %d: %s", code, body)
 		}
