@@ -4,6 +4,8 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -14,7 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 )
 
 // The agent reaches the proxy-server only through a real forward proxy. The direct agent is stopped first, so the
@@ -50,30 +52,46 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 	})
 
 	It("connects through squid over TLS to the proxy, trusting the proxy's own CA from the bundle", func() {
-		proxyCA := must(certs.NewCA("corporate-proxy-ca", time.Hour, time.Now()))
-		proxy := startSquidTLS(world.ports.agent, proxyCA)
-		defer proxy.stop(true)
-		bundle := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), proxyCA.CertPEM...))
+		squid := must(system.StartSquid(filepath.Join(workDir, "squid-trusted"), nil))
+		DeferCleanup(squid.Stop)
+		bundle := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), squid.CA()...))
 
-		agent := world.proxiedAgent("agent-via-squid", "https://"+proxy.address, bundle)
+		agent := world.proxiedAgent("agent-via-squid", squid.TLSURL(), bundle)
 		agent.start()
 		defer agent.stop(true)
 		expectServedBy("agent-via-squid")
 
 		By("the tunnel runs through squid: stopping squid drops it (gracefully, so squid logs the tunnel it closes)")
-		proxy.stop(false)
+		Expect(squid.Stop()).To(Succeed())
 		Eventually(func(g Gomega) { g.Expect(world.connectedAgents(g)).To(BeEmpty()) }).Should(Succeed())
-		Expect(proxy.logContains("CONNECT "+addr(world.ports.agent))).To(BeTrue(), "squid logged the CONNECT:\n%s", proxy.tail())
+		Expect(squid.Tunnels()).To(ContainElement(system.Tunnel{Target: addr(world.ports.agent), TLS: true}),
+			"squid's TLS port carried the agent's CONNECT to the agent port")
 	})
 
 	It("does not connect through an HTTPS proxy whose CA it does not trust", func() {
-		proxyCA := must(certs.NewCA("untrusted-proxy-ca", time.Hour, time.Now()))
-		proxy := startSquidTLS(world.ports.agent, proxyCA)
-		defer proxy.stop(true)
-		agent := world.proxiedAgent("agent-untrusted-proxy", "https://"+proxy.address, world.bundlePath)
+		squid := must(system.StartSquid(filepath.Join(workDir, "squid-untrusted"), nil))
+		DeferCleanup(squid.Stop)
+		proxyAddress := strings.TrimPrefix(squid.TLSURL(), "https://")
+		waitListening(proxyAddress)
+		agent := world.proxiedAgent("agent-untrusted-proxy", squid.TLSURL(), world.bundlePath)
 		agent.start()
 		defer agent.stop(true)
-		Consistently(func(g Gomega) { g.Expect(world.connectedAgents(g)).To(BeEmpty()) }, "3s", "200ms").Should(Succeed())
+
+		Eventually(func() bool {
+			return agent.logContains("TLS to the forward proxy") && agent.logContains("unknown authority")
+		}).
+			Should(BeTrue(), "the agent refuses the proxy's certificate:\n%s", agent.tail())
+		Consistently(func(g Gomega) {
+			g.Expect(agent.running()).To(BeTrue(), "the agent keeps running and retrying:\n%s", agent.tail())
+			g.Expect(world.connectedAgents(g)).To(BeEmpty())
+		}, "3s", "200ms").Should(Succeed())
+
+		By("the proxy itself works for a client that trusts its CA: only the trust was missing")
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM(squid.CA())).To(BeTrue())
+		conn, err := tls.Dial("tcp", proxyAddress, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(conn.Close()).To(Succeed())
 	})
 })
 
@@ -100,19 +118,10 @@ func (w *harness) proxiedAgent(id, proxyURL, caBundle string) *process {
 	return p
 }
 
-// forwardProxy is a squid or tinyproxy process with the address it listens on.
+// forwardProxy is a tinyproxy process with the address it listens on.
 type forwardProxy struct {
 	*process
-	address   string
-	accessLog string // where CONNECT lines go, when not the process log
-}
-
-func (p *forwardProxy) logContains(s string) bool {
-	if p.accessLog == "" {
-		return p.process.logContains(s)
-	}
-	raw, err := os.ReadFile(p.accessLog)
-	return err == nil && strings.Contains(string(raw), s)
+	address string
 }
 
 func startTinyproxy(connectPort int) *forwardProxy {
@@ -130,42 +139,6 @@ ConnectPort %d
 	confPath := filepath.Join(dir, "tinyproxy.conf")
 	Expect(os.WriteFile(confPath, []byte(conf), 0o644)).To(Succeed())
 	p := &forwardProxy{process: newProcess("tinyproxy", "tinyproxy", "-d", "-c", confPath), address: addr(port)}
-	p.start()
-	waitListening(p.address)
-	return p
-}
-
-// startSquidTLS runs squid with an https_port (TLS to the proxy itself) serving a certificate of ca, allowing
-// CONNECT to connectPort only.
-func startSquidTLS(connectPort int, ca *certs.KeyPair) *forwardProxy {
-	dir := must(os.MkdirTemp(workDir, "squid-"))
-	// squid drops root privileges to its own user, which must read its configuration and write its logs.
-	Expect(os.Chmod(workDir, 0o755)).To(Succeed())
-	Expect(os.Chmod(dir, 0o777)).To(Succeed())
-	leaf := must(certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "proxy", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now()))
-	Expect(os.WriteFile(filepath.Join(dir, "proxy.crt"), leaf.CertPEM, 0o644)).To(Succeed())
-	Expect(os.WriteFile(filepath.Join(dir, "proxy.key"), leaf.KeyPEM, 0o644)).To(Succeed()) //nolint:gosec // a throw-away test key squid's user must read
-	port := freePort()
-	conf := strings.Join([]string{
-		fmt.Sprintf("https_port 127.0.0.1:%d tls-cert=%s/proxy.crt tls-key=%s/proxy.key", port, dir, dir),
-		fmt.Sprintf("acl agent_port port %d", connectPort),
-		"acl CONNECT method CONNECT",
-		"http_access allow CONNECT agent_port",
-		"http_access deny all",
-		"cache deny all",
-		"pid_filename " + dir + "/squid.pid",
-		"cache_log stdio:" + dir + "/cache.log",
-		"access_log stdio:" + dir + "/access.log",
-		"logfile_rotate 0",
-		"coredump_dir " + dir,
-		"shutdown_lifetime 0 seconds",
-		"",
-	}, "\n")
-	confPath := filepath.Join(dir, "squid.conf")
-	Expect(os.WriteFile(confPath, []byte(conf), 0o644)).To(Succeed())
-	p := &forwardProxy{process: newProcess(filepath.Base(dir), "squid", "-N", "-f", confPath), address: addr(port),
-		accessLog: filepath.Join(dir, "access.log")} // squid writes a CONNECT line when the tunnel ends
 	p.start()
 	waitListening(p.address)
 	return p
