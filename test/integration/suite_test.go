@@ -8,7 +8,6 @@ package integration
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -56,6 +55,6 @@ var _ = AfterSuite(func() {
 	if !failed && os.Getenv("KEEP_WORK") == "" {
 		_ = os.RemoveAll(workDir)
 	} else {
-		GinkgoWriter.Printf("logs kept in %s\n", filepath.Join(workDir))
+		GinkgoWriter.Printf("logs kept in %s\n", workDir)
 	}
 })

@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -90,13 +89,14 @@ func startWorld() *harness {
 
 	mpc := w.configuration()
 	w.issueCertificates()
-	w.prepareManagedCluster(mpc)
+	manifests := w.agentManifests(mpc)
+	w.prepareManagedCluster(manifests)
 	w.hubToken = w.hubServiceAccountToken()
 
 	w.serverArgs = w.serverCommandLine(mpc)
 	w.server = newProcess("proxy-server", build("cmd/proxy-server"), w.serverArgs...)
 	w.server.start()
-	w.agentArgs = w.agentCommandLine(mpc)
+	w.agentArgs = w.agentCommandLine(manifests)
 	w.agent = newProcess("proxy-agent", build("cmd/proxy-agent"), w.agentArgs...)
 	w.agent.start()
 	w.waitConnected()
@@ -174,7 +174,7 @@ func (w *harness) writePair(name string, kp *certs.KeyPair) (certPath, keyPath s
 }
 
 // writeAgentCertificate signs a CSR for cluster's agent (installed in namespace) and writes pki/<name>/tls.*.
-func (w *harness) writeAgentCertificate(name, cluster, namespace string, ca *certs.KeyPair) *x509.Certificate {
+func (w *harness) writeAgentCertificate(name, cluster, namespace string, ca *certs.KeyPair) {
 	subject := render.AgentCertificateSubject(cluster, namespace, certs.Fingerprint(ca.Cert))
 	key := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
 	csrDER := must(x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{
@@ -184,23 +184,30 @@ func (w *harness) writeAgentCertificate(name, cluster, namespace string, ca *cer
 	keyDER := must(x509.MarshalECPrivateKey(key))
 	writeFile("pki/"+name+"/tls.crt", signed)
 	writeFile("pki/"+name+"/tls.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	block, _ := pem.Decode(signed)
-	return must(x509.ParseCertificate(block.Bytes))
+}
+
+// agentManifests are the objects of the agent's ManifestWork as the operator renders it for this run.
+func (w *harness) agentManifests(mpc *proxyv1alpha1.ManagedProxyConfiguration) []*unstructured.Unstructured {
+	work, _, err := render.AgentWork(render.AgentInput{Cluster: clusterName, MPC: withEntrypoint(mpc), CABundle: w.ca.CertPEM, EntrypointHost: "127.0.0.1"})
+	Expect(err).NotTo(HaveOccurred())
+	var out []*unstructured.Unstructured
+	for _, m := range work.Spec.Workload.Manifests {
+		u := &unstructured.Unstructured{}
+		Expect(json.Unmarshal(m.Raw, &u.Object)).To(Succeed())
+		out = append(out, u)
+	}
+	return out
 }
 
 // prepareManagedCluster applies the agent's namespace, ServiceAccount and RBAC exactly as the operator renders them
 // into the ManifestWork, and a user of the managed cluster that may list and watch namespaces.
-func (w *harness) prepareManagedCluster(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
+func (w *harness) prepareManagedCluster(manifests []*unstructured.Unstructured) {
 	ctx := context.Background()
-	work, _, err := render.AgentWork(render.AgentInput{Cluster: clusterName, MPC: withEntrypoint(mpc), CABundle: w.ca.CertPEM, EntrypointHost: "127.0.0.1"})
-	Expect(err).NotTo(HaveOccurred())
-	for _, m := range work.Spec.Workload.Manifests {
-		u := &unstructured.Unstructured{}
-		Expect(json.Unmarshal(m.Raw, &u.Object)).To(Succeed())
+	for _, u := range manifests {
 		if u.GetKind() == "Deployment" {
 			continue // pods do not run here; the agent process below runs its command line
 		}
-		Expect(w.managedClient.Create(ctx, u)).To(Succeed(), "%s %s", u.GetKind(), u.GetName())
+		Expect(w.managedClient.Create(ctx, u.DeepCopy())).To(Succeed(), "%s %s", u.GetKind(), u.GetName())
 	}
 
 	cs := must(kubernetes.NewForConfig(w.managedConf))
@@ -284,13 +291,9 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 // agentCommandLine is the rendered agent container's command line with the secret mounts replaced by this run's
 // files, plus what a pod gets from Kubernetes: its in-cluster config (here a kubeconfig) and name resolution of
 // in-cluster services (here --resolve, as hostAliases would).
-func (w *harness) agentCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
-	work, _, err := render.AgentWork(render.AgentInput{Cluster: clusterName, MPC: withEntrypoint(mpc), CABundle: w.ca.CertPEM, EntrypointHost: "127.0.0.1"})
-	Expect(err).NotTo(HaveOccurred())
+func (w *harness) agentCommandLine(manifests []*unstructured.Unstructured) []string {
 	var rendered []string
-	for _, m := range work.Spec.Workload.Manifests {
-		u := &unstructured.Unstructured{}
-		Expect(json.Unmarshal(m.Raw, &u.Object)).To(Succeed())
+	for _, u := range manifests {
 		if u.GetKind() != "Deployment" {
 			continue
 		}
@@ -349,5 +352,3 @@ func (w *harness) waitConnected() {
 		g.Expect(w.connectedAgents(g)).To(ContainElement("agent-1"))
 	}, timeout, interval).Should(Succeed())
 }
-
-var _ = os.Getenv
