@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,7 +381,7 @@ func (b *bench) concurrency() {
 		if m.requests > 0 {
 			cpu = us(m.cost.self / time.Duration(m.requests))
 		}
-		out.row(m.r.label, fmt.Sprintf("%.0f", rate[m.r.key]), "("+joinComma(rounds)+")", us(percentile(m.samples, 50)),
+		out.row(m.r.label, fmt.Sprintf("%.0f", rate[m.r.key]), "("+strings.Join(rounds, ", ")+")", us(percentile(m.samples, 50)),
 			us(percentile(m.samples, 99)), cpu, secs(m.cost.other), opened, strconv.Itoa(m.errs.n),
 			ratio(rate[m.r.key], rate[keyANPPerReq]))
 		b.check("concurrency", m.r, &m.errs)
@@ -390,15 +391,4 @@ func (b *bench) concurrency() {
 	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of a new tunnel per request: %s %s\n", targetConcurrency,
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
-}
-
-func joinComma(s []string) string {
-	var b bytes.Buffer
-	for i, v := range s {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(v)
-	}
-	return b.String()
 }
