@@ -27,7 +27,8 @@ import (
 
 // Defaults of the Options left zero.
 const (
-	DefaultReadBufferSize = 64 << 10
+	// DefaultReadBufferSize is two whole DATA packets (see maxPacketPayload).
+	DefaultReadBufferSize = 2 * maxPacketPayload
 	DefaultQueueSize      = 4 << 20
 	DefaultStallTimeout   = 10 * time.Second
 	DefaultDialTimeout    = 10 * time.Second
@@ -62,7 +63,8 @@ type Options struct {
 	// ServiceProxy serves ServiceProxyPort in process; nil or a zero port turns the port off.
 	ServiceProxy     http.Handler
 	ServiceProxyPort int
-	// ReadBufferSize is the largest chunk read from a destination and sent as one DATA packet.
+	// ReadBufferSize is the largest chunk read from a destination, sent as DATA packets of at most 32 KiB; above
+	// that it is rounded down to whole packets, so a full read leaves no small packet over.
 	ReadBufferSize int
 	// QueueSize is how many bytes from the hub may wait for one destination before the tunnel stops reading.
 	QueueSize int
@@ -128,6 +130,9 @@ func New(opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("read buffer size %d: want at most 1 MiB", opts.ReadBufferSize)
 	}
 	setDefault(&opts.ReadBufferSize, DefaultReadBufferSize)
+	if opts.ReadBufferSize > maxPacketPayload {
+		opts.ReadBufferSize -= opts.ReadBufferSize % maxPacketPayload
+	}
 	setDefault(&opts.QueueSize, DefaultQueueSize)
 	setDefault(&opts.StallTimeout, DefaultStallTimeout)
 	setDefault(&opts.DialTimeout, DefaultDialTimeout)
@@ -333,26 +338,36 @@ func (a *Agent) remove(t *tunnel) {
 // end.
 func (a *Agent) drain() {
 	a.draining.Store(true)
-	a.mu.Lock()
-	tunnels := make([]*tunnel, 0, len(a.tunnels))
-	for _, t := range a.tunnels {
-		tunnels = append(tunnels, t)
-	}
-	a.mu.Unlock()
-	open := 0
+	tunnels := a.tunnelList()
 	for _, t := range tunnels {
 		t.sendDrain()
-		open += t.openConns()
 	}
+	open := a.openConns()
 	a.opts.Log.Info("Draining", "tunnels", len(tunnels), "openConnections", open, "timeout", a.opts.DrainTimeout.String())
 	deadline := time.Now().Add(a.opts.DrainTimeout)
 	for open > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		open = 0
-		for _, t := range tunnels {
-			open += t.openConns()
-		}
+		open = a.openConns()
 	}
+}
+
+func (a *Agent) tunnelList() []*tunnel {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tunnels := make([]*tunnel, 0, len(a.tunnels))
+	for _, t := range a.tunnels {
+		tunnels = append(tunnels, t)
+	}
+	return tunnels
+}
+
+// openConns is the number of open connections over all tunnels.
+func (a *Agent) openConns() int {
+	open := 0
+	for _, t := range a.tunnelList() {
+		open += t.openConns()
+	}
+	return open
 }
 
 // errRefused marks a dial to a destination this agent does not serve.

@@ -62,7 +62,8 @@ func (a memAddr) String() string  { return string(a) }
 // lets the tunnel read up to a whole read buffer at once.
 const memPipeSize = 256 << 10
 
-// memChunk is the size of the pooled buffers a pipe direction uses while it holds data.
+// memChunk is the size of the pooled buffers a pipe direction holds its data in: up to memPipeSize/memChunk of them,
+// and one more while the first is partly read.
 const memChunk = 64 << 10
 
 var memChunks = sync.Pool{New: func() any { b := make([]byte, 0, memChunk); return &b }}
@@ -106,9 +107,12 @@ func (c *memConn) SetWriteDeadline(t time.Time) error { c.writeDL.Set(t); return
 // memBuffer is one direction of a pipe. Either end closing it ends the direction: the reader still gets the bytes
 // already written, then EOF; writers get io.ErrClosedPipe.
 type memBuffer struct {
-	mu       sync.Mutex
-	buf      *[]byte // unread bytes are (*buf)[r:]; nil while empty, so idle connections hold no buffer
+	mu sync.Mutex
+	// chunks hold the unread bytes, from (*chunks[0])[r:] on; each is a pooled memChunk buffer, handed back once read,
+	// so an idle connection holds none.
+	chunks   []*[]byte
 	r        int
+	unread   int
 	closed   bool
 	readable chan struct{} // one wake-up for the reader
 	writable chan struct{} // one wake-up for the writer
@@ -132,11 +136,15 @@ func (b *memBuffer) read(p []byte, dl *deadline.Deadline) (int, error) {
 			return 0, os.ErrDeadlineExceeded
 		}
 		b.mu.Lock()
-		if b.buf != nil {
-			n := copy(p, (*b.buf)[b.r:])
-			b.r += n
-			if b.r == len(*b.buf) {
-				b.release()
+		if b.unread > 0 {
+			n := 0
+			for n < len(p) && b.unread > 0 {
+				head := b.chunks[0]
+				k := copy(p[n:], (*head)[b.r:])
+				n, b.r, b.unread = n+k, b.r+k, b.unread-k
+				if b.r == len(*head) {
+					b.release()
+				}
 			}
 			b.mu.Unlock()
 			wake(b.writable)
@@ -169,17 +177,14 @@ func (b *memBuffer) write(p []byte, dl *deadline.Deadline) (int, error) {
 			b.mu.Unlock()
 			return n, io.ErrClosedPipe
 		}
-		if b.buf == nil {
-			b.buf, b.r = memChunks.Get().(*[]byte), 0
-		}
-		if free := memPipeSize - (len(*b.buf) - b.r); free > 0 {
-			k := min(free, len(p))
-			if b.r > 0 && len(*b.buf)+k > cap(*b.buf) {
-				// Reuse the consumed front before growing.
-				*b.buf = (*b.buf)[:copy(*b.buf, (*b.buf)[b.r:])]
-				b.r = 0
+		if free := memPipeSize - b.unread; free > 0 {
+			if len(b.chunks) == 0 || len(*b.chunks[len(b.chunks)-1]) == memChunk {
+				b.chunks = append(b.chunks, memChunks.Get().(*[]byte))
 			}
-			*b.buf = append(*b.buf, p[:k]...)
+			tail := b.chunks[len(b.chunks)-1]
+			k := min(free, len(p), memChunk-len(*tail))
+			*tail = append(*tail, p[:k]...)
+			b.unread += k
 			b.mu.Unlock()
 			p, n = p[k:], n+k
 			wake(b.readable)
@@ -195,13 +200,14 @@ func (b *memBuffer) write(p []byte, dl *deadline.Deadline) (int, error) {
 	return n, nil
 }
 
-// release returns the emptied buffer to the pool; called with mu held.
+// release returns the first chunk, read to its end, to the pool; called with mu held.
 func (b *memBuffer) release() {
-	if cap(*b.buf) == memChunk {
-		*b.buf = (*b.buf)[:0]
-		memChunks.Put(b.buf)
-	}
-	b.buf, b.r = nil, 0
+	head := b.chunks[0]
+	*head = (*head)[:0]
+	memChunks.Put(head)
+	k := copy(b.chunks, b.chunks[1:])
+	b.chunks[k] = nil
+	b.chunks, b.r = b.chunks[:k], 0
 }
 
 func (b *memBuffer) close() {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,6 +12,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 )
 
 func TestKubeAPIServerAddress(t *testing.T) {
@@ -49,6 +52,41 @@ func TestNewChecksItsOptions(t *testing.T) {
 	NewWithT(t).Expect(a.hosts).To(Equal(map[string]bool{"c1": true, "c1.ns": true}))
 }
 
+// packetRecorder is a tunnel's stream that keeps the payload sizes of the DATA packets sent on it.
+type packetRecorder struct {
+	agentproto.AgentService_ConnectClient
+	sizes []int
+}
+
+func (r *packetRecorder) Send(pkt *client.Packet) error {
+	if pkt.Type == client.PacketType_DATA {
+		r.sizes = append(r.sizes, len(pkt.GetData().Data))
+	}
+	return nil
+}
+
+func TestAFullReadIsSentAsTwoWholePackets(t *testing.T) {
+	env := newEnv(t)
+	for name, size := range map[string]int{"the default": 0, "64 KiB": 64 << 10} {
+		opts := env.options(t)
+		opts.ReadBufferSize = size
+		a, err := New(opts)
+		NewWithT(t).Expect(err).NotTo(HaveOccurred(), name)
+		stream := &packetRecorder{}
+		ctx, cancel := context.WithCancel(context.Background())
+		tn := &tunnel{a: a, stream: stream, ctx: ctx, cancel: cancel, conns: map[int64]*endpoint{}}
+		dest, far := newMemPipe()
+		// A first small read that fills, then two full reads: the pipe holds all of it, so every read is full.
+		_, err = far.Write(bulkBody[:smallRead+2*a.opts.ReadBufferSize])
+		NewWithT(t).Expect(err).NotTo(HaveOccurred(), name)
+		_ = far.Close()
+		tn.newEndpoint(dest).readLoop()
+		cancel()
+		p := maxPacketPayload
+		NewWithT(t).Expect(stream.sizes).To(Equal([]int{smallRead, p, p, p, p}), name)
+	}
+}
+
 func TestBackoffGrowsToItsCapWithJitter(t *testing.T) {
 	g := NewWithT(t)
 	b := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
@@ -78,6 +116,27 @@ func TestMemPipeCarriesBothWaysAndEnds(t *testing.T) {
 	g.Expect(b.Close()).To(Succeed())
 	_, err = b.Write([]byte("x"))
 	g.Expect(err).To(MatchError(io.ErrClosedPipe))
+}
+
+func TestMemPipeFillAndDrainCyclesReuseTheirChunks(t *testing.T) {
+	g := NewWithT(t)
+	a, b := newMemPipe()
+	defer func() { _ = a.Close(); _ = b.Close() }()
+	data := bulkBody[:memPipeSize]
+	buf := make([]byte, 48<<10) // reads that straddle chunks
+	cycle := func() {
+		if n, err := a.Write(data); err != nil || n != len(data) {
+			t.Fatalf("wrote %d bytes of a full pipe: %v", n, err)
+		}
+		for got := 0; got < len(data); {
+			n, err := b.Read(buf)
+			if err != nil || !bytes.Equal(buf[:n], data[got:got+n]) {
+				t.Fatalf("read %d bytes at %d: %v, or not what was written", n, got, err)
+			}
+			got += n
+		}
+	}
+	g.Expect(testing.AllocsPerRun(20, cycle)).To(BeZero(), "allocations per fill and drain of the pipe")
 }
 
 func TestMemPipeDeadlines(t *testing.T) {

@@ -143,7 +143,7 @@ func TestManyConcurrentConnectionsLeaveNothingBehind(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	// All n are open at once; each then answers a request.
-	g.Eventually(func() int { return openConnections(a) }).Should(Equal(n))
+	g.Eventually(func() int { return a.openConns() }).Should(Equal(n))
 	held := runtime.NumGoroutine()
 	for i, c := range conns {
 		wg.Add(1)
@@ -169,7 +169,7 @@ func TestManyConcurrentConnectionsLeaveNothingBehind(t *testing.T) {
 	for _, c := range conns {
 		_ = c.Close()
 	}
-	g.Eventually(func() int { return openConnections(a) }).WithTimeout(15 * time.Second).Should(BeZero())
+	g.Eventually(func() int { return a.openConns() }).WithTimeout(15 * time.Second).Should(BeZero())
 	g.Eventually(runtime.NumGoroutine).WithTimeout(20*time.Second).WithPolling(50*time.Millisecond).
 		Should(BeNumerically("<=", baseline), "goroutines after closing %d connections", n)
 	t.Logf("goroutines: %d before, %d with %d connections open (client, server, agent and destinations), %d after",
@@ -246,7 +246,7 @@ func TestAbandonedDialIsCancelled(t *testing.T) {
 	g.Eventually(dialed).Should(Receive(HaveOccurred()))
 	g.Eventually(func() float64 { return counterValue(a.metrics.dials.WithLabelValues(destKubeAPIServer, dialCancelled)) }).
 		WithTimeout(10 * time.Second).Should(Equal(1.0))
-	g.Expect(openConnections(a)).To(BeZero())
+	g.Expect(a.openConns()).To(BeZero())
 }
 
 func TestSurvivesAProxyServerRestart(t *testing.T) {
@@ -304,20 +304,6 @@ func TestDrainsOnShutdown(t *testing.T) {
 	_ = held.Close()
 	g.Eventually(stopped).WithTimeout(5 * time.Second).Should(BeClosed())
 	g.Eventually(env.srv.activeStreams).Should(BeZero())
-}
-
-func openConnections(a *Agent) int {
-	a.mu.Lock()
-	tunnels := make([]*tunnel, 0, len(a.tunnels))
-	for _, t := range a.tunnels {
-		tunnels = append(tunnels, t)
-	}
-	a.mu.Unlock()
-	n := 0
-	for _, t := range tunnels {
-		n += t.openConns()
-	}
-	return n
 }
 
 // settledGoroutines waits until the number of goroutines stops changing and returns it.
