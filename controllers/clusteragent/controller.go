@@ -60,13 +60,9 @@ type scope struct {
 	summary *render.AgentSummary
 	// problem is what the user must fix before the agent can be (re)deployed; the last good work stays.
 	problem *proxyenv.FieldError
-	work    *workv1.ManifestWork // live, nil when none exists
-	created *workv1.ManifestWork // as written in this pass, when it was
-	// cps is the ClusterProxyStatus with the status this pass computed, cpsBefore as read; nil while the cache
-	// has not seen it.
+	work    *workv1.ManifestWork // live (as read, or as this pass wrote it), nil when none is known
+	// cps is the ClusterProxyStatus with the status this pass computed, cpsBefore as read or created.
 	cps, cpsBefore *proxyv1alpha1.ClusterProxyStatus
-	// addOnAvailable is the add-on's Available condition, from the status of this pass.
-	addOnAvailable *metav1.Condition
 }
 
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
@@ -109,7 +105,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 		return runtimectrl.Result{}, err
 	}
 	requeue, err := r.prepareClusterStatus(ctx, s) // the add-on's Available condition is derived from it
-	if err != nil {
+	if err != nil || s.cps == nil {
+		// No status: created by an earlier pass the cache has not seen yet, whose event re-queues the add-on.
 		return runtimectrl.Result{}, err
 	}
 	err = r.applyAddOnStatus(ctx, s)
@@ -126,29 +123,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 // last good work as it is.
 func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
 	if s.problem == nil {
-		if err := r.renderAndApply(ctx, s); err != nil {
+		applied, err := r.renderAndApply(ctx, s)
+		if err != nil || applied {
 			return err
 		}
 	}
+	// Not rendered in this pass: report the work as it is.
 	work := &workv1.ManifestWork{}
 	err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: s.mca.Namespace, Name: render.AgentWorkName}, work)
-	switch {
-	case err == nil:
+	if err == nil {
 		s.work = work
-	case apierrors.IsNotFound(err) && s.created != nil:
-		// Just created and not in the cache yet: report it as created but not applied, as the next pass will
-		// see it, rather than as missing, which would cost a second status write per cluster.
-		s.work = s.created
-	default:
-		return ctrl.IgnoreNotFound(err)
 	}
-	return nil
+	return ctrl.IgnoreNotFound(err)
 }
 
-func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
+// renderAndApply renders the agent work and ensures it, setting s.work to the live or created work; it returns
+// whether it got that far.
+func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error) {
 	bundle := &corev1.Secret{}
 	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: render.Namespace(s.mpc), Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
-		return ctrl.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its status change re-queues us
+		return false, ctrl.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its status change re-queues us
 	}
 	host, _ := render.SplitEntrypoint(s.mpc.Status.Entrypoint)
 	work, summary, err := render.AgentWork(render.AgentInput{
@@ -160,21 +154,18 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) error {
 			fieldErr.Message = fmt.Sprintf("AddOnDeploymentConfig %s: %s", s.adcRef, fieldErr.Message)
 		}
 		s.problem = fieldErr
-		return nil
+		return false, nil
 	}
 	if errors.Is(err, render.ErrEntrypointUnknown) {
-		return nil // the configuration's status change re-queues us once it is known
+		return false, nil // the configuration's status change re-queues us once it is known
 	}
 	if err != nil {
-		return fmt.Errorf("render the agent of cluster %s: %w", s.mca.Namespace, err)
+		return false, fmt.Errorf("render the agent of cluster %s: %w", s.mca.Namespace, err)
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	wrote, err := apply.EnsureReplaced(ctx, r.Client, work)
-	if wrote {
-		s.created = work
-	}
-	return err
+	s.work, _, err = apply.EnsureReplaced(ctx, r.Client, work)
+	return err == nil, err
 }
 
 // problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on

@@ -12,7 +12,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -64,9 +63,9 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	// With tunnel health the operator sets Available from real probes (OCM's Customized mode); without it, OCM
 	// derives Available from the agent's Lease.
 	st.HealthCheck.Mode = addonv1alpha1.HealthCheckModeLease
-	if r.Tunnels != nil && s.addOnAvailable != nil {
+	if r.Tunnels != nil {
 		st.HealthCheck.Mode = addonv1alpha1.HealthCheckModeCustomized
-		meta.SetStatusCondition(&st.Conditions, *s.addOnAvailable)
+		meta.SetStatusCondition(&st.Conditions, addOnAvailableCondition(&s.cps.Status))
 	}
 	st.Namespace = installNamespace(s)
 	st.Registrations = registrations(s)
@@ -179,9 +178,10 @@ func workApplied(work *workv1.ManifestWork) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == work.Generation
 }
 
-// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status, and from it the
-// add-on's Available condition; writeClusterStatus writes it. The add-on's status is applied in between, as before
-// the tunnel conditions existed, so the next pass sees the add-on's Configured condition already written.
+// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps), from which
+// the add-on's Available condition is derived; writeClusterStatus writes it. The add-on's status is applied in
+// between, as before the tunnel conditions existed, so the next pass sees the add-on's Configured condition already
+// written. s.cps stays nil when the status was created by an earlier pass the cache has not seen yet.
 func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeue time.Duration, err error) {
 	cps := &proxyv1alpha1.ClusterProxyStatus{
 		ObjectMeta: metav1.ObjectMeta{
@@ -191,40 +191,22 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	if _, err := apply.EnsureReplaced(ctx, r.Client, cps); err != nil {
+	live, _, err := apply.EnsureReplaced(ctx, r.Client, cps)
+	if err != nil || live == nil {
 		return 0, err
 	}
-	now := r.Clock.Now()
-	if err := r.Client.Get(ctx, ctrl.ObjectKeyFromObject(cps), cps); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return 0, err
-		}
-		// The cache has not seen it yet and its creation re-queues us; the add-on's Available comes from what this
-		// pass knows meanwhile.
-		st := &proxyv1alpha1.ClusterProxyStatusStatus{}
-		if _, err := r.computeStatus(ctx, st, s, 0, now); err != nil {
-			return 0, err
-		}
-		available := addOnAvailableCondition(st)
-		s.addOnAvailable = &available
-		return 0, nil
-	}
-	s.cpsBefore = cps.DeepCopy()
-	requeue, err = r.computeStatus(ctx, &cps.Status, s, cps.Generation, now)
+	// live is as read, or as just created: either way its status is computed, and written, in this pass.
+	s.cpsBefore = live.DeepCopy()
+	requeue, err = r.computeStatus(ctx, &live.Status, s, live.Generation, r.Clock.Now())
 	if err != nil {
 		return 0, err
 	}
-	s.cps = cps
-	available := addOnAvailableCondition(&cps.Status)
-	s.addOnAvailable = &available
+	s.cps = live
 	return requeue, nil
 }
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
-	if s.cps == nil {
-		return nil
-	}
 	return apply.PatchStatus(ctx, r.Client, s.cpsBefore, s.cps)
 }
 

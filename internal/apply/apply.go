@@ -57,7 +57,7 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ..
 			return false, nil
 		}
 		if foreign {
-			if err := replaceRendered(ctx, c, have, want, o.userOwned); err != nil {
+			if _, err := replaceRendered(ctx, c, have, want, o.userOwned); err != nil {
 				return false, fmt.Errorf("restore %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
 			}
 		}
@@ -76,9 +76,19 @@ func rendered(c client.Client, desired client.Object, userOwned [][]string) (sch
 	if err != nil {
 		return gvk, nil, err
 	}
-	want, err := toMap(desired)
+	want, err := renderedMap(desired, gvk, userOwned)
 	if err != nil {
 		return gvk, nil, err
+	}
+	setHash(want)
+	return gvk, want, nil
+}
+
+// renderedMap is desired as the map the operator writes, without the hash.
+func renderedMap(desired client.Object, gvk schema.GroupVersionKind, userOwned [][]string) (map[string]any, error) {
+	want, err := toMap(desired)
+	if err != nil {
+		return nil, err
 	}
 	delete(want, "status")
 	meta, _ := want["metadata"].(map[string]any)
@@ -87,8 +97,7 @@ func rendered(c client.Client, desired client.Object, userOwned [][]string) (sch
 	for _, path := range userOwned {
 		unstructured.RemoveNestedField(want, path...)
 	}
-	setHash(want)
-	return gvk, want, nil
+	return want, nil
 }
 
 // foreignSpecOwner reports whether another writer owns fields outside metadata and status, i.e. changed what
@@ -176,8 +185,9 @@ func UserOwned(path ...string) Option {
 // replaceRendered removes what other writers added next to the rendered fields: server-side apply restores the
 // fields the operator sets but keeps fields owned by others (an injected env var, an extra Service port). The
 // rendered top-level fields (spec, data, rules...) replace the live ones with an update; a Service keeps the values
-// the server allocated (cluster IPs, node ports), which a replacement must not discard.
-func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any, userOwned [][]string) error {
+// the server allocated (cluster IPs, node ports), which a replacement must not discard. It returns the object as the
+// update answered.
+func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any, userOwned [][]string) (*unstructured.Unstructured, error) {
 	kept := map[int]any{}
 	for i, path := range userOwned {
 		if v, found, _ := unstructured.NestedFieldCopy(live, path...); found {
@@ -202,7 +212,8 @@ func replaceRendered(ctx context.Context, c client.Client, live, want map[string
 	for i, v := range kept {
 		_ = unstructured.SetNestedField(live, v, userOwned[i]...)
 	}
-	return c.Update(ctx, &unstructured.Unstructured{Object: live}, client.FieldOwner(FieldOwner))
+	u := &unstructured.Unstructured{Object: live}
+	return u, c.Update(ctx, u, client.FieldOwner(FieldOwner))
 }
 
 // keepAllocated copies the server-allocated fields of a Service spec into a rendered one.

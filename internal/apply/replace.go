@@ -2,10 +2,15 @@ package apply
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // EnsureReplaced is Ensure for the objects the operator writes once per managed cluster and alone (the agent
@@ -14,59 +19,97 @@ import (
 // server far less than an apply (no YAML parsing of the patch, no field-set merge).
 //
 // It decides from the rendered hash and the managed fields alone, never from the content, so the cache may drop
-// the content of these objects (see clusteragent.TrimCachedWork). It writes when the object is missing, when the hash
-// differs, or when another writer changed what the operator renders; labels, annotations and owner references that
-// others added are kept. It returns whether it wrote.
-func EnsureReplaced(ctx context.Context, c client.Client, desired client.Object) (bool, error) {
-	gvk, want, err := rendered(c, desired, nil)
+// the content of these objects (see clusteragent.TrimCachedWork). The hash is that of the typed desired object, so a
+// steady state never converts it to a map. It writes when the object is missing, when the hash differs, or when
+// another writer changed what the operator renders; labels, annotations and owner references that others added are
+// kept. desired gets the hash annotation.
+//
+// It returns the object as it now is (as read, or as the create or update answered) and whether it wrote. When
+// the object exists but the cache has not seen it yet (created by an earlier pass), it returns the zero T, false
+// and no error: the creation's event re-queues the owner.
+func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desired T) (T, bool, error) {
+	var none T
+	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
 	if err != nil {
-		return false, err
+		return none, false, err
 	}
+	hash, err := typedHash(desired)
+	if err != nil {
+		return none, false, err
+	}
+	annotations := desired.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[HashAnnotation] = hash
+	desired.SetAnnotations(annotations)
 	key := client.ObjectKeyFromObject(desired)
 
-	liveTyped, err := c.Scheme().New(gvk)
-	if err != nil {
-		return false, err
-	}
-	switch err := c.Get(ctx, key, liveTyped.(client.Object)); {
-	case apierrors.IsNotFound(err):
-		// The typed object, not the map: decoding the answer into it is cheaper.
-		annotations := desired.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
+	newT := func() (T, error) {
+		obj, err := c.Scheme().New(gvk)
+		if err != nil {
+			return none, err
 		}
-		annotations[HashAnnotation] = hashOf(want)
-		desired.SetAnnotations(annotations)
+		t, ok := obj.(T)
+		if !ok {
+			return none, fmt.Errorf("%s is a %T, not a %T", gvk.Kind, obj, none)
+		}
+		return t, nil
+	}
+	live, err := newT()
+	if err != nil {
+		return none, false, err
+	}
+	switch err := c.Get(ctx, key, live); {
+	case apierrors.IsNotFound(err):
 		if err := c.Create(ctx, desired, client.FieldOwner(FieldOwner)); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return false, nil // created by an earlier pass the cache has not seen yet; its event re-queues the owner
+				return none, false, nil // created by an earlier pass the cache has not seen yet; its event re-queues the owner
 			}
-			return false, fmt.Errorf("create %s %s: %w", gvk.Kind, key, err)
+			return none, false, fmt.Errorf("create %s %s: %w", gvk.Kind, key, err)
 		}
-		return true, nil
+		return desired, true, nil // the create filled it in with the server's answer
 	case err != nil:
-		return false, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+		return none, false, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
 	}
-	liveObj := liveTyped.(client.Object)
-	if liveObj.GetAnnotations()[HashAnnotation] == hashOf(want) && !foreignSpecOwner(liveObj) {
-		return false, nil
+	if live.GetAnnotations()[HashAnnotation] == hash && !foreignSpecOwner(live) {
+		return live, false, nil
 	}
-	have, err := toMap(liveObj)
+
+	// Only a replacement needs the maps.
+	want, err := renderedMap(desired, gvk, nil)
 	if err != nil {
-		return false, err
+		return none, false, err
+	}
+	have, err := toMap(live)
+	if err != nil {
+		return none, false, err
 	}
 	mergeMetadata(have, want)
-	if err := replaceRendered(ctx, c, have, want, nil); err != nil {
-		return false, fmt.Errorf("replace %s %s: %w", gvk.Kind, key, err)
+	written, err := replaceRendered(ctx, c, have, want, nil)
+	if err != nil {
+		return none, false, fmt.Errorf("replace %s %s: %w", gvk.Kind, key, err)
 	}
-	return true, nil
+	updated, err := newT()
+	if err != nil {
+		return none, true, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(written.Object, updated); err != nil {
+		return none, true, fmt.Errorf("read the replaced %s %s: %w", gvk.Kind, key, err)
+	}
+	return updated, true, nil
 }
 
-func hashOf(obj map[string]any) string {
-	meta, _ := obj["metadata"].(map[string]any)
-	ann, _ := meta["annotations"].(map[string]any)
-	h, _ := ann[HashAnnotation].(string)
-	return h
+// typedHash is the rendered hash of a typed object: its JSON without the hash annotation. The typed object marshals
+// in a fixed field order, so the hash is stable; desired objects carry no status or creation time to leave out.
+func typedHash(obj client.Object) (string, error) {
+	delete(obj.GetAnnotations(), HashAnnotation)
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])[:16], nil
 }
 
 // mergeMetadata sets the labels, annotations and owner references of want on have, keeping the others' ones.
