@@ -14,6 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 const (
@@ -80,7 +82,7 @@ type podWorker struct {
 	finished     chan struct{}
 
 	// Owned by run.
-	proc       *process
+	proc       *testenv.Process
 	grace      time.Duration
 	written    map[string]string // mount path -> hash of the files on disk
 	token      *serviceAccountToken
@@ -160,7 +162,7 @@ func (w *podWorker) run(ctx context.Context) {
 		}
 		var exited <-chan struct{}
 		if w.proc != nil {
-			exited = w.proc.done
+			exited = w.proc.Done()
 		}
 		var backoff <-chan time.Time
 		var timer *time.Timer
@@ -188,8 +190,10 @@ func (w *podWorker) run(ctx context.Context) {
 
 // sync brings the pod in line with its Deployment and Secrets.
 func (w *podWorker) sync(ctx context.Context) {
-	if w.proc != nil && w.proc.exited() {
-		w.recordExit()
+	if w.proc != nil {
+		if done, _ := w.proc.Exited(); done {
+			w.recordExit()
+		}
 	}
 	d, ok := w.c.deployment(w.key.namespace, w.key.deployment)
 	if !ok || w.key.index >= replicas(d) {
@@ -197,8 +201,8 @@ func (w *podWorker) sync(ctx context.Context) {
 	}
 	tmpl := &d.Spec.Template
 	hash := templateHash(tmpl)
-	if w.proc != nil && w.proc.hash != hash {
-		w.logf("Pod template changed (%s -> %s): restarting, as a rollout would", w.proc.hash, hash)
+	if w.proc != nil && w.lastHash != hash {
+		w.logf("Pod template changed (%s -> %s): restarting, as a rollout would", w.lastHash, hash)
 		w.stopProcess()
 	}
 	if w.lastHash != hash {
@@ -357,8 +361,9 @@ func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplate
 	}
 	argv := append([]string{cl.Path}, cl.Args...)
 	w.lastHash = hash
-	p, err := startProcess(cl, w.dir, w.logPath, hash)
+	p, err := startProcess(cl, w.dir, w.logPath)
 	if err != nil {
+		appendLog(w.logPath, fmt.Sprintf("--- launcher: start failed: %v\n", err))
 		// As a container that cannot start: counted as an exit and retried with back-off.
 		w.exited(0, fmt.Sprintf("start failed: %v", err))
 		w.update(func(s *PodStatus) { s.Command = argv })
@@ -366,9 +371,9 @@ func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplate
 	}
 	w.proc = p
 	w.lastWait = ""
-	w.logf("Started pid %d (template %s)", p.cmd.Process.Pid, hash)
+	w.logf("Started pid %d (template %s)", p.Pid(), hash)
 	w.update(func(s *PodStatus) {
-		s.Running, s.PID, s.StartedAt, s.Waiting = true, p.cmd.Process.Pid, p.started, ""
+		s.Running, s.PID, s.StartedAt, s.Waiting = true, p.Pid(), p.StartedAt(), ""
 		s.Command, s.TemplateHash = argv, hash
 		s.Ports = map[int32]int32{}
 		for k, v := range cl.Ports {
@@ -381,7 +386,8 @@ func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplate
 func (w *podWorker) recordExit() {
 	p := w.proc
 	w.proc = nil
-	w.exited(time.Since(p.started), exitDescription(p.err))
+	_, err := p.Exited()
+	w.exited(time.Since(p.StartedAt()), exitDescription(err))
 }
 
 func (w *podWorker) exited(ran time.Duration, how string) {
@@ -405,8 +411,8 @@ func (w *podWorker) stopProcess() {
 	if w.proc == nil {
 		return
 	}
-	pid := w.proc.cmd.Process.Pid
-	if w.proc.stop(w.grace) {
+	pid := w.proc.Pid()
+	if w.proc.Terminate(w.grace) {
 		w.logf("Pid %d did not stop within %s of SIGTERM: killed", pid, w.grace)
 	} else {
 		w.logf("Pid %d stopped", pid)
@@ -417,8 +423,10 @@ func (w *podWorker) stopProcess() {
 
 // terminate stops the process and removes the pod's files (its log stays).
 func (w *podWorker) terminate(reason string) {
-	if w.proc != nil && w.proc.exited() {
-		w.recordExit()
+	if w.proc != nil {
+		if done, _ := w.proc.Exited(); done {
+			w.recordExit()
+		}
 	}
 	w.stopProcess()
 	w.l.ports.release(w.key.id())
@@ -448,4 +456,14 @@ func templateHash(tmpl *corev1.PodTemplateSpec) string {
 	raw, _ := json.Marshal(tmpl) // a PodTemplateSpec always encodes
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])[:10]
+}
+
+// appendLog adds a line of the launcher's own to a pod's log.
+func appendLog(path, line string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return // the launcher's log says it too
+	}
+	defer f.Close()
+	_, _ = f.WriteString(line)
 }

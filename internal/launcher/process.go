@@ -3,86 +3,30 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-)
 
-// process is one run of a pod's program.
-type process struct {
-	cmd     *exec.Cmd
-	hash    string // the pod template it was started from
-	started time.Time
-	done    chan struct{} // closed once the process has exited and been reaped
-	err     error         // how it exited; read after done
-}
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+)
 
 // startProcess runs the command line with its output appended to logPath. The process gets its own process group,
 // so a Ctrl-C in the terminal reaches the launcher, which stops it in order, and it is killed if the launcher dies.
-func startProcess(cl *commandLine, dir, logPath, hash string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(logFile, "--- launcher: %s starting %s %s\n", time.Now().Format(time.RFC3339), cl.Path, strings.Join(cl.Args, " "))
-	cmd := exec.Command(cl.Path, cl.Args...)
-	cmd.Env = cl.Env
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(logFile, "--- launcher: start failed: %v\n", err)
-		logFile.Close()
-		return nil, err
-	}
-	p := &process{cmd: cmd, hash: hash, started: time.Now(), done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		fmt.Fprintf(logFile, "--- launcher: %s exited: %s\n", time.Now().Format(time.RFC3339), exitDescription(p.err))
-		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM, waits up to grace, then sends SIGKILL, by PID; it returns once the process is reaped.
-func (p *process) stop(grace time.Duration) (killed bool) {
-	if p.exited() {
-		return false
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return false
-	case <-timer.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return true
-	}
+func startProcess(cl *commandLine, dir, logPath string) (*testenv.Process, error) {
+	return testenv.Run(testenv.Command{
+		Path: cl.Path, Args: cl.Args, Env: cl.Env, Dir: dir, LogPath: logPath, AppendLog: true, OwnGroup: true,
+		Header: fmt.Sprintf("--- launcher: %s starting %s %s\n", time.Now().Format(time.RFC3339), cl.Path, strings.Join(cl.Args, " ")),
+		OnExit: func(log io.Writer, err error) {
+			fmt.Fprintf(log, "--- launcher: %s exited: %s\n", time.Now().Format(time.RFC3339), exitDescription(err))
+		},
+	})
 }
 
 // exitDescription says how a process ended: "exit status 1", "signal: killed".
 func exitDescription(err error) string {
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return exit.Error()
-	}
 	if err == nil {
 		return "exit status 0"
 	}

@@ -11,6 +11,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // Run starts the local hub, applies the samples, waits until every ManagedProxyConfiguration is Ready, prints a
@@ -47,7 +49,7 @@ type session struct {
 	workDir string
 	env     *envtest.Environment
 	client  client.Client
-	manager *managerProcess
+	manager *testenv.Process
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -92,7 +94,7 @@ func (s *session) serve(ctx context.Context) error {
 	case <-ctx.Done():
 		s.p.step("stopping (%v)", context.Cause(ctx))
 		return nil
-	case <-s.manager.exited:
+	case <-s.manager.Done():
 		return s.managerExitedEarly()
 	}
 }

@@ -34,7 +34,7 @@ func (s *session) poll(ctx context.Context, timeout time.Duration, check func(co
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.manager.exited:
+		case <-s.manager.Done():
 			return s.managerExitedEarly()
 		case <-deadline.C:
 			return errPollTimeout
@@ -176,5 +176,5 @@ func (s *session) printNotReady(mpcs []proxyv1alpha1.ManagedProxyConfiguration) 
 			s.p.detail("  %s=%s reason=%s message=%q", c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
-	s.printLogTail(s.manager.logPath)
+	s.printLogTail(s.manager.LogPath())
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 const mpcYAML = `apiVersion: proxy.open-cluster-management.io/v1alpha1
@@ -66,12 +67,12 @@ func TestLoadSamplesRejectsBadInput(t *testing.T) {
 
 func TestTailLinesKeepsTheLastLines(t *testing.T) {
 	dir := writeFiles(t, map[string]string{"log": "1\n2\n3\n4\n5\n"})
-	got, err := tailLines(filepath.Join(dir, "log"), 2)
+	got, err := testenv.TailLines(filepath.Join(dir, "log"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got, ",") != "4,5" {
-		t.Errorf("tailLines = %v, want [4 5]", got)
+		t.Errorf("TailLines = %v, want [4 5]", got)
 	}
 }
 

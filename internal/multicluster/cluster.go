@@ -71,11 +71,11 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 	if err != nil {
 		return err
 	}
-	c.agent, c.AgentLog = agent, agent.logPath
+	c.agent, c.AgentLog = agent, agent.LogPath()
 	via := "direct"
 	if c.Proxy != "" {
 		via = "through proxy " + c.Proxy
 	}
-	e.logf("    cluster %s: kube-apiserver %s, klusterlet agent pid %d, hub reached %s", c.Name, c.Config.Host, agent.pid(), via)
+	e.logf("    cluster %s: kube-apiserver %s, klusterlet agent pid %d, hub reached %s", c.Name, c.Config.Host, agent.Pid(), via)
 	return nil
 }

@@ -3,14 +3,14 @@ package multicluster
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // startHub starts the hub control plane with a client CA whose key is on disk, and writes its admin kubeconfig.
@@ -59,12 +59,9 @@ func (e *Env) startHubProcesses(ctx context.Context) error {
 	if _, err := addUser(e.HubEnv, "hub", kcmUser, kcmKubeconfig, "", nil); err != nil {
 		return err
 	}
-	kcm, err := e.startProcess("kube-controller-manager", filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager"),
-		"--kubeconfig="+kcmKubeconfig,
-		"--controllers=csrsigning,garbagecollector",
-		"--cluster-signing-cert-file="+e.HubClientCA,
-		"--cluster-signing-key-file="+e.HubClientCAKey,
-		"--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=5", "--v=1")
+	bin, args := testenv.KubeControllerManager("csrsigning", "garbagecollector")
+	kcm, err := e.startProcess("kube-controller-manager", bin, append(args, "--kubeconfig="+kcmKubeconfig,
+		"--cluster-signing-cert-file="+e.HubClientCA, "--cluster-signing-key-file="+e.HubClientCAKey)...)
 	if err != nil {
 		return err
 	}
@@ -80,6 +77,6 @@ func (e *Env) startHubProcesses(ctx context.Context) error {
 		return err
 	}
 	e.ocmHub = ocmHub
-	e.logf("    kube-controller-manager pid %d, ocm-local hub pid %d", kcm.pid(), ocmHub.pid())
+	e.logf("    kube-controller-manager pid %d, ocm-local hub pid %d", kcm.Pid(), ocmHub.Pid())
 	return nil
 }

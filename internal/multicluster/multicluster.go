@@ -342,7 +342,7 @@ func (e *Env) deadProcess() *process {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, p := range e.processes {
-		if done, _ := p.exited(); done && !p.stopped.Load() {
+		if done, _ := p.Exited(); done && !p.stopped.Load() {
 			return p
 		}
 	}

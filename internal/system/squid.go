@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // squidCAValidity is the lifetime of the throw-away CA of a Squid's TLS port, and of its serving certificate: longer
@@ -33,8 +33,7 @@ type Squid struct {
 	caPEM   []byte
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testenv.Process
 }
 
 // StartSquid writes a private configuration under dir and starts squid in the foreground.
@@ -160,28 +159,16 @@ func (s *Squid) Tunnels() ([]Tunnel, error) {
 func (s *Squid) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	logFile, err := os.OpenFile(filepath.Join(s.dir, "squid.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
 	bin := "squid"
 	if _, err := exec.LookPath(bin); err != nil {
 		bin = "/usr/sbin/squid"
 	}
-	cmd := exec.Command(bin, "-N", "-f", filepath.Join(s.dir, "squid.conf"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start squid: %w", err)
+	p, err := testenv.Run(testenv.Command{Path: bin, Args: []string{"-N", "-f", filepath.Join(s.dir, "squid.conf")},
+		LogPath: filepath.Join(s.dir, "squid.out"), AppendLog: true})
+	if err != nil {
+		return fmt.Errorf("squid: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
+	s.proc = p
 	deadline := time.Now().Add(30 * time.Second)
 	for _, port := range []int{s.port, s.tlsPort} {
 		address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -192,9 +179,9 @@ func (s *Squid) Start() error {
 				break
 			}
 			select {
-			case <-done:
-				raw, _ := os.ReadFile(filepath.Join(s.dir, "cache.log"))
-				return fmt.Errorf("squid exited at start: %s", lastLines(string(raw), 10))
+			case <-p.Done():
+				lines, _ := testenv.TailLines(filepath.Join(s.dir, "cache.log"), 10)
+				return fmt.Errorf("squid exited at start: %s", strings.Join(lines, "\n"))
 			default:
 			}
 			if time.Now().After(deadline) {
@@ -209,26 +196,11 @@ func (s *Squid) Start() error {
 // Stop ends squid gracefully (it logs the tunnels it closes).
 func (s *Squid) Stop() error {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
+	p := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	if p != nil {
+		p.Terminate(stopGrace)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

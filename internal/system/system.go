@@ -12,10 +12,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,9 +89,11 @@ type System struct {
 	ManagerLog string
 
 	opts    Options
-	manager *exec.Cmd
-	done    chan struct{}
+	manager *testenv.Process
 }
+
+// stopGrace is how long the manager and squid get to end after SIGTERM before SIGKILL.
+const stopGrace = 15 * time.Second
 
 // Start brings the whole system up and returns once every cluster's ClusterProxyStatus and ManagedClusterAddOn are
 // Available. On error everything started is stopped.
@@ -241,28 +241,16 @@ func (s *System) applyConfiguration(ctx context.Context) error {
 
 func (s *System) startManager() error {
 	s.ManagerLog = filepath.Join(s.opts.WorkDir, "manager.log")
-	logFile, err := os.Create(s.ManagerLog)
-	if err != nil {
-		return err
-	}
 	args := []string{"--kubeconfig=" + s.Env.HubKubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--tunnel-health-interval=5s"}
 	for _, r := range s.Resolve {
 		args = append(args, "--resolve="+r)
 	}
-	cmd := exec.Command(s.opts.Binaries.Manager, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start the manager: %w", err)
+	m, err := testenv.Run(testenv.Command{Path: s.opts.Binaries.Manager, Args: args, LogPath: s.ManagerLog})
+	if err != nil {
+		return fmt.Errorf("the manager: %w", err)
 	}
-	s.manager, s.done = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(s.done)
-	}()
+	s.manager = m
 	return nil
 }
 
@@ -273,13 +261,7 @@ func (s *System) Stop() error {
 		errs = append(errs, s.Launcher.Stop())
 	}
 	if s.manager != nil {
-		_ = s.manager.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(15 * time.Second):
-			_ = s.manager.Process.Kill()
-			<-s.done
-		}
+		s.manager.Terminate(stopGrace)
 	}
 	if s.Env != nil {
 		errs = append(errs, s.Env.Stop())

@@ -3,7 +3,6 @@ package system
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -99,11 +98,8 @@ func (s *System) waitAvailable(ctx context.Context) error {
 
 // checkProcesses fails when the manager has exited.
 func (s *System) checkProcesses() error {
-	select {
-	case <-s.done:
-		raw, _ := os.ReadFile(s.ManagerLog)
-		return fmt.Errorf("the manager exited:\n%s", lastLines(string(raw), 20))
-	default:
-		return nil
+	if done, _ := s.manager.Exited(); done {
+		return fmt.Errorf("the manager exited (%s):\n%s", s.manager.ExitDescription(), s.manager.Tail(20))
 	}
+	return nil
 }

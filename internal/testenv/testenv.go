@@ -3,8 +3,10 @@
 package testenv
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,11 +72,68 @@ func NewHub() (*envtest.Environment, error) {
 	return &envtest.Environment{CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}, nil
 }
 
-// Process is a program started against the hub with its own admin kubeconfig, stopped with Stop.
+// Command is a child program to run with Run.
+type Command struct {
+	Path string
+	Args []string
+	// Env is the environment; nil inherits this process's.
+	Env []string
+	// Dir is the working folder; "" is this process's.
+	Dir string
+	// LogPath receives stdout and stderr: truncated, or appended to when AppendLog.
+	LogPath   string
+	AppendLog bool
+	// Header is written to the log before the program starts.
+	Header string
+	// OnExit, when set, writes to the log after the program ended, before Done is closed.
+	OnExit func(log io.Writer, err error)
+	// OwnGroup puts the child in its own process group, so a terminal's Ctrl-C reaches only the caller, which then
+	// stops its children in order.
+	OwnGroup bool
+}
+
+// Process is a running child program. It is killed if the thread that started it dies, and ended by PID with Stop or
+// Terminate, never by name.
 type Process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has ended
-	dir  string
+	cmd     *exec.Cmd
+	logPath string
+	started time.Time
+	done    chan struct{} // closed when the process has ended and been reaped
+	err     error         // Wait's result, set before done is closed
+	dir     string        // removed by Stop: StartProcess's kubeconfig
+}
+
+// Run starts c. The log file stays open until the process ends.
+func Run(c Command) (*Process, error) {
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if c.AppendLog {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	logFile, err := os.OpenFile(c.LogPath, flags, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the log of %s: %w", c.Path, err)
+	}
+	if c.Header != "" {
+		_, _ = io.WriteString(logFile, c.Header)
+	}
+	cmd := exec.Command(c.Path, c.Args...)
+	cmd.Env, cmd.Dir = c.Env, c.Dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: c.OwnGroup}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", c.Path, err)
+	}
+	p := &Process{cmd: cmd, logPath: c.LogPath, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		if c.OnExit != nil {
+			c.OnExit(logFile, p.err)
+		}
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
 }
 
 // StartProcess runs bin with args plus --kubeconfig=<a kubeconfig of user, a cluster admin>, its output in logPath.
@@ -96,45 +155,114 @@ func StartProcess(env *envtest.Environment, user, bin, logPath string, args ...s
 	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(logPath)
+	p, err := Run(Command{Path: bin, Args: append([]string{"--kubeconfig=" + kcPath}, args...), LogPath: logPath})
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(bin, append([]string{"--kubeconfig=" + kcPath}, args...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &Process{cmd: cmd, done: make(chan struct{}), dir: dir}
-	go func() {
-		_ = cmd.Wait() // it exits non-zero when stopped by a signal, which is how it is stopped
-		logFile.Close()
-		close(p.done)
-	}()
+	p.dir = dir
 	return p, nil
 }
 
 // StartGarbageCollector runs kube-controller-manager (from KUBEBUILDER_ASSETS) with only the garbage collector,
 // so owner references are honoured as on a real cluster.
 func StartGarbageCollector(env *envtest.Environment, logPath string) (*Process, error) {
-	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager")
-	return StartProcess(env, "kube-controller-manager", bin, logPath,
-		"--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=5", "--v=1")
+	bin, args := KubeControllerManager("garbagecollector")
+	return StartProcess(env, "kube-controller-manager", bin, logPath, args...)
+}
+
+// KubeControllerManager is kube-controller-manager from KUBEBUILDER_ASSETS and its arguments to run only the given
+// controllers next to an envtest control plane: no leader election, no serving port.
+func KubeControllerManager(controllers ...string) (bin string, args []string) {
+	return filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kube-controller-manager"), []string{
+		"--controllers=" + strings.Join(controllers, ","), "--leader-elect=false", "--secure-port=0", "--concurrent-gc-syncs=5", "--v=1"}
 }
 
 // Pid is the process ID.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Stop ends the process and removes its files.
-func (p *Process) Stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+// StartedAt is when the process started.
+func (p *Process) StartedAt() time.Time { return p.started }
+
+// LogPath is the file holding the process's output.
+func (p *Process) LogPath() string { return p.logPath }
+
+// Done is closed once the process has ended and its log is closed.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has ended, and Wait's result if so (an *exec.ExitError for a non-zero exit or a
+// signal).
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// ExitDescription says how the process ended ("exit status 1", "signal: killed"), "" while it runs.
+func (p *Process) ExitDescription() string {
+	done, err := p.Exited()
+	switch {
+	case !done:
+		return ""
+	case err == nil:
+		return "exit status 0"
+	default:
+		return err.Error()
+	}
+}
+
+// Terminate sends SIGTERM and waits up to grace for the process to end, then sends SIGKILL; it returns once the
+// process is reaped, and whether it had to be killed.
+func (p *Process) Terminate(grace time.Duration) (killed bool) {
+	if done, _ := p.Exited(); done {
+		return false
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM) // it may have ended in between: done tells
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return false
+	case <-timer.C:
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		return true
 	}
-	_ = os.RemoveAll(p.dir)
+}
+
+// Stop ends the process (SIGKILL 10 s after SIGTERM) and removes its files.
+func (p *Process) Stop() {
+	p.Terminate(10 * time.Second)
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+}
+
+// Tail is the last n lines of the process's log, joined; "" when the log cannot be read.
+func (p *Process) Tail(n int) string {
+	lines, _ := TailLines(p.logPath, n)
+	return strings.Join(lines, "\n")
+}
+
+// TailLines returns the last n lines of a file, to explain a failure.
+func TailLines(path string, n int) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines []string
+	scanner := bufio.NewScanner(f)
+	// Structured log lines with stack traces can be long; don't fail on them.
+	scanner.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for scanner.Scan() {
+		lines = append(lines, scanner.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return lines, scanner.Err()
 }
