@@ -106,11 +106,8 @@ run-hub: build envtest-assets ## Start a hub control plane only, with the operat
 
 OUT ?= $(BIN_DIR)/static
 .PHONY: build-static
-build-static: ## Build the image's static binaries into OUT (the Dockerfile's build step; CI runs it too).
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/manager ./cmd/manager
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/proxy-server ./cmd/proxy-server
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/proxy-agent ./cmd/proxy-agent
-	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/kubectl-cluster_proxy ./cmd/kubectl-cluster_proxy
+build-static: ## Build the image's static binaries into OUT (the Dockerfile's build step; test/image runs it).
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/ ./cmd/manager ./cmd/proxy-server ./cmd/proxy-agent ./cmd/kubectl-cluster_proxy
 
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine; its build step is make build-static).
