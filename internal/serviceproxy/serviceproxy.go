@@ -6,7 +6,6 @@ package serviceproxy
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -44,8 +43,6 @@ type Options struct {
 	Allowed allowlist.List
 	// DialContext makes the outbound connections; nil means a net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
-	// ServiceCAs are trusted for https services in addition to the system roots; may be nil.
-	ServiceCAs *x509.CertPool
 	// ServiceDomain is the suffix of service host names, <name>.<namespace>.<ServiceDomain>; default "svc".
 	ServiceDomain string
 	// TokenCacheTTL is how long TokenReview results are kept; 0 means 10s, negative disables the cache.
@@ -93,7 +90,7 @@ func New(opts Options) (http.Handler, error) {
 	}
 	buffers := &copybuf.Pool{}
 	p.kube = newReverseProxy("kube-apiserver", kubeTransport, buffers)
-	p.services = newReverseProxy("service", newServiceTransport(opts.ServiceCAs, dial), buffers)
+	p.services = newReverseProxy("service", newServiceTransport(dial), buffers)
 	return p, nil
 }
 

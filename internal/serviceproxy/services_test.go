@@ -2,16 +2,10 @@ package serviceproxy
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
 // seenRequest is what a test service received.
@@ -83,31 +78,17 @@ func merge(maps ...map[string][]string) map[string][]string {
 	return out
 }
 
-// servingCert is a CA and a certificate it signed for dnsName.
-func servingCert(dnsName string) (*x509.CertPool, *tls.Certificate) {
+// servingCert is a certificate for dnsName from a CA of its own, which nothing trusts.
+func servingCert(dnsName string) *tls.Certificate {
 	GinkgoHelper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := certs.NewCA("service-ca", time.Hour, time.Now())
 	Expect(err).NotTo(HaveOccurred())
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "service-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: dnsName, DNSNames: []string{dnsName},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
 	Expect(err).NotTo(HaveOccurred())
-	ca, err := x509.ParseCertificate(caDER)
+	cert, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
 	Expect(err).NotTo(HaveOccurred())
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca, &key.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool, &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &cert
 }
 
 var _ = Describe("service requests", func() {
@@ -179,27 +160,14 @@ var _ = Describe("service requests", func() {
 		Expect(p.dialer.dialedAddrs()).To(BeEmpty())
 	})
 
-	It("verifies an https service against ServiceCAs and the name it dialed", func(ctx SpecContext) {
-		cas, cert := servingCert("secure.team.svc")
-		secure := newEchoService("secure", cert)
-		p := startProxy(func(o *Options) { o.Allowed = allowed; o.ServiceCAs = cas })
-		p.dialer.route("secure.team.svc:8443", secure.Listener.Addr().String())
-		code, body := rawRequest(ctx, p, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
-		Expect(code).To(Equal(http.StatusOK), "body: %s", body)
-		Expect(string(body)).To(Equal("hello from secure"))
-
-		By("refusing a certificate issued for another name")
-		p.dialer.route("echo.team.svc:8080", secure.Listener.Addr().String())
-		code, body = rawRequest(ctx, p, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "echo", "8080"))
-		Expect(code).To(Equal(http.StatusBadGateway))
-		Expect(expectStatus(body, http.StatusBadGateway, metav1.StatusReasonInternalError).Message).To(ContainSubstring("certificate"))
-
-		By("refusing the certificate without ServiceCAs")
+	It("refuses an https service whose certificate does not chain to the system roots", func(ctx SpecContext) {
+		secure := newEchoService("secure", servingCert("secure.team.svc"))
 		untrusting := startProxy(func(o *Options) { o.Allowed = allowed })
 		untrusting.dialer.route("secure.team.svc:8443", secure.Listener.Addr().String())
-		code, _ = rawRequest(ctx, untrusting, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
+		code, body := rawRequest(ctx, untrusting, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
 		Expect(code).To(Equal(http.StatusBadGateway))
-		Expect(secure.requests()).To(HaveLen(1))
+		Expect(expectStatus(body, http.StatusBadGateway, metav1.StatusReasonInternalError).Message).To(ContainSubstring("certificate"))
+		Expect(secure.requests()).To(BeEmpty())
 	})
 
 	It("relays a chunked answer as it comes: the headers at once, then each chunk when the service sends it", func(ctx SpecContext) {

@@ -3,8 +3,6 @@ package serviceproxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -53,43 +51,7 @@ func newKubeTransport(cfg *rest.Config, dial dialFunc) (*http.Transport, error) 
 	return newHTTPTransport(dial, tlsConfig), nil
 }
 
-// newServiceTransport trusts the system roots and extra. crypto/tls takes a single root pool and a pool cannot be
-// merged into another, so the chain is verified here against each pool in turn, with the usual host name check.
-func newServiceTransport(extra *x509.CertPool, dial dialFunc) *http.Transport {
-	if extra == nil {
-		return newHTTPTransport(dial, &tls.Config{MinVersion: tls.VersionTLS12})
-	}
-	return newHTTPTransport(dial, &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// Verification is not skipped: VerifyConnection below does it, for every handshake, resumed ones included.
-		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyServerChain(cs, extra)
-		},
-	})
-}
-
-// verifyServerChain accepts the server's certificate if it chains to the system roots or to extra and is valid for
-// the server name that was dialed.
-func verifyServerChain(cs tls.ConnectionState, extra *x509.CertPool) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("the service presented no certificate")
-	}
-	if cs.ServerName == "" {
-		return errors.New("no server name to verify the service's certificate against")
-	}
-	intermediates := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		intermediates.AddCert(c)
-	}
-	opts := x509.VerifyOptions{DNSName: cs.ServerName, Intermediates: intermediates}
-	_, sysErr := cs.PeerCertificates[0].Verify(opts) // nil Roots: the system roots
-	if sysErr == nil {
-		return nil
-	}
-	opts.Roots = extra
-	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-		return fmt.Errorf("verify the service's certificate: %w", err)
-	}
-	return nil
+// newServiceTransport verifies https services against the system roots and the name it dialed.
+func newServiceTransport(dial dialFunc) *http.Transport {
+	return newHTTPTransport(dial, &tls.Config{MinVersion: tls.VersionTLS12})
 }
