@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"sync"
 
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -15,10 +14,9 @@ import (
 // agentCodec is gRPC's protobuf codec with a shorter way in for the DATA packets agents send, which carry nearly all
 // the bytes of the data plane. gRPC's codec copies a message that spans several HTTP/2 frames (anything over 16 KiB)
 // into one pooled buffer, and protobuf then copies the payload out of it into a new allocation; here the payload is
-// copied once, into a buffer from payloadBuffers that the in-process tunnel hands back once it has been read (other
-// frontends leave theirs to the garbage collector). A larger DATA packet is copied once and its payload points into
-// the copy. Any other packet, and a DATA packet with anything unusual in it (an error text, unknown or repeated fields),
-// goes through protobuf as before.
+// copied once, into a buffer that fits it (see newPayload), which the in-process tunnel hands back once it has been
+// read (other frontends leave theirs to the garbage collector). Any other packet, and a DATA packet with anything
+// unusual in it (an error text, no payload, more than 32 KiB, unknown or repeated fields), goes through protobuf.
 type agentCodec struct{ encoding.CodecV2 }
 
 func newAgentCodec() agentCodec { return agentCodec{encoding.GetCodecV2(grpcproto.Name)} }
@@ -31,11 +29,7 @@ func (c agentCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if decodePooledData(data, pkt) {
 		return nil
 	}
-	buf := data.Materialize()
-	if decodeDataPacket(buf, pkt) {
-		return nil
-	}
-	if err := proto.Unmarshal(buf, pkt); err != nil {
+	if err := proto.Unmarshal(data.Materialize(), pkt); err != nil {
 		return fmt.Errorf("unmarshal a packet: %w", err)
 	}
 	return nil
@@ -49,22 +43,34 @@ const (
 	dataDataField    = 3
 )
 
-// payloadBufferSize is the size of the buffers DATA payloads are decoded into: agents send at most 32 KiB per packet.
+// payloadBufferSize is the largest payload decodePooledData takes: agents send at most 32 KiB per packet.
 const payloadBufferSize = 32 << 10
 
-var payloadBuffers = sync.Pool{New: func() any { b := make([]byte, payloadBufferSize); return &b }}
+// smallPayload is the largest payload that gets an allocation of its own size, as protobuf would make it. Larger ones
+// come from gRPC's buffer pool, in 16 or 32 KiB buffers: at most 4 times the payload, and reused once handed back,
+// while a small payload never takes a buffer much larger than itself, since the gRPC and HTTP-CONNECT frontends do
+// not hand theirs back.
+const smallPayload = 4 << 10
 
-// releasePayload hands back a payload decodePooledData made, once nothing refers to it any more; others are left alone.
+// newPayload returns a buffer of n bytes, n at most payloadBufferSize, for a DATA payload.
+func newPayload(n int) []byte {
+	if n <= smallPayload {
+		return make([]byte, n)
+	}
+	return *mem.DefaultBufferPool().Get(n)
+}
+
+// releasePayload hands a DATA payload back to gRPC's pool once nothing refers to it any more. Only the capacities
+// newPayload takes from the pool are kept; other payloads are left to the garbage collector.
 func releasePayload(b []byte) {
-	if cap(b) == payloadBufferSize {
-		b = b[:payloadBufferSize]
-		payloadBuffers.Put(&b)
+	if c := cap(b); c > smallPayload && c <= payloadBufferSize && c&(c-1) == 0 {
+		mem.DefaultBufferPool().Put(&b)
 	}
 }
 
 // decodePooledData fills pkt from data if it is a DATA packet laid out as protobuf writes it (type, then Data with an
 // optional connection ID, then the payload, which ends the message) with a payload of at most payloadBufferSize
-// bytes; the payload goes into a buffer from payloadBuffers. It reports false, leaving pkt alone, for anything else.
+// bytes; the payload goes into a buffer from newPayload. It reports false, leaving pkt alone, for anything else.
 func decodePooledData(data mem.BufferSlice, pkt *client.Packet) bool {
 	total := data.Len()
 	var prefix [32]byte // the tags and varints ahead of the payload take at most 2+1+3+1+10+1+3 bytes
@@ -111,7 +117,7 @@ func decodePooledData(data mem.BufferSlice, pkt *client.Packet) bool {
 	if !ok || n == 0 || n > payloadBufferSize || uint64(consumed())+n != uint64(total) {
 		return false // no payload, too large for the pool, or something follows it
 	}
-	payload := (*payloadBuffers.Get().(*[]byte))[:n]
+	payload := newPayload(int(n))
 	copyRange(data, consumed(), payload)
 	pkt.Reset()
 	pkt.Type = client.PacketType_DATA
@@ -135,67 +141,4 @@ func copyRange(data mem.BufferSlice, offset int, dst []byte) int {
 		}
 	}
 	return n
-}
-
-// decodeDataPacket fills pkt from b if b is a DATA packet with only a connection ID and data; the data aliases b.
-// It reports false, leaving pkt alone, for anything else.
-func decodeDataPacket(b []byte, pkt *client.Packet) bool {
-	var typ uint64
-	var data []byte
-	var sawType, sawData bool
-	for len(b) > 0 {
-		num, wt, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-		switch {
-		case num == packetTypeField && wt == protowire.VarintType && !sawType:
-			typ, n = protowire.ConsumeVarint(b)
-			sawType = true
-		case num == packetDataField && wt == protowire.BytesType && !sawData:
-			data, n = protowire.ConsumeBytes(b)
-			sawData = true
-		default:
-			return false
-		}
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
-	}
-	if typ != uint64(client.PacketType_DATA) || !sawData {
-		return false
-	}
-	var connID uint64
-	var payload []byte
-	var sawConn, sawPayload bool
-	for len(data) > 0 {
-		num, wt, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return false
-		}
-		data = data[n:]
-		switch {
-		case num == dataConnectField && wt == protowire.VarintType && !sawConn:
-			connID, n = protowire.ConsumeVarint(data)
-			sawConn = true
-		case num == dataDataField && wt == protowire.BytesType && !sawPayload:
-			payload, n = protowire.ConsumeBytes(data)
-			sawPayload = true
-		default:
-			return false
-		}
-		if n < 0 {
-			return false
-		}
-		data = data[n:]
-	}
-	if sawPayload && payload == nil {
-		payload = []byte{} // present but empty, as protobuf leaves it
-	}
-	pkt.Reset()
-	pkt.Type = client.PacketType_DATA
-	pkt.Payload = &client.Packet_Data{Data: &client.Data{ConnectID: int64(connID), Data: payload}} //nolint:gosec // int64 on the wire
-	return true
 }
