@@ -91,8 +91,23 @@ func run(ctx context.Context, workDir string, binaries system.Binaries, exitWhen
 		return nil
 	}
 	fmt.Println("\nUp until Ctrl-C.")
-	<-ctx.Done()
-	return nil
+	return watch(ctx, sys)
+}
+
+// watch returns nil at Ctrl-C, or the error of a process of the system that died, which leaves it unusable.
+func watch(ctx context.Context, sys *system.System) error {
+	ticker := time.NewTicker(time.Second) // the processes offer no one channel to wait on; a second is soon enough
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			if err := sys.Err(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // summary prints the health table and commands a user can paste.

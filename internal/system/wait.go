@@ -96,10 +96,15 @@ func (s *System) waitAvailable(ctx context.Context) error {
 	}
 }
 
-// checkProcesses fails when the manager has exited.
+// checkProcesses fails when the manager, or a process of the clusters (kube-controller-manager, the OCM hub, a
+// klusterlet agent), has exited on its own.
 func (s *System) checkProcesses() error {
 	if done, _ := s.manager.Exited(); done {
 		return fmt.Errorf("the manager exited (%s):\n%s", s.manager.ExitDescription(), s.manager.Tail(20))
 	}
-	return nil
+	return s.Env.Err()
 }
+
+// Err reports a process of the system that ended on its own, with the end of its log; nil while all run. The
+// launcher's pods are not included: it restarts them, as the kubelet would.
+func (s *System) Err() error { return s.checkProcesses() }
