@@ -126,11 +126,14 @@ const (
 	probeTrue    = "True"
 	probeFalse   = "False"
 	probeUnknown = "Unknown"
+
+	msgProbeNoAgent = "no agent connected" // the message of the probe status when there was nothing to probe
 )
 
-// setProbe reports the last probe. A probe that only confirms the reported one (same result, latency within
-// tunnelhealth.LatencyChanged) leaves it untouched, time and latency included: writing every probe would make a
-// steady state write every status every round.
+// setProbe reports the last probe. A probe that only confirms the reported one (not tunnelhealth.Significant: same
+// result, latency within tunnelhealth.LatencyChanged, a failure again) leaves it untouched, time, latency and
+// message included: writing every probe would make a steady state write every status every round. The source makes
+// the same check, but the reported probe must also be compared here, after a restart.
 func setProbe(st *proxyv1alpha1.ClusterProxyStatusStatus, obs tunnelObservation) {
 	var want *proxyv1alpha1.ProbeStatus
 	switch {
@@ -142,30 +145,40 @@ func setProbe(st *proxyv1alpha1.ClusterProxyStatusStatus, obs tunnelObservation)
 	case obs.Unreachable:
 		want = &proxyv1alpha1.ProbeStatus{Health: probeUnknown, Message: "the proxy-servers cannot be asked"}
 	case obs.Probe == nil:
-		want = &proxyv1alpha1.ProbeStatus{LastProbeTime: probeTime(obs.Time), Health: probeFalse, Message: "no agent connected"}
+		want = &proxyv1alpha1.ProbeStatus{LastProbeTime: probeTime(obs.Time), Health: probeFalse, Message: msgProbeNoAgent}
 	case obs.Probe.Healthy:
 		want = &proxyv1alpha1.ProbeStatus{LastProbeTime: probeTime(obs.Time), Health: probeTrue, Latency: formatLatency(obs.Probe.Latency)}
 	default:
 		want = &proxyv1alpha1.ProbeStatus{LastProbeTime: probeTime(obs.Time), Health: probeFalse, Message: obs.Probe.Message}
 	}
-	if !probeChanged(st.Probe, want) {
+	if !probeChanged(st.Probe, obs.State) {
 		return
 	}
 	st.Probe = want
 }
 
-// probeChanged reports whether want says something have does not: another result or message, or a latency
-// tunnelhealth.LatencyChanged counts. The probe time alone never counts.
-func probeChanged(have, want *proxyv1alpha1.ProbeStatus) bool {
-	if have == nil || have.Health != want.Health || have.Message != want.Message {
+// probeChanged reports whether next is tunnelhealth.Significant next to the reported probe. The probe status does
+// not show the number of agents, so that alone never counts.
+func probeChanged(have *proxyv1alpha1.ProbeStatus, next tunnelhealth.State) bool {
+	if have == nil {
 		return true
 	}
-	if want.Health != probeTrue {
-		return false
+	prev := tunnelhealth.State{ConnectedAgents: next.ConnectedAgents}
+	switch {
+	case have.Health == probeUnknown:
+		prev.Unreachable, prev.ConnectedAgents = true, 0
+	case have.Health == probeTrue:
+		latency, err := time.ParseDuration(have.Latency)
+		if err != nil {
+			return true
+		}
+		prev.Probe = &tunnelhealth.Probe{Healthy: true, Latency: latency}
+	case have.Message == msgProbeNoAgent:
+		prev.ConnectedAgents = 0
+	default:
+		prev.Probe = &tunnelhealth.Probe{Message: have.Message}
 	}
-	reported, err1 := time.ParseDuration(have.Latency)
-	measured, err2 := time.ParseDuration(want.Latency)
-	return err1 != nil || err2 != nil || tunnelhealth.LatencyChanged(reported, measured)
+	return tunnelhealth.Significant(prev, next)
 }
 
 func probeTime(t time.Time) *metav1.Time {
