@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,6 +28,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -131,7 +134,7 @@ func run(root, out, dockerfile, image string) error {
 			return err
 		}
 	}
-	keys := sortedKeys(bundleAnnotations)
+	keys := slices.Sorted(maps.Keys(bundleAnnotations))
 	var ann bytes.Buffer
 	ann.WriteString(generatedComment + "annotations:\n")
 	for _, k := range keys {
@@ -193,32 +196,13 @@ func buildCSV(root string, crds []apiextensionsv1.CustomResourceDefinition, imag
 	if sa == "" {
 		return nil, errors.New("the manager Deployment names no serviceAccountName")
 	}
-	var clusterRules, nsRules []rbacv1.PolicyRule
-	roleDocs, err := readDocs(filepath.Join(root, "config", "rbac", "role.yaml"))
+	clusterRules, err := rulesOf(filepath.Join(root, "config", "rbac", "role.yaml"), "ClusterRole")
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range roleDocs {
-		if d.GetKind() == "ClusterRole" {
-			var cr rbacv1.ClusterRole
-			if err := fromUnstructured(d, &cr); err != nil {
-				return nil, err
-			}
-			clusterRules = append(clusterRules, cr.Rules...)
-		}
-	}
-	leDocs, err := readDocs(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"))
+	nsRules, err := rulesOf(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), "Role")
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range leDocs {
-		if d.GetKind() == "Role" {
-			var r rbacv1.Role
-			if err := fromUnstructured(d, &r); err != nil {
-				return nil, err
-			}
-			nsRules = append(nsRules, r.Rules...)
-		}
 	}
 	if len(clusterRules) == 0 || len(nsRules) == 0 {
 		return nil, errors.New("config/rbac: no ClusterRole in role.yaml or no Role in leader_election_role.yaml")
@@ -469,22 +453,29 @@ func readDocs(path string) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-func fromUnstructured(u *unstructured.Unstructured, into any) error {
-	data, err := json.Marshal(u.Object)
+// rulesOf are the rules of every object of kind (ClusterRole or Role) in the YAML file at path.
+func rulesOf(path, kind string) ([]rbacv1.PolicyRule, error) {
+	docs, err := readDocs(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := json.Unmarshal(data, into); err != nil {
+	var rules []rbacv1.PolicyRule
+	for _, d := range docs {
+		if d.GetKind() != kind {
+			continue
+		}
+		var role rbacv1.ClusterRole // a Role's rules are the same field
+		if err := fromUnstructured(d, &role); err != nil {
+			return nil, err
+		}
+		rules = append(rules, role.Rules...)
+	}
+	return rules, nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured, into any) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
 		return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
