@@ -22,14 +22,27 @@ func healthy(agents int, latency time.Duration) tunnelObservation {
 	return observed(tunnelhealth.State{Time: probeAt, ConnectedAgents: agents, Probe: &tunnelhealth.Probe{Healthy: true, Latency: latency}})
 }
 
-// withCondition is a status that already holds one condition.
+// withCondition is a status that already holds one condition, as reported before.
 func withCondition(ctype string, status metav1.ConditionStatus, reason string) *proxyv1alpha1.ClusterProxyStatusStatus {
 	st := &proxyv1alpha1.ClusterProxyStatusStatus{}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ctype, Status: status, Reason: reason})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ctype, Status: status, Reason: reason, Message: "as reported before"})
 	return st
 }
 
+// expectCondition checks the condition of ctype in st.
+func expectCondition(t *testing.T, st *proxyv1alpha1.ClusterProxyStatusStatus, ctype string, status metav1.ConditionStatus, reason, inMessage string) {
+	t.Helper()
+	g := NewWithT(t)
+	c := meta.FindStatusCondition(st.Conditions, ctype)
+	g.Expect(c).NotTo(BeNil())
+	g.Expect(c.Status).To(Equal(status))
+	g.Expect(c.Reason).To(Equal(reason))
+	g.Expect(c.Message).To(ContainSubstring(inMessage))
+}
+
 func TestSetAgentConnected(t *testing.T) {
+	restarted := withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionTrue, ReasonAgentConnected)
+	restarted.ConnectedAgents = 2
 	for _, tc := range []struct {
 		name      string
 		st        *proxyv1alpha1.ClusterProxyStatusStatus
@@ -43,12 +56,11 @@ func TestSetAgentConnected(t *testing.T) {
 			metav1.ConditionUnknown, ReasonTunnelSourceMissing, 0, "--tunnel-health"},
 		{"not observed yet, nothing reported", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true},
 			metav1.ConditionUnknown, ReasonNotObservedYet, 0, "not asked"},
-		{"not observed yet after a restart: the reported condition stays",
-			withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionTrue, ReasonAgentConnected), tunnelObservation{configured: true},
-			metav1.ConditionTrue, ReasonAgentConnected, 0, ""},
+		{"not observed yet after a restart: the reported condition and count stay", restarted, tunnelObservation{configured: true},
+			metav1.ConditionTrue, ReasonAgentConnected, 2, "as reported before"},
 		{"tunnel health turned on: the off condition does not stay",
 			withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionUnknown, ReasonTunnelSourceMissing), tunnelObservation{configured: true},
-			metav1.ConditionUnknown, ReasonNotObservedYet, 0, ""},
+			metav1.ConditionUnknown, ReasonNotObservedYet, 0, "not asked"},
 		{"proxy-servers unreachable", &proxyv1alpha1.ClusterProxyStatusStatus{ConnectedAgents: 2}, observed(tunnelhealth.State{Unreachable: true}),
 			metav1.ConditionUnknown, ReasonProxyServerUnreachable, 0, "proxy-client Secret"},
 		{"no agent", &proxyv1alpha1.ClusterProxyStatusStatus{ConnectedAgents: 1}, observed(tunnelhealth.State{Time: probeAt}),
@@ -57,14 +69,9 @@ func TestSetAgentConnected(t *testing.T) {
 			metav1.ConditionTrue, ReasonAgentConnected, 2, "2 agent(s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
 			setAgentConnected(tc.st, tc.obs)
-			c := meta.FindStatusCondition(tc.st.Conditions, proxyv1alpha1.ConditionAgentConnected)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(tc.status))
-			g.Expect(c.Reason).To(Equal(tc.reason))
-			g.Expect(c.Message).To(ContainSubstring(tc.inMessage))
-			g.Expect(tc.st.ConnectedAgents).To(Equal(tc.connected))
+			expectCondition(t, tc.st, proxyv1alpha1.ConditionAgentConnected, tc.status, tc.reason, tc.inMessage)
+			NewWithT(t).Expect(tc.st.ConnectedAgents).To(Equal(tc.connected))
 		})
 	}
 }
@@ -78,13 +85,13 @@ func TestSetTunnelHealthy(t *testing.T) {
 		reason    string
 		inMessage string
 	}{
-		{"tunnel health off", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{}, metav1.ConditionUnknown, ReasonTunnelSourceMissing, ""},
-		{"not observed yet", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true}, metav1.ConditionUnknown, ReasonNotObservedYet, ""},
+		{"tunnel health off", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{}, metav1.ConditionUnknown, ReasonTunnelSourceMissing, "--tunnel-health"},
+		{"not observed yet", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true}, metav1.ConditionUnknown, ReasonNotObservedYet, "not asked"},
 		{"not observed yet after a restart: the reported condition stays",
 			withCondition(proxyv1alpha1.ConditionTunnelHealthy, metav1.ConditionFalse, ReasonProbeFailed), tunnelObservation{configured: true},
-			metav1.ConditionFalse, ReasonProbeFailed, ""},
+			metav1.ConditionFalse, ReasonProbeFailed, "as reported before"},
 		{"proxy-servers unreachable", &proxyv1alpha1.ClusterProxyStatusStatus{}, observed(tunnelhealth.State{Unreachable: true}),
-			metav1.ConditionUnknown, ReasonProxyServerUnreachable, ""},
+			metav1.ConditionUnknown, ReasonProxyServerUnreachable, "proxy-client Secret"},
 		{"no agent, nothing to probe", &proxyv1alpha1.ClusterProxyStatusStatus{}, observed(tunnelhealth.State{}),
 			metav1.ConditionFalse, ReasonNoAgentConnected, "nothing to probe"},
 		{"probe failed", &proxyv1alpha1.ClusterProxyStatusStatus{},
@@ -93,13 +100,8 @@ func TestSetTunnelHealthy(t *testing.T) {
 		{"probe answered ok", &proxyv1alpha1.ClusterProxyStatusStatus{}, healthy(1, time.Millisecond), metav1.ConditionTrue, ReasonProbeSucceeded, "ok"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
 			setTunnelHealthy(tc.st, tc.obs)
-			c := meta.FindStatusCondition(tc.st.Conditions, proxyv1alpha1.ConditionTunnelHealthy)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(tc.status))
-			g.Expect(c.Reason).To(Equal(tc.reason))
-			g.Expect(c.Message).To(ContainSubstring(tc.inMessage))
+			expectCondition(t, tc.st, proxyv1alpha1.ConditionTunnelHealthy, tc.status, tc.reason, tc.inMessage)
 		})
 	}
 }
