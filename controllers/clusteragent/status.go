@@ -311,17 +311,21 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 // again (its expiry).
 func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) (time.Duration, error) {
 	list := &certificatesv1.CertificateSigningRequestList{}
-	if err := r.Client.List(ctx, list, ctrl.MatchingFields{CSRClusterField: cluster}); err != nil {
+	// Read-only, on every pass: no deep copies of the cache.
+	if err := r.Client.List(ctx, list, ctrl.MatchingFields{CSRClusterField: cluster}, ctrl.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[j].CreationTimestamp.Before(&list.Items[i].CreationTimestamp) })
+	signed := make([]*certificatesv1.CertificateSigningRequest, 0, len(list.Items))
+	for i := range list.Items {
+		if csr := &list.Items[i]; csr.Spec.SignerName == csrreview.AgentSignerName && len(csr.Status.Certificate) > 0 {
+			signed = append(signed, csr)
+		}
+	}
+	sort.Slice(signed, func(i, j int) bool { return signed[j].CreationTimestamp.Before(&signed[i].CreationTimestamp) })
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionCertificateReady, Status: metav1.ConditionFalse, ObservedGeneration: generation,
 		Reason: ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
 	var requeue time.Duration
-	for _, csr := range list.Items {
-		if csr.Spec.SignerName != csrreview.AgentSignerName || len(csr.Status.Certificate) == 0 {
-			continue
-		}
+	for _, csr := range signed {
 		chain, err := certs.ParseCertificates(csr.Status.Certificate)
 		if err != nil {
 			continue
