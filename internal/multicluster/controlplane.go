@@ -19,6 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -129,8 +130,11 @@ func addUser(env *envtest.Environment, contextName string, user envtest.User, pa
 // certificate-authority-data, which is how a client trusts an HTTPS proxy too.
 func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string, proxyCA []byte) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: appendPEM(cfg.CAData, proxyCA),
-		ProxyURL: proxyURL}
+	caData := cfg.CAData
+	if len(proxyCA) > 0 {
+		caData = proxyenv.TrustBundle(cfg.CAData, proxyenv.Settings{HTTPSProxy: proxyURL, CABundle: proxyCA})
+	}
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: caData, ProxyURL: proxyURL}
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	kc.CurrentContext = name
@@ -143,18 +147,6 @@ func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string, proxy
 		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return os.Chmod(path, 0o600)
-}
-
-// appendPEM returns a new PEM blob of first followed by second, with a line break between them if first lacks one.
-func appendPEM(first, second []byte) []byte {
-	if len(second) == 0 {
-		return first
-	}
-	out := append([]byte(nil), first...)
-	if len(out) > 0 && out[len(out)-1] != '\n' {
-		out = append(out, '\n')
-	}
-	return append(out, second...)
 }
 
 // createNamespaces creates the namespaces, tolerating ones that exist.

@@ -9,12 +9,10 @@ package multicluster
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,9 +21,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -157,7 +157,8 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // validateClusters checks that every cluster has a distinct DNS-label name (it becomes a namespace) and, if any, a
-// proxy URL client-go can use, with a proxy CA of PEM certificates only for an https:// proxy.
+// proxy URL and proxy CA that proxyenv accepts, as for the AddOnDeploymentConfig the same proxy goes into. Two rules
+// are added for the bootstrap kubeconfig: only an https:// proxy has a CA to trust, and the CA has no stray text.
 func validateClusters(clusters []ClusterSpec) error {
 	if len(clusters) == 0 {
 		return errors.New("no managed cluster requested")
@@ -171,52 +172,36 @@ func validateClusters(clusters []ClusterSpec) error {
 			return fmt.Errorf("cluster name %q is used twice", c.Name)
 		}
 		seen[c.Name] = true
-		scheme := ""
-		if c.Proxy != "" {
-			u, err := url.Parse(c.Proxy)
-			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-				return fmt.Errorf("proxy of cluster %s: %q is not an http(s)://host:port URL", c.Name, c.Proxy)
-			}
-			scheme = u.Scheme
+		settings, err := proxyenv.FromConfig(addonv1alpha1.ProxyConfig{HTTPSProxy: c.Proxy, CABundle: c.ProxyCA})
+		var fieldErr *proxyenv.FieldError
+		switch {
+		case errors.As(err, &fieldErr) && fieldErr.Reason == proxyenv.ReasonInvalidProxyCABundle:
+			return fmt.Errorf("ProxyCA of cluster %s: %s", c.Name, fieldErr.Message)
+		case errors.As(err, &fieldErr):
+			return fmt.Errorf("proxy of cluster %s: %s", c.Name, fieldErr.Message)
+		case err != nil:
+			return fmt.Errorf("proxy of cluster %s: %w", c.Name, err)
 		}
-		if len(c.ProxyCA) > 0 {
-			if scheme != "https" {
-				return fmt.Errorf("ProxyCA of cluster %s: only an https:// Proxy has a CA to trust, the proxy is %q", c.Name, c.Proxy)
-			}
-			if err := validateCertificates(c.ProxyCA); err != nil {
-				return fmt.Errorf("ProxyCA of cluster %s: %w", c.Name, err)
-			}
+		if len(settings.CABundle) == 0 {
+			continue
+		}
+		if !strings.HasPrefix(strings.ToLower(settings.HTTPSProxy), "https://") {
+			return fmt.Errorf("ProxyCA of cluster %s: only an https:// Proxy has a CA to trust, the proxy is %q", c.Name, c.Proxy)
+		}
+		if _, rest := lastPEMBlock(c.ProxyCA); len(bytes.TrimSpace(rest)) > 0 {
+			return fmt.Errorf("ProxyCA of cluster %s: text after the last PEM block is not PEM", c.Name)
 		}
 	}
 	return nil
 }
 
-// validateCertificates checks that data is PEM holding certificates and nothing else, since it goes verbatim into a
-// kubeconfig's certificate-authority-data.
-func validateCertificates(data []byte) error {
-	n := 0
-	rest := data
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		n++
-		if block.Type != "CERTIFICATE" {
-			return fmt.Errorf("PEM block %d is a %s, not a CERTIFICATE", n, block.Type)
-		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return fmt.Errorf("PEM block %d: %w", n, err)
-		}
+// lastPEMBlock returns the last PEM block of data and what follows it.
+func lastPEMBlock(data []byte) (last *pem.Block, rest []byte) {
+	rest = data
+	for block, r := pem.Decode(rest); block != nil; block, r = pem.Decode(rest) {
+		last, rest = block, r
 	}
-	if n == 0 {
-		return errors.New("no PEM certificate")
-	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return fmt.Errorf("text after PEM block %d is not PEM", n)
-	}
-	return nil
+	return last, rest
 }
 
 func (e *Env) run(ctx context.Context) error {

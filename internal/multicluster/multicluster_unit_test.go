@@ -35,6 +35,9 @@ func TestValidateClustersRejectsWhatCannotBecomeAManagedCluster(t *testing.T) {
 		{name: "twice", clusters: []ClusterSpec{{Name: "c"}, {Name: "c"}}, wantErr: "used twice"},
 		{name: "proxy without scheme", clusters: []ClusterSpec{{Name: "c", Proxy: "127.0.0.1:3128"}}, wantErr: "proxy of cluster c"},
 		{name: "socks proxy", clusters: []ClusterSpec{{Name: "c", Proxy: "socks5://127.0.0.1:1080"}}, wantErr: "proxy of cluster c"},
+		// The AddOnDeploymentConfig's checker (proxyenv) judges the proxy, as it does when the same URL goes there.
+		{name: "proxy with a path", clusters: []ClusterSpec{{Name: "c", Proxy: "https://127.0.0.1:3129/squid"}},
+			wantErr: `proxy of cluster c: proxy URL "https://127.0.0.1:3129/squid" has a path`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,13 +205,13 @@ func TestValidateClustersChecksTheProxyCA(t *testing.T) {
 		{name: "CA without a proxy", spec: ClusterSpec{Name: "c", ProxyCA: ca.CertPEM},
 			wantErr: `ProxyCA of cluster c: only an https:// Proxy has a CA to trust, the proxy is ""`},
 		{name: "not PEM", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: []byte("proxy-ca")},
-			wantErr: "ProxyCA of cluster c: no PEM certificate"},
+			wantErr: "ProxyCA of cluster c: proxy CA bundle is not PEM"},
 		{name: "a private key", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: append(append([]byte(nil), ca.CertPEM...), ca.KeyPEM...)},
-			wantErr: "ProxyCA of cluster c: PEM block 2 is a EC PRIVATE KEY, not a CERTIFICATE"},
+			wantErr: "ProxyCA of cluster c: proxy CA bundle PEM block 2 is a private key (EC PRIVATE KEY)"},
 		{name: "a certificate that does not parse", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: broken},
-			wantErr: "ProxyCA of cluster c: PEM block 1: x509:"},
+			wantErr: "ProxyCA of cluster c: proxy CA bundle PEM block 1 is a CERTIFICATE that does not parse (x509:"},
 		{name: "text after the certificates", spec: ClusterSpec{Name: "c", Proxy: httpsProxy, ProxyCA: append(append([]byte(nil), ca.CertPEM...), "trailing"...)},
-			wantErr: "ProxyCA of cluster c: text after PEM block 1 is not PEM"},
+			wantErr: "ProxyCA of cluster c: text after the last PEM block is not PEM"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
