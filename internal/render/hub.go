@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -281,11 +282,8 @@ func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	}
 	args := make([]string, 0, len(mpc.Spec.UserServer.AllowedServices))
 	for _, a := range mpc.Spec.UserServer.AllowedServices {
-		arg := "--allowed-service=" + a.Namespace + "/" + a.Name
-		if a.Port != 0 {
-			arg += ":" + strconv.Itoa(int(a.Port))
-		}
-		args = append(args, arg)
+		// In the format allowlist.Parse reads back.
+		args = append(args, "--allowed-service="+allowlist.Service{Namespace: a.Namespace, Name: a.Name, Port: int(a.Port)}.String())
 	}
 	return args
 }
