@@ -29,10 +29,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -188,6 +191,43 @@ func TestRenderedValues(t *testing.T) {
 			containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 			g.Expect(containers).To(HaveLen(1))
 			g.Expect(containers[0].(map[string]any)["image"]).To(Equal(w.managerImage))
+		})
+	}
+}
+
+// TestClusterManagementAddOnAsOperatorRenders proves the chart's ClusterManagementAddOn is the one the operator
+// renders and takes over (render.ClusterManagementAddOn for the chart's ManagedProxyConfiguration): the same name,
+// annotations (the self-managed lifecycle) and spec, apart from the fields users own (render.CMAUserOwnedFields,
+// which the chart sets from its values). Labels and owner references are the installer's.
+func TestClusterManagementAddOnAsOperatorRenders(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c, func(t *testing.T) {
+			g := NewWithT(t)
+			out, errOut, err := template(t, "-f", valuesFile(c))
+			g.Expect(err).NotTo(HaveOccurred(), errOut)
+			objs := decode(t, out)
+			chartMPC := find(objs, "ManagedProxyConfiguration", "", proxyv1alpha1.DefaultConfigurationName)
+			g.Expect(chartMPC).NotTo(BeNil())
+			mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(chartMPC.Object, mpc)).To(Succeed())
+			rendered, err := runtime.DefaultUnstructuredConverter.ToUnstructured(render.ClusterManagementAddOn(mpc))
+			g.Expect(err).NotTo(HaveOccurred())
+
+			chartCMA := find(objs, "ClusterManagementAddOn", "", proxyv1alpha1.AddonName)
+			g.Expect(chartCMA).NotTo(BeNil(), "the chart renders ClusterManagementAddOn %s", proxyv1alpha1.AddonName)
+			// Compared as typed objects without the user-owned fields, so defaults and empty fields mean the same.
+			typed := func(o map[string]any) *addonv1alpha1.ClusterManagementAddOn {
+				for _, path := range render.CMAUserOwnedFields {
+					unstructured.RemoveNestedField(o, path...)
+				}
+				cma := &addonv1alpha1.ClusterManagementAddOn{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o, cma)).To(Succeed())
+				return cma
+			}
+			got, want := typed(chartCMA.Object), typed(rendered)
+
+			g.Expect(got.Annotations).To(Equal(want.Annotations), "the chart's annotations differ from render.ClusterManagementAddOn")
+			g.Expect(got.Spec).To(Equal(want.Spec), "the chart's spec differs from render.ClusterManagementAddOn")
 		})
 	}
 }
