@@ -30,10 +30,11 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	@$(MAKE) --no-print-directory helm-crds
 
 .PHONY: helm-crds
-helm-crds: ## Copy the generated CRDs and the manager ClusterRole into the Helm chart.
+helm-crds: ## Copy the generated CRDs, the manager ClusterRole and the leader-election Role into the Helm chart.
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/manager-role.yaml
+	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.

@@ -286,8 +286,8 @@ func TestSameManagerAndRBACAsKustomize(t *testing.T) {
 	}
 }
 
-// TestCRDsMatchConfig fails when charts/cluster-proxy/crds or files/manager-role.yaml differ from what
-// controller-gen generated in config/ ('make manifests' copies them).
+// TestCRDsMatchConfig fails when charts/cluster-proxy/crds, files/manager-role.yaml or files/leader-election-role.yaml
+// differ from config/ ('make manifests' copies them).
 func TestCRDsMatchConfig(t *testing.T) {
 	g := NewWithT(t)
 	names := func(dir string) []string {
@@ -315,6 +315,7 @@ func TestCRDsMatchConfig(t *testing.T) {
 		same(filepath.Join(bases, n), filepath.Join(chartCRDs, n))
 	}
 	same(filepath.Join(root(), "config", "rbac", "role.yaml"), filepath.Join(chartDir(), "files", "manager-role.yaml"))
+	same(filepath.Join(root(), "config", "rbac", "leader_election_role.yaml"), filepath.Join(chartDir(), "files", "leader-election-role.yaml"))
 }
 
 // TestSchemaRejectsBadValues: helm refuses values the schema forbids, and the error names the field.
