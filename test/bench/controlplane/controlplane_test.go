@@ -165,19 +165,9 @@ func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
 	var wg sync.WaitGroup
 	fetch := func(name string, get func() (*http.Response, error)) {
 		defer wg.Done()
-		resp, err := get()
-		if err != nil {
+		if err := saveProfile(filepath.Join(dir, name+".pprof"), get); err != nil {
 			t.Errorf("profile %s: %v", name, err)
-			return
 		}
-		defer resp.Body.Close()
-		f, err := os.Create(filepath.Join(dir, name+".pprof"))
-		if err != nil {
-			t.Errorf("profile %s: %v", name, err)
-			return
-		}
-		defer f.Close()
-		_, _ = io.Copy(f, resp.Body)
 	}
 	wg.Add(2)
 	go fetch("manager", func() (*http.Response, error) {
@@ -199,14 +189,27 @@ func heapProfile(t *testing.T, pprofAddr string) {
 	if dir == "" {
 		return
 	}
-	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap")
-	must(t, err)
+	must(t, saveProfile(filepath.Join(dir, "manager-heap.pprof"), func() (*http.Response, error) {
+		return http.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	}))
+}
+
+// saveProfile writes the body of the answer get fetches to path.
+func saveProfile(path string, get func() (*http.Response, error)) error {
+	resp, err := get()
+	if err != nil {
+		return err
+	}
 	defer resp.Body.Close()
-	f, err := os.Create(filepath.Join(dir, "manager-heap.pprof"))
-	must(t, err)
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	must(t, err)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // watchConvergence reports the moment every one of n clusters has a ManifestWork and a ClusterProxyStatus with an
