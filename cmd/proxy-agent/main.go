@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509/pkix"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/serviceproxy"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
@@ -159,7 +161,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		if !c.enableImpersonation {
 			hubPath = "" // hub tokens are not accepted
 		}
-		hub, err := hubConfig(hubPath, resolver, log)
+		hub, err := hubConfig(hubPath, resolver, proxy, log)
 		if err != nil {
 			return err
 		}
@@ -254,8 +256,9 @@ func kubeConfig(kubeconfig string, resolver resolve.Resolver) (*rest.Config, err
 }
 
 // hubConfig reads the add-on's hub kubeconfig; without one the service-proxy accepts no hub tokens. The hub is
-// reached like the proxy-server: through the forward proxy when the environment names one, with --resolve applied.
-func hubConfig(path string, resolver resolve.Resolver, log logr.Logger) (*rest.Config, error) {
+// reached like the proxy-server, through proxy (agent.ProxyFromEnvironment; nil dials directly) unless the kubeconfig
+// names its own proxy-url, and with --resolve applied.
+func hubConfig(path string, resolver resolve.Resolver, proxy func(*url.URL) (*url.URL, error), log logr.Logger) (*rest.Config, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -267,26 +270,47 @@ func hubConfig(path string, resolver resolve.Resolver, log logr.Logger) (*rest.C
 	if err != nil {
 		return nil, fmt.Errorf("hub kubeconfig %s: %w", path, err)
 	}
+	if cfg.Proxy == nil {
+		// Not client-go's default, http.ProxyFromEnvironment: it ignores HTTP_PROXY for https and never proxies
+		// loopback, so hub TokenReviews would go another way than the tunnel.
+		cfg.Proxy = func(req *http.Request) (*url.URL, error) {
+			if proxy == nil {
+				return nil, nil
+			}
+			return proxy(req.URL)
+		}
+	}
 	cfg.Dial = resolver.DialContext
 	return cfg, nil
 }
 
-// checkIdentity warns when the certificate or the identifiers do not name --cluster-name: the proxy-server would then
-// refuse the agent, and the reason is easier to see here.
+// checkIdentity warns when the certificate does not name --cluster-name, or the identifiers are not the ones the
+// certificate backs: the proxy-server would then refuse the agent, and the reason is easier to see here.
 func checkIdentity(source *tlsreload.Source, c config, log logr.Logger) {
-	if cert := source.Certificate(); cert != nil && cert.Leaf != nil {
-		if cluster, ok := render.ClusterOfAgentCommonName(cert.Leaf.Subject.CommonName); !ok || cluster != c.clusterName {
-			log.Info("The agent certificate is not for this cluster; the proxy-server will refuse it",
-				"commonName", cert.Leaf.Subject.CommonName, "cluster", c.clusterName)
-		}
-	}
-	values, err := url.ParseQuery(c.identifiers)
-	if err != nil {
+	cert := source.Certificate()
+	if cert == nil || cert.Leaf == nil {
 		return
 	}
-	for _, h := range values["host"] {
-		if h != c.clusterName && !strings.HasPrefix(h, c.clusterName+".") {
-			log.Info("An agent identifier does not name this cluster; the proxy-server will refuse it", "identifier", "host="+h, "cluster", c.clusterName)
-		}
+	for _, problem := range identityProblems(cert.Leaf.Subject, c.clusterName, c.identifiers) {
+		log.Info("The proxy-server will refuse this agent", "problem", problem,
+			"commonName", cert.Leaf.Subject.CommonName, "cluster", c.clusterName, "identifiers", c.identifiers)
 	}
+}
+
+// identityProblems checks the agent certificate's subject and identifiers as the proxy-server does
+// (csrreview.CheckAgentIdentifiers), and that the certificate is for cluster.
+func identityProblems(subject pkix.Name, cluster, identifiers string) []string {
+	certCluster, ok := render.ClusterOfAgentCommonName(subject.CommonName)
+	if !ok {
+		return []string{"the certificate is not an agent certificate"}
+	}
+	var problems []string
+	if certCluster != cluster {
+		problems = append(problems, "the certificate is for cluster "+certCluster)
+	}
+	namespace, _ := render.AgentNamespaceOfUnits(subject.OrganizationalUnit)
+	if err := csrreview.CheckAgentIdentifiers(certCluster, namespace, identifiers); err != nil {
+		problems = append(problems, "the identifiers do not match the certificate: "+err.Error())
+	}
+	return problems
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
 
 	"github.com/go-logr/logr"
@@ -170,14 +171,15 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-// identifierHosts returns the host identifiers, lower-cased; an agent without one could never be dialed.
+// identifierHosts returns the host identifiers, lower-cased; an agent without one could never be dialed, and one
+// claiming another identifier type is refused by the proxy-server.
 func identifierHosts(identifiers string) (map[string]bool, error) {
-	values, err := url.ParseQuery(identifiers)
+	claimed, err := csrreview.AgentIdentifierHosts(identifiers)
 	if err != nil {
 		return nil, fmt.Errorf("agent identifiers %q: %w", identifiers, err)
 	}
 	hosts := map[string]bool{}
-	for _, h := range values["host"] {
+	for _, h := range claimed {
 		if h != "" {
 			hosts[strings.ToLower(h)] = true
 		}

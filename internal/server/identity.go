@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
 
@@ -28,10 +28,10 @@ const (
 	RefusalNotAgent          = "not_agent_certificate"
 	RefusalBadCertificate    = "bad_agent_certificate"
 	RefusalBadAgentID        = "bad_agent_id"
-	RefusalNoIdentifiers     = "no_identifiers"
-	RefusalMalformed         = "malformed_identifiers"
-	RefusalIdentifierType    = "identifier_type"
-	RefusalForeignIdentifier = "foreign_identifier"
+	RefusalNoIdentifiers     = csrreview.IdentifiersMissing
+	RefusalMalformed         = csrreview.IdentifiersMalformed
+	RefusalIdentifierType    = csrreview.IdentifierType
+	RefusalForeignIdentifier = csrreview.IdentifierForeign
 )
 
 var refusalReasons = []string{
@@ -59,7 +59,8 @@ func refuse(reason, format string, args ...any) *IdentityError {
 }
 
 // CheckAgentIdentity binds an agent stream to its client certificate: the certificate names the cluster (CN) and the
-// agent namespace (OU), and every identifier the agent claims must be host=<cluster> or host=<cluster>.<namespace>.
+// agent namespace (OU), and every identifier the agent claims must be host=<cluster> or host=<cluster>.<namespace>
+// (csrreview.CheckAgentIdentifiers, which the agent checks itself against at start-up).
 // agentIDs and identifiers are the values of the agentID and agentIdentifiers metadata.
 func CheckAgentIdentity(cert *x509.Certificate, agentIDs, identifiers []string) (AgentIdentity, error) {
 	var id AgentIdentity
@@ -92,28 +93,12 @@ func CheckAgentIdentity(cert *x509.Certificate, agentIDs, identifiers []string) 
 	if len(identifiers) > 1 {
 		return id, refuse(RefusalMalformed, "want one set of identifiers, got %d", len(identifiers))
 	}
-	claimed, err := url.ParseQuery(identifiers[0])
-	if err != nil {
+	if err := csrreview.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0]); err != nil {
+		var ie *csrreview.IdentifierError
+		if errors.As(err, &ie) {
+			return id, refuse(ie.Reason, "%s", ie.Detail)
+		}
 		return id, refuse(RefusalMalformed, "%v", err)
-	}
-	allowed := map[string]bool{cluster: true}
-	if id.Namespace != "" {
-		allowed[cluster+"."+id.Namespace] = true
-	}
-	hosts := 0
-	for kind, values := range claimed {
-		if kind != string(header.Host) {
-			return id, refuse(RefusalIdentifierType, "identifier type %q is not allowed, only %q", kind, header.Host)
-		}
-		for _, v := range values {
-			if !allowed[v] {
-				return id, refuse(RefusalForeignIdentifier, "host %q does not belong to cluster %q", v, cluster)
-			}
-			hosts++
-		}
-	}
-	if hosts == 0 {
-		return id, refuse(RefusalNoIdentifiers, "the agent claims no identifiers")
 	}
 	return id, nil
 }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"crypto/x509/pkix"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+)
+
+func writeHubKubeconfig(t *testing.T, server, proxyURL string) string {
+	t.Helper()
+	proxyLine := ""
+	if proxyURL != "" {
+		proxyLine = "\n    proxy-url: " + proxyURL
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters:
+- name: hub
+  cluster:
+    server: ` + server + proxyLine + `
+contexts:
+- name: hub
+  context: {cluster: hub, user: agent}
+current-context: hub
+users:
+- name: agent
+  user: {token: x}
+`
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestHubTokenReviewsUseTheTunnelsForwardProxy(t *testing.T) {
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "NO_PROXY", "no_proxy"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("http_proxy", "http://squid.example:3128") // only an http proxy, which the tunnel also uses for https
+	proxy, err := agent.ProxyFromEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, server := range []string{"https://hub.example:6443", "https://127.0.0.1:6443"} {
+		g := NewWithT(t)
+		cfg, err := hubConfig(writeHubKubeconfig(t, server, ""), resolve.Resolver(nil), proxy, logr.Discard())
+		g.Expect(err).NotTo(HaveOccurred())
+		req, _ := http.NewRequest(http.MethodPost, server+"/apis/authentication.k8s.io/v1/tokenreviews", nil)
+		got, err := cfg.Proxy(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).NotTo(BeNil(), server)
+		g.Expect(got.String()).To(Equal("http://squid.example:3128"), server)
+	}
+
+	g := NewWithT(t)
+	cfg, err := hubConfig(writeHubKubeconfig(t, "https://hub.example:6443", "http://other.example:8080"), resolve.Resolver(nil), proxy, logr.Discard())
+	g.Expect(err).NotTo(HaveOccurred())
+	req, _ := http.NewRequest(http.MethodPost, "https://hub.example:6443/", nil)
+	got, err := cfg.Proxy(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.String()).To(Equal("http://other.example:8080"), "the kubeconfig's own proxy-url wins")
+
+	cfg, err = hubConfig(writeHubKubeconfig(t, "https://hub.example:6443", ""), resolve.Resolver(nil), nil, logr.Discard())
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err = cfg.Proxy(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeNil(), "without a forward proxy the hub is dialed directly, as the tunnel is")
+}
+
+func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
+	subject := func(cluster, namespace string) pkix.Name {
+		s := render.AgentCertificateSubject(cluster, namespace, "SHA256:00")
+		return pkix.Name{CommonName: s.CommonName, Organization: s.Organizations, OrganizationalUnit: s.OrganizationalUnits}
+	}
+	for _, tt := range []struct {
+		name        string
+		subject     pkix.Name
+		identifiers string
+		problems    int
+	}{
+		{"the rendered identifiers", subject("c1", "ns"), render.AgentIdentifiers("c1", "ns"), 0},
+		{"the cluster alone", subject("c1", "ns"), "host=c1", 0},
+		{"another namespace", subject("c1", "ns"), "host=c1&host=c1.other", 1},
+		{"another cluster", subject("c1", "ns"), "host=c2", 1},
+		{"another identifier type", subject("c1", "ns"), "host=c1&ipv4=10.0.0.1", 1},
+		{"no identifiers", subject("c1", "ns"), "", 1},
+		{"a certificate for another cluster", subject("c2", "ns"), "host=c1", 2},
+		{"not an agent certificate", pkix.Name{CommonName: "someone"}, "host=c1", 1},
+	} {
+		got := identityProblems(tt.subject, "c1", tt.identifiers)
+		NewWithT(t).Expect(got).To(HaveLen(tt.problems), tt.name)
+	}
+}
