@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -58,7 +57,8 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 		}
 		return hubError(hub.config, err)
 	}
-	ns := render.Namespace(mpc)
+	addrs := clusterproxy.AddressesOf(mpc)
+	ns := addrs.Namespace
 	bundle := &corev1.Secret{}
 	if err := hub.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
 		return hubError(hub.config, fmt.Errorf("read the user-server's CA (secret %s/%s): %w", ns, proxyv1alpha1.CABundleSecretName, err))
@@ -70,7 +70,7 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, serverName, err := k.server(ns, resolve)
+	server, serverName, err := k.server(addrs.UserServer, resolve)
 	if err != nil {
 		return err
 	}
@@ -91,10 +91,10 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 
 // server is the cluster's URL on the user-server and, when --resolve sends the user-server elsewhere, the name its
 // certificate carries.
-func (k *kubeconfigCommand) server(namespace string, resolve clusterproxy.Resolver) (server, serverName string, err error) {
+func (k *kubeconfigCommand) server(userServer string, resolve clusterproxy.Resolver) (server, serverName string, err error) {
 	base := k.userServerURL
 	if base == "" {
-		base = fmt.Sprintf("https://%s.%s.svc:%d", proxyv1alpha1.UserServerServiceName, namespace, proxyv1alpha1.UserServerPort)
+		base = "https://" + userServer
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme != "https" || u.Host == "" {

@@ -23,10 +23,48 @@ type Source struct {
 	certFile, keyFile, caFile string
 
 	mu      sync.RWMutex
-	raw     [3][]byte // cert, key, CA as last read, to tell a change from a rewrite of the same content
-	cert    *tls.Certificate
-	pool    *x509.CertPool
+	cur     *Material
 	changes atomic.Uint64
+}
+
+// PEM is a certificate, its key and a CA bundle as read. A part whose name is empty is absent; the names say where
+// the parts came from in errors.
+type PEM struct {
+	Cert, Key, CA    []byte
+	PairName, CAName string
+}
+
+// Material is PEM parsed, kept with the bytes it came from so that the same content read again is not parsed again.
+type Material struct {
+	// Cert is the certificate and key, nil without a pair.
+	Cert *tls.Certificate
+	// Pool is the CA bundle, nil without one.
+	Pool *x509.CertPool
+	in   PEM
+}
+
+// Parse parses in, or returns prev when in is what prev was parsed from. changed says which; on error prev stays the
+// material to use.
+func Parse(prev *Material, in PEM) (m *Material, changed bool, err error) {
+	if prev != nil && prev.in.PairName == in.PairName && prev.in.CAName == in.CAName &&
+		bytes.Equal(prev.in.Cert, in.Cert) && bytes.Equal(prev.in.Key, in.Key) && bytes.Equal(prev.in.CA, in.CA) {
+		return prev, false, nil
+	}
+	m = &Material{in: in}
+	if in.PairName != "" {
+		pair, err := tls.X509KeyPair(in.Cert, in.Key)
+		if err != nil {
+			return nil, false, fmt.Errorf("key pair %s: %w", in.PairName, err)
+		}
+		m.Cert = &pair
+	}
+	if in.CAName != "" {
+		m.Pool = x509.NewCertPool()
+		if !m.Pool.AppendCertsFromPEM(in.CA) {
+			return nil, false, fmt.Errorf("no PEM certificate in CA bundle %s", in.CAName)
+		}
+	}
+	return m, true, nil
 }
 
 // New reads the files once; it fails when they are missing or do not parse, so a process does not start without its
@@ -45,40 +83,33 @@ func New(certFile, keyFile, caFile string) (*Source, error) {
 // Reload reads the files and swaps in their content if it changed and parses. On error the previous material stays
 // in use; a certificate and key caught halfway through an update simply fail to match and are read again later.
 func (s *Source) Reload() (changed bool, err error) {
-	var raw [3][]byte
-	for i, name := range []string{s.certFile, s.keyFile, s.caFile} {
-		if name == "" {
+	in := PEM{CAName: s.caFile}
+	if s.certFile != "" {
+		in.PairName = s.certFile + ", " + s.keyFile
+	}
+	for _, f := range []struct {
+		name string
+		dst  *[]byte
+	}{{s.certFile, &in.Cert}, {s.keyFile, &in.Key}, {s.caFile, &in.CA}} {
+		if f.name == "" {
 			continue
 		}
-		if raw[i], err = os.ReadFile(name); err != nil {
+		if *f.dst, err = os.ReadFile(f.name); err != nil {
 			return false, fmt.Errorf("tlsreload: %w", err)
 		}
 	}
 	s.mu.RLock()
-	same := bytes.Equal(raw[0], s.raw[0]) && bytes.Equal(raw[1], s.raw[1]) && bytes.Equal(raw[2], s.raw[2])
-	loaded := s.cert != nil || s.pool != nil
+	prev := s.cur
 	s.mu.RUnlock()
-	if same && loaded {
+	next, changed, err := Parse(prev, in)
+	if err != nil {
+		return false, fmt.Errorf("tlsreload: %w", err)
+	}
+	if !changed {
 		return false, nil
 	}
-
-	var cert *tls.Certificate
-	if s.certFile != "" {
-		pair, err := tls.X509KeyPair(raw[0], raw[1])
-		if err != nil {
-			return false, fmt.Errorf("tlsreload: key pair %s, %s: %w", s.certFile, s.keyFile, err)
-		}
-		cert = &pair
-	}
-	var pool *x509.CertPool
-	if s.caFile != "" {
-		pool = x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(raw[2]) {
-			return false, fmt.Errorf("tlsreload: no PEM certificate in CA bundle %s", s.caFile)
-		}
-	}
 	s.mu.Lock()
-	s.raw, s.cert, s.pool = raw, cert, pool
+	s.cur = next
 	s.mu.Unlock()
 	s.changes.Add(1)
 	return true, nil
@@ -111,14 +142,14 @@ func (s *Source) Loads() uint64 { return s.changes.Load() }
 func (s *Source) Certificate() *tls.Certificate {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.cert
+	return s.cur.Cert
 }
 
 // CAPool is the current CA bundle, nil without one.
 func (s *Source) CAPool() *x509.CertPool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.pool
+	return s.cur.Pool
 }
 
 // ServerConfig serves the current certificate and, when the source has a CA bundle, requires and verifies client

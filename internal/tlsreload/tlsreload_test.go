@@ -1,6 +1,7 @@
 package tlsreload
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
@@ -202,11 +203,13 @@ func TestBadFilesKeepThePreviousMaterial(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("key pair")))
 	g.Expect(s.Certificate().Leaf.SerialNumber).To(Equal(leaf.Cert.SerialNumber))
 
+	pool := s.CAPool()
 	g.Expect(os.WriteFile(filepath.Join(p.dir, "ca.crt"), []byte("garbage"), 0o600)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(p.dir, "client.key"), leaf.KeyPEM, 0o600)).To(Succeed())
 	_, err = s.Reload()
 	g.Expect(err).To(MatchError(ContainSubstring("no PEM certificate")))
 	g.Expect(s.CAPool()).NotTo(BeNil())
+	g.Expect(s.CAPool()).To(BeIdenticalTo(pool), "the CA bundle from before the failed reload stays in use")
 
 	_, err = New(filepath.Join(p.dir, "missing.crt"), filepath.Join(p.dir, "client.key"), "")
 	g.Expect(err).To(HaveOccurred(), "a process does not start without its credentials")
@@ -225,4 +228,38 @@ func TestRunPicksUpChanges(t *testing.T) {
 	next := p.write(t, "client", p.ca)
 	g.Eventually(func() string { return s.Certificate().Leaf.SerialNumber.String() }, 5*time.Second, 10*time.Millisecond).
 		Should(Equal(next.Cert.SerialNumber.String()))
+}
+
+func TestParseParsesOnlyChangedContent(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	leaf := p.write(t, "client", p.ca)
+	in := PEM{Cert: leaf.CertPEM, Key: leaf.KeyPEM, CA: p.ca.CertPEM, PairName: "client", CAName: "ca"}
+
+	first, changed, err := Parse(nil, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	g.Expect(first.Cert.Leaf.SerialNumber).To(Equal(leaf.Cert.SerialNumber))
+	g.Expect(first.Pool).NotTo(BeNil())
+
+	again, changed, err := Parse(first, PEM{Cert: bytes.Clone(leaf.CertPEM), Key: bytes.Clone(leaf.KeyPEM),
+		CA: bytes.Clone(p.ca.CertPEM), PairName: "client", CAName: "ca"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse(), "the same content read again is not parsed again")
+	g.Expect(again).To(BeIdenticalTo(first))
+
+	next := p.write(t, "client", p.ca)
+	renewed, changed, err := Parse(first, PEM{Cert: next.CertPEM, Key: next.KeyPEM, CA: p.ca.CertPEM, PairName: "client", CAName: "ca"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	g.Expect(renewed.Cert.Leaf.SerialNumber).To(Equal(next.Cert.SerialNumber))
+
+	_, _, err = Parse(first, PEM{Cert: next.CertPEM, Key: leaf.KeyPEM, CA: p.ca.CertPEM, PairName: "client", CAName: "ca"})
+	g.Expect(err).To(MatchError(ContainSubstring("key pair client")))
+	_, _, err = Parse(first, PEM{Cert: next.CertPEM, Key: next.KeyPEM, CA: []byte("garbage"), PairName: "client", CAName: "ca"})
+	g.Expect(err).To(MatchError(ContainSubstring("no PEM certificate in CA bundle ca")))
+
+	caOnly, _, err := Parse(nil, PEM{CA: p.ca.CertPEM, CAName: "ca"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(caOnly.Cert).To(BeNil(), "no pair without its name")
 }

@@ -12,10 +12,8 @@
 package clusterproxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -31,6 +29,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
 )
 
 const (
@@ -61,12 +60,33 @@ type Options struct {
 
 // Client reaches managed clusters through the proxy-servers of one ManagedProxyConfiguration.
 type Client struct {
-	configuration string
-	namespace     string
-	// In-cluster addresses, host:port; Resolve may map them elsewhere.
-	frontendAddr, connectAddr, userServerAddr string
-	resolve                                   Resolver
-	creds                                     *hubCredentials
+	// In-cluster addresses; Resolve may map them elsewhere.
+	addrs   Addresses
+	resolve Resolver
+	creds   *hubCredentials
+}
+
+// Addresses are where the hub cluster serves a ManagedProxyConfiguration's proxy-servers and user-server: in-cluster
+// Service names, each host:port.
+type Addresses struct {
+	// Namespace holds the proxy-servers, the user-server and their Secrets.
+	Namespace string
+	// Frontend is the proxy-servers' gRPC frontend, HTTPConnect their HTTP-CONNECT listener (GET /agents).
+	Frontend, HTTPConnect string
+	// UserServer is the user-server, which kubectl reaches as https://<UserServer>/<cluster>.
+	UserServer string
+}
+
+// AddressesOf are the addresses of mpc's proxy-servers and user-server.
+func AddressesOf(mpc *proxyv1alpha1.ManagedProxyConfiguration) Addresses {
+	ns, ports := render.Namespace(mpc), render.PortsOf(mpc)
+	host := render.ServiceName(mpc) + "." + ns + ".svc"
+	return Addresses{
+		Namespace:   ns,
+		Frontend:    net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),
+		HTTPConnect: net.JoinHostPort(host, strconv.Itoa(int(ports.HTTPConnectServer))),
+		UserServer:  net.JoinHostPort(proxyv1alpha1.UserServerServiceName+"."+ns+".svc", strconv.Itoa(proxyv1alpha1.UserServerPort)),
+	}
 }
 
 // New reads the ManagedProxyConfiguration and the proxy-client credentials from the hub. hubConfig is used only when
@@ -98,17 +118,12 @@ func New(ctx context.Context, hubConfig *rest.Config, opts Options) (*Client, er
 		}
 		return nil, fmt.Errorf("read ManagedProxyConfiguration %q from the hub: %w", name, err)
 	}
-	ns, ports := render.Namespace(mpc), render.PortsOf(mpc)
-	host := render.ServiceName(mpc) + "." + ns + ".svc"
+	addrs := AddressesOf(mpc)
 	c := &Client{
-		configuration:  name,
-		namespace:      ns,
-		frontendAddr:   net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),
-		connectAddr:    net.JoinHostPort(host, strconv.Itoa(int(ports.HTTPConnectServer))),
-		userServerAddr: net.JoinHostPort(proxyv1alpha1.UserServerServiceName+"."+ns+".svc", strconv.Itoa(proxyv1alpha1.UserServerPort)),
-		resolve:        opts.Resolve,
+		addrs:   addrs,
+		resolve: opts.Resolve,
 		creds: &hubCredentials{
-			reader: reader, namespace: ns, clientSecret: render.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
+			reader: reader, namespace: addrs.Namespace, clientSecret: render.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
 		},
 	}
 	if _, err := c.creds.get(ctx); err != nil {
@@ -117,28 +132,8 @@ func New(ctx context.Context, hubConfig *rest.Config, opts Options) (*Client, er
 	return c, nil
 }
 
-// Namespace is where the proxy-servers and their Secrets live.
-func (c *Client) Namespace() string { return c.namespace }
-
 // FrontendAddress is the in-cluster address of the proxy-servers' gRPC frontend, host:port.
-func (c *Client) FrontendAddress() string { return c.frontendAddr }
-
-// UserServerAddress is the in-cluster address of the user-server, host:port.
-func (c *Client) UserServerAddress() string { return c.userServerAddr }
-
-// UserServerURL is the URL through which kubectl reaches cluster's kube-apiserver via the user-server.
-func (c *Client) UserServerURL(cluster string) string {
-	return "https://" + c.userServerAddr + "/" + cluster
-}
-
-// CABundle is the CA bundle the proxy-server and user-server certificates chain to (Secret proxy-server-ca).
-func (c *Client) CABundle(ctx context.Context) ([]byte, error) {
-	m, err := c.creds.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return bytes.Clone(m.caPEM), nil
-}
+func (c *Client) FrontendAddress() string { return c.addrs.Frontend }
 
 // tlsConfig presents the current proxy-client certificate and trusts the current CA bundle for serverName.
 func (c *Client) tlsConfig(ctx context.Context, serverName string) (*tls.Config, error) {
@@ -149,8 +144,8 @@ func (c *Client) tlsConfig(ctx context.Context, serverName string) (*tls.Config,
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		ServerName:   serverName,
-		Certificates: []tls.Certificate{m.cert},
-		RootCAs:      m.roots,
+		Certificates: []tls.Certificate{*m.Cert},
+		RootCAs:      m.Pool,
 	}, nil
 }
 
@@ -173,18 +168,11 @@ type hubCredentials struct {
 	ttl                     time.Duration
 
 	mu     sync.Mutex
-	raw    [3][]byte // tls.crt, tls.key, ca.crt as last parsed
-	cur    *tlsMaterial
+	cur    *tlsreload.Material
 	readAt time.Time
 }
 
-type tlsMaterial struct {
-	cert  tls.Certificate
-	roots *x509.CertPool
-	caPEM []byte
-}
-
-func (h *hubCredentials) get(ctx context.Context) (*tlsMaterial, error) {
+func (h *hubCredentials) get(ctx context.Context) (*tlsreload.Material, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.cur != nil && h.ttl > 0 && time.Since(h.readAt) < h.ttl {
@@ -198,21 +186,15 @@ func (h *hubCredentials) get(ctx context.Context) (*tlsMaterial, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := [3][]byte{clientSecret.Data[corev1.TLSCertKey], clientSecret.Data[corev1.TLSPrivateKeyKey], bundle.Data["ca.crt"]}
-	if h.cur != nil && bytes.Equal(raw[0], h.raw[0]) && bytes.Equal(raw[1], h.raw[1]) && bytes.Equal(raw[2], h.raw[2]) {
-		h.readAt = time.Now()
-		return h.cur, nil
-	}
-	cert, err := tls.X509KeyPair(raw[0], raw[1])
+	m, _, err := tlsreload.Parse(h.cur, tlsreload.PEM{
+		Cert: clientSecret.Data[corev1.TLSCertKey], Key: clientSecret.Data[corev1.TLSPrivateKeyKey], CA: bundle.Data["ca.crt"],
+		PairName: fmt.Sprintf("tls.crt, tls.key of secret %s/%s", h.namespace, h.clientSecret),
+		CAName:   fmt.Sprintf("ca.crt of secret %s/%s", h.namespace, proxyv1alpha1.CABundleSecretName),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: tls.crt and tls.key: %w", h.namespace, h.clientSecret, err)
+		return nil, err
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(raw[2]) {
-		return nil, fmt.Errorf("secret %s/%s: ca.crt holds no PEM certificate", h.namespace, proxyv1alpha1.CABundleSecretName)
-	}
-	h.raw, h.readAt = raw, time.Now()
-	h.cur = &tlsMaterial{cert: cert, roots: roots, caPEM: raw[2]}
+	h.cur, h.readAt = m, time.Now()
 	return h.cur, nil
 }
 

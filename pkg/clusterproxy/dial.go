@@ -76,12 +76,12 @@ func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, er
 // dialCluster opens a single-use konnectivity tunnel over the gRPC frontend and dials <cluster>:<port> through it.
 // The connection lives until it is closed; closing it ends the tunnel.
 func (c *Client) dialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
-	host, _, _ := net.SplitHostPort(c.frontendAddr)
+	host, _, _ := net.SplitHostPort(c.addrs.Frontend)
 	tlsCfg, err := c.tlsConfig(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("dial cluster %s: %w", cluster, err)
 	}
-	f := tunnelclient.Frontend{Address: c.frontendAddr, TLS: tlsCfg, Dial: c.resolve.DialContext, Name: c.describe(c.frontendAddr)}
+	f := tunnelclient.Frontend{Address: c.addrs.Frontend, TLS: tlsCfg, Dial: c.resolve.DialContext, Name: c.describe(c.addrs.Frontend)}
 	return f.DialCluster(ctx, cluster, port)
 }
 

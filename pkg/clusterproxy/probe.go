@@ -31,16 +31,16 @@ func (c *Client) Probe(ctx context.Context, cluster string) (ProbeResult, error)
 // ConnectedAgents asks a proxy-server (GET /agents on its HTTP-CONNECT port, with the proxy-client certificate) which
 // agents are connected, and returns their IDs by cluster, sorted.
 func (c *Client) ConnectedAgents(ctx context.Context) (map[string][]string, error) {
-	host, _, _ := net.SplitHostPort(c.connectAddr)
+	host, _, _ := net.SplitHostPort(c.addrs.HTTPConnect)
 	tlsCfg, err := c.tlsConfig(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("connected agents: %w", err)
 	}
 	transport := &http.Transport{DialContext: c.resolve.DialContext, TLSClientConfig: tlsCfg, Proxy: nil}
 	defer transport.CloseIdleConnections()
-	agents, err := tunnelclient.ConnectedAgents(ctx, &http.Client{Transport: transport}, "https://"+c.connectAddr)
+	agents, err := tunnelclient.ConnectedAgents(ctx, &http.Client{Transport: transport}, "https://"+c.addrs.HTTPConnect)
 	if err != nil {
-		return nil, fmt.Errorf("connected agents from %s: %w", c.describe(c.connectAddr), err)
+		return nil, fmt.Errorf("connected agents from %s: %w", c.describe(c.addrs.HTTPConnect), err)
 	}
 	return agents, nil
 }
