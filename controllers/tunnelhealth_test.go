@@ -109,10 +109,13 @@ func tunnelHealthSpecs() {
 		}, 2*time.Second, interval).Should(Succeed())
 
 		By("a latency that is ten times higher is written, once, and the conditions stay as they were")
+		before = writes.count()
 		tunnels.report(cluster, healthyTunnel(2, 41*time.Millisecond))
 		Eventually(func(g Gomega) {
 			g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.Probe.Latency).To(Equal("41ms"))
 		}, timeout, interval).Should(Succeed())
+		Consistently(func() int64 { return writes.count() - before }, time.Second, interval).Should(Equal(int64(1)),
+			"one API write: the ClusterProxyStatus status")
 		Expect(get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy").ResourceVersion).To(Equal(mca.ResourceVersion),
 			"the add-on's conditions did not change")
 
