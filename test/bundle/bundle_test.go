@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -17,18 +16,14 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/api/pkg/validation"
 	"sigs.k8s.io/yaml"
-)
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+)
 
 // TestBundleIsFresh regenerates the bundle into a temporary folder and compares it file by file with bundle/ and
 // bundle.Dockerfile: a change to config/ without 'make bundle' fails here.
 func TestBundleIsFresh(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot()
 	tmp := t.TempDir()
 	cmd := exec.Command("go", "run", "./hack/bundle", "-out", filepath.Join(tmp, "bundle"),
 		"-dockerfile", filepath.Join(tmp, "bundle.Dockerfile"))
@@ -78,7 +73,7 @@ func listFiles(t *testing.T, dir string) []string {
 // OperatorHub ones (icon, maintainers, links, categories, capabilities, minKubeVersion) plus the good-practices
 // suite on the bundle as OLM loads it. Errors and warnings both fail.
 func TestBundleValidators(t *testing.T) {
-	bundle, err := manifests.GetBundleFromDir(filepath.Join(repoRoot(t), "bundle"))
+	bundle, err := manifests.GetBundleFromDir(filepath.Join(testenv.RepoRoot(), "bundle"))
 	if err != nil {
 		t.Fatalf("load bundle: %v", err)
 	}
@@ -111,7 +106,7 @@ func TestBundleValidators(t *testing.T) {
 	t.Logf("%d validator results, %d problems", len(results), n)
 
 	// The validators have teeth: without one owned CRD (an error) and without the icon (a warning) the same bundle fails.
-	broken, err := manifests.GetBundleFromDir(filepath.Join(repoRoot(t), "bundle"))
+	broken, err := manifests.GetBundleFromDir(filepath.Join(testenv.RepoRoot(), "bundle"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +126,7 @@ func TestBundleValidators(t *testing.T) {
 // the required OCM CRDs, alm-examples against owned kinds, permissions, and annotations.yaml against the
 // bundle.Dockerfile labels.
 func TestBundleConsistency(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot()
 	var csv operatorsv1alpha1.ClusterServiceVersion
 	readYAML(t, filepath.Join(root, "bundle", "manifests", "cluster-proxy-operator.clusterserviceversion.yaml"), &csv)
 

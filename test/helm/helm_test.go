@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -386,17 +385,9 @@ func TestAppliedToHub(t *testing.T) {
 		g.Expect(apply(crd)).To(Succeed(), "CRD %s", crd.GetName())
 	}
 	for _, crd := range crds {
-		g.Eventually(func(g Gomega) {
-			live := &apiextensionsv1.CustomResourceDefinition{}
-			g.Expect(c.Get(ctx, client.ObjectKey{Name: crd.GetName()}, live)).To(Succeed())
-			established := false
-			for _, cond := range live.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					established = true
-				}
-			}
-			g.Expect(established).To(BeTrue())
-		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		established, cancel := context.WithTimeout(ctx, 30*time.Second)
+		g.Expect(testenv.WaitEstablished(established, c, crd.GetName())).To(Succeed())
+		cancel()
 	}
 
 	kinds := map[string]bool{}
@@ -448,12 +439,8 @@ func TestAppliedToHub(t *testing.T) {
 func TestHelmInstall(t *testing.T) {
 	g := NewWithT(t)
 	env, c := startHub(t)
-	user, err := env.AddUser(envtest.User{Name: "helm-user", Groups: []string{"system:masters"}}, nil)
+	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
 	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig, err := user.KubeConfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(os.WriteFile(kcPath, kubeconfig, 0o600)).To(Succeed())
 	helm := func(args ...string) {
 		t.Helper()
 		out, errOut, err := runHelm(t, append(args, "--kubeconfig", kcPath)...)
@@ -507,27 +494,14 @@ func TestHelmInstall(t *testing.T) {
 func startHub(t *testing.T) (*envtest.Environment, client.Client) {
 	t.Helper()
 	g := NewWithT(t)
-	g.Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through 'make test' (it sets KUBEBUILDER_ASSETS)")
-	paths, err := testenv.CRDPaths()
+	env, err := testenv.NewOCMHub()
 	g.Expect(err).NotTo(HaveOccurred())
-	ours := filepath.Join(root(), "config", "crd", "bases")
-	var ocm []string
-	for _, p := range paths {
-		if p != ours {
-			ocm = append(ocm, p)
-		}
-	}
-	g.Expect(ocm).To(HaveLen(len(paths) - 1))
-	env := &envtest.Environment{CRDDirectoryPaths: ocm, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	g.Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := testenv.StrictClient(cfg)
 	g.Expect(err).NotTo(HaveOccurred())
-	return env, client.WithFieldValidation(c, metav1.FieldValidationStrict)
+	return env, c
 }
 
 // decode splits a multi-document YAML stream into objects, skipping empty documents.

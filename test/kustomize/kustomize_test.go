@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -103,37 +99,20 @@ func TestKustomizeInstall(t *testing.T) {
 	}
 
 	// A hub with the OCM CRDs only: the operator's CRDs come from the kustomize output.
-	env, err := testenv.NewHub()
+	env, err := testenv.NewOCMHub()
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")
-	var paths []string
-	for _, p := range env.CRDDirectoryPaths {
-		if p != own {
-			paths = append(paths, p)
-		}
-	}
-	env.CRDDirectoryPaths = paths
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start envtest hub: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	base, err := client.New(cfg, client.Options{Scheme: scheme})
+	// Strict: a field the API server does not know is an error, not a warning.
+	c, err := testenv.StrictClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Strict: a field the API server does not know is an error, not a warning.
-	c := client.WithFieldValidation(base, metav1.FieldValidationStrict)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	apply := func(o *unstructured.Unstructured) error {
@@ -160,7 +139,7 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	}
 	for _, o := range crds {
-		if err := waitEstablished(ctx, c, o.GetName()); err != nil {
+		if err := testenv.WaitEstablished(ctx, c, o.GetName()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,16 +199,8 @@ func TestKustomizeInstall(t *testing.T) {
 // KUBEBUILDER_ASSETS first on PATH and KUBECONFIG naming a cluster-admin of env.
 func readmeInstall(t *testing.T, env *envtest.Environment) {
 	t.Helper()
-	user, err := env.AddUser(envtest.User{Name: "kustomize-user", Groups: []string{"system:masters"}}, nil)
+	kcPath, err := testenv.AdminKubeconfig(env, "kustomize-user", filepath.Join(t.TempDir(), "kubeconfig"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const command = "kustomize build config/default | kubectl apply --server-side -f -"
@@ -252,22 +223,4 @@ func appliedBy(o *unstructured.Unstructured, manager string) bool {
 		}
 	}
 	return false
-}
-
-func waitEstablished(ctx context.Context, c client.Client, name string) error {
-	for {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err == nil {
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("CRD %s is not Established: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
