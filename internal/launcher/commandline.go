@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -183,7 +184,7 @@ func buildCommandLine(tmpl *corev1.PodTemplateSpec, pc podContext) (*commandLine
 			from, _, _ := strings.Cut(v, "=")
 			rendered[strings.ToLower(from)] = true
 		}
-		for _, from := range sortedKeys(pc.Addresses) {
+		for _, from := range slices.Sorted(maps.Keys(pc.Addresses)) {
 			if !rendered[strings.ToLower(from)] {
 				args = append(args, prog.resolveFlag+"="+from+"="+pc.Addresses[from])
 			}
@@ -493,13 +494,4 @@ func readVariableName(input string) (string, bool, int) {
 	default:
 		return "$" + input[:1], false, 1
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -63,7 +63,9 @@ type Launcher struct {
 	cancel   context.CancelFunc
 	kick     chan struct{}
 	loopDone chan struct{}
-	workers  sync.WaitGroup // every podWorker ever started
+	dirtyMu  sync.Mutex
+	dirty    map[string]bool // clusters with a watch event since the last reconcile
+	workers  sync.WaitGroup  // every podWorker ever started
 
 	mu   sync.Mutex
 	pods map[podKey]*podWorker // the pods that should run
@@ -91,16 +93,16 @@ func Start(ctx context.Context, opts Options) (*Launcher, error) {
 		return nil, err
 	}
 	l := &Launcher{
-		opts: opts, kick: make(chan struct{}, 1), loopDone: make(chan struct{}),
+		opts: opts, kick: make(chan struct{}, 1), loopDone: make(chan struct{}), dirty: map[string]bool{},
 		pods: map[podKey]*podWorker{}, last: map[podKey]*podWorker{},
 	}
-	hub, err := newCluster(opts.Hub, serverSelection(), l.trigger)
+	hub, err := newCluster(opts.Hub, serverSelection(), func() { l.trigger(opts.Hub.Name) })
 	if err != nil {
 		return nil, err
 	}
 	l.clusters = append(l.clusters, hub)
 	for _, t := range opts.Clusters {
-		c, err := newCluster(t, agents, l.trigger)
+		c, err := newCluster(t, agents, func() { l.trigger(t.Name) })
 		if err != nil {
 			return nil, err
 		}
@@ -194,39 +196,52 @@ func (l *Launcher) Pods() []PodStatus {
 	return out
 }
 
-func (l *Launcher) trigger() {
+// trigger records a watch event of a cluster and wakes the loop.
+func (l *Launcher) trigger(cluster string) {
+	l.dirtyMu.Lock()
+	l.dirty[cluster] = true
+	l.dirtyMu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
 	default:
 	}
 }
 
-// loop reconciles on every watch event, and each second for clusters whose informers were still syncing.
+// loop reconciles on every watch event, and each second until every cluster's informers have synced: an event
+// that arrived before its informer counted as synced may have found nothing to do.
 func (l *Launcher) loop(ctx context.Context) {
 	defer close(l.loopDone)
 	ticker := time.NewTicker(syncPeriod)
 	defer ticker.Stop()
+	tick := ticker.C
 	for {
-		event := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.kick:
-			event = true
-		case <-ticker.C:
+		case <-tick:
 		}
-		l.reconcile(ctx, event)
+		l.dirtyMu.Lock()
+		dirty := l.dirty
+		l.dirty = map[string]bool{}
+		l.dirtyMu.Unlock()
+		if l.reconcile(ctx, dirty) && tick != nil {
+			ticker.Stop()
+			tick = nil
+		}
 	}
 }
 
 // reconcile starts a worker for every replica of every selected Deployment, removes the workers of replicas that
-// are gone, and on a watch event wakes the others to look at their Deployment and Secrets again (they also look each
-// second by themselves).
-func (l *Launcher) reconcile(ctx context.Context, event bool) {
+// are gone, and wakes the others of the clusters with a watch event (dirty) to look at their Deployment and Secrets
+// again (they also look each second by themselves). It reports whether every cluster's informers have synced.
+func (l *Launcher) reconcile(ctx context.Context, dirty map[string]bool) (synced bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	synced = true
 	for _, c := range l.clusters {
 		if !c.hasSynced() {
+			synced = false
 			continue // its pods stay as they are until its view is complete
 		}
 		want := map[podKey]bool{}
@@ -255,11 +270,12 @@ func (l *Launcher) reconcile(ctx context.Context, event bool) {
 			go w.run(ctx)
 		}
 	}
-	if event {
-		for _, w := range l.pods {
+	for key, w := range l.pods {
+		if dirty[key.cluster] {
 			w.kick()
 		}
 	}
+	return synced
 }
 
 func (l *Launcher) addError(err error) {

@@ -258,6 +258,7 @@ var _ = Describe("Launcher", Ordered, func() {
 			g.Expect(p.PID).NotTo(Equal(before.PID))
 			g.Expect(p.Restarts).To(Equal(before.Restarts + 1))
 			g.Expect(p.LastExit).To(Equal("signal: killed"))
+			g.Expect(p.StartedAt.Sub(p.LastExitAt)).To(BeNumerically(">=", launcher.InitialBackoff), "restarted only after the back-off")
 		}).Should(Succeed())
 		Eventually(agentConnected).Should(Succeed())
 	})

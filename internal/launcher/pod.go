@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
@@ -82,15 +84,18 @@ type podWorker struct {
 	finished     chan struct{}
 
 	// Owned by run.
-	proc       *testenv.Process
-	grace      time.Duration
-	written    map[string]string // mount path -> hash of the files on disk
-	token      *serviceAccountToken
-	localPorts map[int32]int32 // rendered -> loopback, kept across restarts
-	backoff    time.Duration
-	nextStart  time.Time
-	lastWait   string
-	lastHash   string // the template the last process was started from
+	proc    *testenv.Process
+	grace   time.Duration
+	written map[string]string // mount path -> hash of the files on disk
+	// writtenFrom is, by mount path, the template and Secret version the files were last checked against, so an
+	// unchanged Secret is not read and hashed again each second.
+	writtenFrom map[string]string
+	hashed      hashedTemplate // the Deployment generation whose template hash is known
+	token       *serviceAccountToken
+	backoff     time.Duration
+	nextStart   time.Time
+	lastWait    string
+	lastHash    string // the template the last process was started from
 
 	mu     sync.Mutex
 	status PodStatus
@@ -99,14 +104,14 @@ type podWorker struct {
 func newPodWorker(l *Launcher, c *cluster, key podKey, after <-chan struct{}) *podWorker {
 	w := &podWorker{
 		key: key, l: l, c: c, after: after,
-		dir:        filepath.Join(l.opts.WorkDir, key.id()),
-		logPath:    filepath.Join(l.opts.WorkDir, key.id()+".log"),
-		wake:       make(chan struct{}, 1),
-		removed:    make(chan struct{}),
-		finished:   make(chan struct{}),
-		grace:      defaultGrace,
-		written:    map[string]string{},
-		localPorts: map[int32]int32{},
+		dir:         filepath.Join(l.opts.WorkDir, key.id()),
+		logPath:     filepath.Join(l.opts.WorkDir, key.id()+".log"),
+		wake:        make(chan struct{}, 1),
+		removed:     make(chan struct{}),
+		finished:    make(chan struct{}),
+		grace:       defaultGrace,
+		written:     map[string]string{},
+		writtenFrom: map[string]string{},
 	}
 	w.status = PodStatus{Cluster: key.cluster, Namespace: key.namespace, Deployment: key.deployment, Name: key.name(),
 		Waiting: "not started yet", Log: w.logPath}
@@ -200,7 +205,7 @@ func (w *podWorker) sync(ctx context.Context) {
 		return // the launcher removes this pod
 	}
 	tmpl := &d.Spec.Template
-	hash := templateHash(tmpl)
+	hash := w.templateHash(d)
 	if w.proc != nil && w.lastHash != hash {
 		w.logf("Pod template changed (%s -> %s): restarting, as a rollout would", w.lastHash, hash)
 		w.stopProcess()
@@ -209,7 +214,7 @@ func (w *podWorker) sync(ctx context.Context) {
 		w.backoff, w.nextStart = 0, time.Time{} // a new template is a new pod: no back-off inherited
 	}
 
-	volumesErr := w.syncVolumes(tmpl)
+	volumesErr := w.syncVolumes(tmpl, hash)
 	if w.proc != nil {
 		// A running pod keeps its files when a Secret disappears, as with the kubelet.
 		if volumesErr != nil {
@@ -268,11 +273,7 @@ func (w *podWorker) commandLine(ctx context.Context, tmpl *corev1.PodTemplateSpe
 		APIServer: w.c.apiServer, Kubeconfig: kubeconfig, Addresses: w.l.opts.Addresses, Binaries: w.l.opts.Binaries,
 		Secret: func(name string) (*corev1.Secret, bool) { return w.c.secret(w.key.namespace, name) },
 		Port: func(rendered int32) (int32, error) {
-			port, err := w.l.ports.take(w.key.id()+"/"+strconv.Itoa(int(rendered)), rendered, w.localPorts[rendered])
-			if err == nil {
-				w.localPorts[rendered] = port
-			}
-			return port, err
+			return w.l.ports.take(w.key.id()+"/"+strconv.Itoa(int(rendered)), rendered)
 		},
 	})
 }
@@ -294,8 +295,23 @@ func (w *podWorker) syncToken(ctx context.Context, spec *corev1.PodSpec) error {
 	return nil
 }
 
-// syncVolumes writes every mounted Secret whose content changed since it was last written.
-func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec) error {
+// templateHash is the Deployment's pod template hash, computed again only when its spec changed (its generation).
+func (w *podWorker) templateHash(d *appsv1.Deployment) string {
+	if d.Generation == 0 || d.UID != w.hashed.uid || d.Generation != w.hashed.generation {
+		w.hashed = hashedTemplate{uid: d.UID, generation: d.Generation, hash: templateHash(&d.Spec.Template)}
+	}
+	return w.hashed.hash
+}
+
+type hashedTemplate struct {
+	uid        types.UID
+	generation int64
+	hash       string
+}
+
+// syncVolumes writes every mounted Secret whose content changed since it was last written; a Secret whose version
+// is the one last checked, under the same template (hash), is skipped.
+func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash string) error {
 	volumes := map[string]*corev1.Volume{}
 	for i := range tmpl.Spec.Volumes {
 		volumes[tmpl.Spec.Volumes[i].Name] = &tmpl.Spec.Volumes[i]
@@ -308,9 +324,17 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec) error {
 				continue // buildCommandLine reports it
 			}
 			var payload volumePayload
+			source := ""
 			switch {
 			case v.Secret != nil:
-				p, err := secretPayload(v.Secret, secretOrNil(w.c, w.key.namespace, v.Secret.SecretName), w.key.namespace)
+				secret := secretOrNil(w.c, w.key.namespace, v.Secret.SecretName)
+				if secret != nil && secret.ResourceVersion != "" {
+					source = templateHash + "/" + string(secret.UID) + "/" + secret.ResourceVersion
+					if w.writtenFrom[m.MountPath] == source {
+						continue
+					}
+				}
+				p, err := secretPayload(v.Secret, secret, w.key.namespace)
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -331,6 +355,7 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec) error {
 			}
 			hash := payload.hash()
 			if w.written[m.MountPath] == hash {
+				w.writtenFrom[m.MountPath] = source
 				continue
 			}
 			if err := writeAtomic(localPath(w.dir, m.MountPath), payload); err != nil {
@@ -341,6 +366,7 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec) error {
 				w.logf("Secret %s changed: rewrote %s (the process reloads it; no restart)", v.Secret.SecretName, m.MountPath)
 			}
 			w.written[m.MountPath] = hash
+			w.writtenFrom[m.MountPath] = source
 		}
 	}
 	return errors.Join(errs...)
@@ -396,12 +422,13 @@ func (w *podWorker) exited(ran time.Duration, how string) {
 	} else {
 		w.backoff = min(2*w.backoff, maxBackoff)
 	}
-	w.nextStart = time.Now().Add(w.backoff)
+	now := time.Now()
+	w.nextStart = now.Add(w.backoff)
 	w.logf("Exited after %s (%s); restarting in %s", ran.Round(time.Millisecond), how, w.backoff)
 	w.update(func(s *PodStatus) {
 		s.Running, s.PID = false, 0
 		s.Restarts++
-		s.LastExit, s.LastExitAt = how, time.Now()
+		s.LastExit, s.LastExitAt = how, now
 		s.Waiting = "back-off restarting the exited process"
 	})
 }

@@ -39,13 +39,20 @@ type ports struct {
 	owner map[int32]string
 }
 
-// take returns rendered when nothing listens on it and no other owner holds it, else the port the owner had (when
-// still free), else a free port; the owner (a pod's rendered port, "<pod>/<port>") holds it until release.
-func (p *ports) take(owner string, rendered, previous int32) (int32, error) {
+// take returns rendered when nothing listens on it and no other owner holds it, else the port the owner holds (when
+// still free, so a restarted process keeps its port), else a free port; the owner (a pod's rendered port,
+// "<pod>/<port>") holds it until release.
+func (p *ports) take(owner string, rendered int32) (int32, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.owner == nil {
 		p.owner = map[int32]string{}
+	}
+	previous := int32(0)
+	for q, o := range p.owner {
+		if o == owner {
+			previous = q
+		}
 	}
 	usable := func(port int32) bool {
 		if port == 0 {
