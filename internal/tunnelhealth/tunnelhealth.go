@@ -10,6 +10,8 @@ package tunnelhealth
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/fanout"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -114,6 +117,10 @@ type Source struct {
 	lastGood    time.Time
 	lastErr     string
 	clusters    map[string]State // clusters that had an agent connected since the start, as reported
+
+	// proxies is kept from round to round (rounds do not overlap), so its parsed credentials are reused; a round
+	// that cannot ask the proxy-servers drops it, and the next reads the configuration again.
+	proxies *clusterproxy.Client
 }
 
 // New builds a source; Start runs it.
@@ -184,36 +191,36 @@ func (s *Source) Round(ctx context.Context) {
 func (s *Source) connectedAgents(ctx context.Context) (map[string][]string, *clusterproxy.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
 	defer cancel()
-	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: s.opts.Reader, Configuration: s.opts.Configuration, Resolve: s.opts.Resolve})
+	if s.proxies == nil {
+		proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: s.opts.Reader, Configuration: s.opts.Configuration, Resolve: s.opts.Resolve})
+		if err != nil {
+			return nil, nil, err
+		}
+		s.proxies = proxies
+	}
+	agents, err := s.proxies.ConnectedAgents(ctx)
 	if err != nil {
+		s.proxies = nil
 		return nil, nil, err
 	}
-	agents, err := proxies.ConnectedAgents(ctx)
-	return agents, proxies, err
+	return agents, s.proxies, nil
 }
 
 // probeAll probes every cluster with a connected agent, Concurrency at a time.
 func (s *Source) probeAll(ctx context.Context, proxies *clusterproxy.Client, agents map[string][]string) map[string]Probe {
-	results := make(map[string]Probe, len(agents))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, s.opts.Concurrency)
-	for cluster := range agents {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return results
+	clusters := slices.Collect(maps.Keys(agents))
+	probed := make([]Probe, len(clusters))
+	started := make([]bool, len(clusters))
+	fanout.Run(ctx, len(clusters), s.opts.Concurrency, func(i int) {
+		started[i] = true
+		probed[i] = s.probe(ctx, proxies, clusters[i])
+	})
+	results := make(map[string]Probe, len(clusters))
+	for i, cluster := range clusters {
+		if started[i] {
+			results[cluster] = probed[i]
 		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			p := s.probe(ctx, proxies, cluster)
-			mu.Lock()
-			results[cluster] = p
-			mu.Unlock()
-		})
 	}
-	wg.Wait()
 	return results
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
@@ -134,11 +135,13 @@ func TestReportsConnectedHealthyClustersWithLatencyAndOnlyWhatChanged(t *testing
 	c1, _ = src.Tunnel("c1")
 	g.Expect(c1.ConnectedAgents).To(Equal(2))
 	second.Stop()
+	src.Round(ctx)
+	g.Expect(drain(src)).To(ConsistOf("c1"), "c1 is back to one agent")
 
 	// C2's agent disconnects: c2 turns unhealthy, nothing else changes.
 	c2.Stop()
 	src.Round(ctx)
-	g.Expect(drain(src)).To(ConsistOf("c1", "c2"), "c1 is back to one agent")
+	g.Expect(drain(src)).To(ConsistOf("c2"))
 	gone, _ := src.Tunnel("c2")
 	g.Expect(gone.ConnectedAgents).To(BeZero())
 	g.Expect(gone.Probe).To(BeNil())
@@ -215,4 +218,38 @@ func TestStartRunsRoundsUntilTheContextEnds(t *testing.T) {
 	g.Eventually(src.Changes()).WithTimeout(5*time.Second).Should(Receive(HaveField("Object", "c1")), "a later round sees the agent leave")
 	cancel()
 	g.Eventually(done).Should(Receive(BeNil()))
+}
+
+func TestRoundsReuseTheirClientAndReadTheConfigurationAgainOnlyAfterAFailedRound(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	hub := tunneltest.Start(t, "proxy-ns")
+	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
+	hub.StartAgent(t, "c1", api)
+	base := hubReader(hub)
+	var configReads atomic.Int32
+	reader := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*proxyv1alpha1.ManagedProxyConfiguration); ok {
+				configReads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: time.Hour})
+	for range 3 {
+		src.Round(ctx)
+	}
+	st, _ := src.Tunnel("c1")
+	g.Expect(st.Probe.Healthy).To(BeTrue())
+	g.Expect(configReads.Load()).To(BeEquivalentTo(1), "one client serves every round")
+
+	g.Expect(base.Delete(ctx, hub.ClientSecret.DeepCopy())).To(Succeed())
+	src.Round(ctx)
+	g.Expect(base.Create(ctx, hub.ClientSecret.DeepCopy())).To(Succeed())
+	src.Round(ctx)
+	g.Expect(configReads.Load()).To(BeEquivalentTo(2), "a failed round drops the client; the next builds one again")
+	st, _ = src.Tunnel("c1")
+	g.Expect(st.Unreachable).To(BeFalse())
+	g.Expect(st.Probe.Healthy).To(BeTrue())
 }
