@@ -10,13 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/fanout"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -59,50 +59,41 @@ func (h *healthCommand) run(ctx context.Context, stdout, stderr io.Writer) error
 		connected = nil
 	}
 
-	rows := make([]healthRow, len(clusters.Items))
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	slots := make(chan struct{}, h.concurrency)
-	for i := range clusters.Items {
-		name := clusters.Items[i].Name
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			row, err := h.row(ctx, hub.client, proxies, connected, name, stderr, &mu)
-			mu.Lock()
-			defer mu.Unlock()
-			rows[i] = row
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-		})
+	// One List of the add-ons, not one GET per cluster: every ManagedClusterAddOn of the add-on, by cluster namespace.
+	addons := &addonv1alpha1.ManagedClusterAddOnList{}
+	if err := hub.client.List(ctx, addons, client.MatchingFields{"metadata.name": proxyv1alpha1.AddonName}); err != nil {
+		return hubError(hub.config, fmt.Errorf("list the %s add-ons: %w", proxyv1alpha1.AddonName, err))
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	byCluster := make(map[string]*addonv1alpha1.ManagedClusterAddOn, len(addons.Items))
+	for i := range addons.Items {
+		byCluster[addons.Items[i].Namespace] = &addons.Items[i]
+	}
+
+	rows := make([]healthRow, len(clusters.Items))
+	var stderrMu sync.Mutex
+	fanout.Run(ctx, len(clusters.Items), h.concurrency, func(i int) {
+		name := clusters.Items[i].Name
+		rows[i] = h.row(ctx, proxies, connected, name, byCluster[name], stderr, &stderrMu)
+	})
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	printHealth(stdout, rows)
 	return nil
 }
 
-// row reads the add-on of one cluster and probes its tunnel.
-func (h *healthCommand) row(ctx context.Context, c client.Client, proxies *clusterproxy.Client, connected map[string][]string,
-	cluster string, stderr io.Writer, stderrMu *sync.Mutex) (healthRow, error) {
+// row reports the add-on of one cluster (nil: not installed) and probes its tunnel.
+func (h *healthCommand) row(ctx context.Context, proxies *clusterproxy.Client, connected map[string][]string, cluster string,
+	mca *addonv1alpha1.ManagedClusterAddOn, stderr io.Writer, stderrMu *sync.Mutex) healthRow {
 	row := healthRow{cluster: cluster, installed: "False", available: "False", health: "False", latency: "<none>"}
-	mca := &addonv1alpha1.ManagedClusterAddOn{}
-	switch err := c.Get(ctx, client.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}, mca); {
-	case err == nil:
+	if mca != nil {
 		row.installed, row.available = "True", "Unknown"
 		if a := meta.FindStatusCondition(mca.Status.Conditions, addonv1alpha1.ManagedClusterAddOnConditionAvailable); a != nil {
 			row.available = string(a.Status)
 		}
-	case apierrors.IsNotFound(err):
-	default:
-		return row, fmt.Errorf("read the add-on of cluster %s: %w", cluster, err)
 	}
 	if connected != nil && len(connected[cluster]) == 0 {
-		return row, nil // no agent, no tunnel
+		return row // no agent, no tunnel
 	}
 	probeCtx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -125,7 +116,7 @@ func (h *healthCommand) row(ctx context.Context, c client.Client, proxies *clust
 		_, _ = fmt.Fprintf(stderr, "cluster %s: %s\n", cluster, result.Message)
 		stderrMu.Unlock()
 	}
-	return row, nil
+	return row
 }
 
 func printHealth(out io.Writer, rows []healthRow) {

@@ -215,7 +215,8 @@ func (h *hub) proxies(ctx context.Context, g *globals) (*clusterproxy.Client, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	c, err := clusterproxy.New(ctx, h.config, clusterproxy.Options{Configuration: g.configuration, Resolve: resolve})
+	c, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Configuration: g.configuration, Resolve: resolve,
+		Reader: h.client, CredentialsTTL: clusterproxy.DefaultCredentialsTTL})
 	if errors.Is(err, clusterproxy.ErrNoConfiguration) {
 		return nil, h.noConfiguration(g.configuration)
 	}
