@@ -2,8 +2,6 @@ package launcher
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -15,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -47,27 +44,13 @@ func serverSelection() selection {
 	}
 }
 
-// agentSelection picks the agent Deployment on a managed cluster, in whatever namespace it was applied. Its labels are
-// read from what render puts in the ManifestWork, so the launcher follows render if they change.
-func agentSelection() (selection, error) {
-	probe := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
-	work, _, err := render.AgentWork(render.AgentInput{Cluster: "probe", MPC: probe, EntrypointHost: "probe"})
-	if err != nil {
-		return selection{}, fmt.Errorf("render the agent manifests for their labels: %w", err)
+// agentSelection picks the agent Deployment on a managed cluster, in whatever namespace it was applied, by the labels
+// render gives it, so the launcher follows render if they change.
+func agentSelection() selection {
+	return selection{
+		labels: labels.SelectorFromSet(render.AgentDeploymentLabels()),
+		match:  func(d *appsv1.Deployment) bool { return d.Name == render.AgentDeploymentName },
 	}
-	for _, m := range work.Spec.Workload.Manifests {
-		u := &unstructured.Unstructured{}
-		if err := json.Unmarshal(m.Raw, &u.Object); err != nil {
-			return selection{}, fmt.Errorf("decode an agent manifest: %w", err)
-		}
-		if u.GetKind() == "Deployment" && u.GetName() == render.AgentDeploymentName {
-			return selection{
-				labels: labels.SelectorFromSet(u.GetLabels()),
-				match:  func(d *appsv1.Deployment) bool { return d.Name == render.AgentDeploymentName },
-			}, nil
-		}
-	}
-	return selection{}, errors.New("the rendered agent manifests have no Deployment " + render.AgentDeploymentName)
 }
 
 // cluster is one control plane the launcher watches: its Deployments of interest and every Secret, from informers.

@@ -88,10 +88,6 @@ func Start(ctx context.Context, opts Options) (*Launcher, error) {
 	if err := os.MkdirAll(opts.WorkDir, 0o700); err != nil {
 		return nil, fmt.Errorf("work folder: %w", err)
 	}
-	agents, err := agentSelection()
-	if err != nil {
-		return nil, err
-	}
 	l := &Launcher{
 		opts: opts, kick: make(chan struct{}, 1), loopDone: make(chan struct{}), dirty: map[string]bool{},
 		pods: map[podKey]*podWorker{}, last: map[podKey]*podWorker{},
@@ -102,7 +98,7 @@ func Start(ctx context.Context, opts Options) (*Launcher, error) {
 	}
 	l.clusters = append(l.clusters, hub)
 	for _, t := range opts.Clusters {
-		c, err := newCluster(t, agents, func() { l.trigger(t.Name) })
+		c, err := newCluster(t, agentSelection(), func() { l.trigger(t.Name) })
 		if err != nil {
 			return nil, err
 		}
