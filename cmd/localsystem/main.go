@@ -31,6 +31,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 )
 
@@ -188,10 +190,12 @@ func hubClientFiles(ctx context.Context, sys *system.System, workDir string) (ce
 		return "", "", "", err
 	}
 	pair, bundle := &corev1.Secret{}, &corev1.Secret{}
-	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: system.Namespace, Name: "proxy-client"}, pair); err != nil {
+	mpc := sys.Configuration()
+	ns := render.Namespace(mpc)
+	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.SecretNamesOf(mpc).ProxyClient}, pair); err != nil {
 		return "", "", "", err
 	}
-	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: system.Namespace, Name: "proxy-server-ca"}, bundle); err != nil {
+	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
 		return "", "", "", err
 	}
 	cert, key, ca = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")

@@ -150,7 +150,7 @@ func (s *System) start(ctx context.Context) error {
 		return err
 	}
 
-	svc := render.ServiceName(&proxyv1alpha1.ManagedProxyConfiguration{}) + "." + Namespace + ".svc"
+	svc := render.ServiceName(s.Configuration()) + "." + Namespace + ".svc"
 	s.Resolve = []string{
 		fmt.Sprintf("%s:%d=127.0.0.1:%d", svc, s.Ports.Frontend, s.Ports.Frontend),
 		fmt.Sprintf("%s:%d=127.0.0.1:%d", svc, s.Ports.HTTPConnect, s.Ports.HTTPConnect),
