@@ -43,17 +43,16 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 	if err != nil {
 		return err
 	}
-	c.Env = env
-	c.Kubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	if c.Config, err = addUser(env, c.Name, envtest.User{Name: "admin", Groups: []string{adminGroup}}, c.Kubeconfig, "", nil); err != nil {
+	adminKubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if c.Config, err = addUser(env, c.Name, envtest.User{Name: "admin", Groups: []string{adminGroup}}, adminKubeconfig, "", nil); err != nil {
 		return err
 	}
 	if err := createNamespaces(ctx, c.Config, managedNamespaces...); err != nil {
 		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
-	c.BootstrapKubeconfig = filepath.Join(dir, "bootstrap.kubeconfig")
+	bootstrapKubeconfig := filepath.Join(dir, "bootstrap.kubeconfig")
 	bootstrap := envtest.User{Name: bootstrapUser(c.Name), Groups: []string{bootstrapGroup}}
-	if _, err := addUser(e.HubEnv, "hub", bootstrap, c.BootstrapKubeconfig, c.Proxy, c.proxyCA); err != nil {
+	if _, err := addUser(e.HubEnv, "hub", bootstrap, bootstrapKubeconfig, c.Proxy, c.proxyCA); err != nil {
 		return err
 	}
 	// The agent's own admin kubeconfig of its managed cluster, apart from the one handed to callers.
@@ -65,13 +64,13 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 	agent, err := e.startProcess("agent-"+c.Name, e.opts.OCMBinary, "agent",
 		"--kubeconfig="+agentKubeconfig,
 		"--cluster-name="+c.Name,
-		"--bootstrap-kubeconfig="+c.BootstrapKubeconfig,
+		"--bootstrap-kubeconfig="+bootstrapKubeconfig,
 		"--hub-kubeconfig-dir="+filepath.Join(dir, "hub-kubeconfig"),
 		"--status-sync-interval=3s")
 	if err != nil {
 		return err
 	}
-	c.agent, c.AgentLog = agent, agent.LogPath()
+	c.agent = agent
 	via := "direct"
 	if c.Proxy != "" {
 		via = "through proxy " + c.Proxy

@@ -66,20 +66,13 @@ type Options struct {
 // Cluster is a running managed cluster.
 type Cluster struct {
 	Name string
-	// Config is a cluster-admin client config of the managed kube-apiserver.
+	// Config is a cluster-admin client config of the managed kube-apiserver (also in
+	// WorkDir/clusters/<name>/admin.kubeconfig).
 	Config *rest.Config
-	// Kubeconfig is the path of the same credentials as a kubeconfig file.
-	Kubeconfig string
-	// Env is the managed cluster's control plane.
-	Env *envtest.Environment
 	// Proxy is the forward proxy the klusterlet reaches the hub through; empty when direct.
 	Proxy string
 	// proxyCA is the CA of an HTTPS Proxy (ClusterSpec.ProxyCA).
 	proxyCA []byte
-	// BootstrapKubeconfig is the klusterlet's bootstrap kubeconfig (least-privilege bootstrap identity).
-	BootstrapKubeconfig string
-	// AgentLog is the klusterlet agent's log.
-	AgentLog string
 
 	stopControlPlane func() error
 	agent            *process
@@ -332,12 +325,6 @@ func (e *Env) deadProcess() *process {
 		}
 	}
 	return nil
-}
-
-// AddHubUser provisions a hub user, a client certificate from the hub's client CA, and writes its kubeconfig to
-// path (for a process that should not act as the admin).
-func (e *Env) AddHubUser(user envtest.User, path string) (*rest.Config, error) {
-	return addUser(e.HubEnv, "hub", user, path, "", nil)
 }
 
 // Err reports a child process (kube-controller-manager, the OCM hub or an agent) that ended on its own since Start,
