@@ -17,7 +17,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
@@ -137,13 +136,12 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized: a bearer token is required")
 		return
 	}
-	log := ctrllog.FromContext(r.Context()).WithName("service-proxy")
 	ctx, cancel := context.WithTimeout(r.Context(), tokenReviewTimeout)
 	defer cancel()
 
 	id, err := p.managed.review(ctx, token)
 	if err != nil {
-		log.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
+		logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
 		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"cannot authenticate the request on the managed cluster; try again later")
 		return
@@ -154,7 +152,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.hub != nil {
 		if id, err = p.hub.review(ctx, token); err != nil {
-			log.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
+			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
 			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 				"cannot authenticate the request on the hub; try again later")
 			return
@@ -162,7 +160,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		if id.authenticated {
 			credential, err := p.agentToken.get()
 			if err != nil {
-				log.Error(err, "Cannot read the agent's token for an impersonated request")
+				logger.Error(err, "Cannot read the agent's token for an impersonated request")
 				proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 					"the proxy-agent has no credential for the managed cluster; try again later")
 				return
@@ -211,7 +209,7 @@ func newReverseProxy(kind string, transport http.RoundTripper, buffers httputil.
 			if r.Context().Err() != nil {
 				return // the caller went away; nobody reads the answer
 			}
-			ctrllog.FromContext(r.Context()).WithName("service-proxy").Error(err, "Proxy request failed",
+			logger.Error(err, "Proxy request failed",
 				"target", kind, "host", r.Context().Value(routeKey{}).(*route).target.Host, "path", r.URL.Path)
 			proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError,
 				fmt.Sprintf("the service-proxy cannot reach the %s: %v", kind, err))

@@ -26,7 +26,7 @@ type pool struct {
 	maxConns        int
 	idleConnTimeout time.Duration
 
-	mu         sync.Mutex
+	mu         sync.RWMutex // every request reads transports; only a cluster's first request and sweep write
 	transports map[string]*http.Transport
 }
 
@@ -36,12 +36,18 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // transport returns the cluster's transport, creating it on first use.
 func (p *pool) transport(cluster string) *http.Transport {
+	p.mu.RLock()
+	t, ok := p.transports[cluster]
+	p.mu.RUnlock()
+	if ok {
+		return t
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if t, ok := p.transports[cluster]; ok {
 		return t
 	}
-	t := &http.Transport{
+	t = &http.Transport{
 		Proxy: nil, // the tunnel is the only way to the cluster; no environment proxy applies
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return p.dial(ctx, cluster)
@@ -99,16 +105,9 @@ func (p *pool) sweep(clusters Clusters) {
 	}
 }
 
-func (p *pool) has(cluster string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.transports[cluster]
-	return ok
-}
-
 func (p *pool) closeIdle() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	for _, t := range p.transports {
 		t.CloseIdleConnections()
 	}
