@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -73,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // globals are the flags of every command.
 type globals struct {
 	kubeconfig, context, configuration string
-	resolve                            repeated
+	resolve                            []string
 }
 
 // register adds the flags with the values already parsed as defaults, so they may come before or after the
@@ -82,14 +81,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "the hub's kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&g.context, "context", g.context, "the kubeconfig context of the hub (default the current one)")
 	fs.StringVar(&g.configuration, "configuration", g.configuration, "the ManagedProxyConfiguration")
-	fs.Var(&g.resolve, "resolve", "host:port=addr:port, dial addr:port for host:port, e.g. "+
-		"proxy-entrypoint.<ns>.svc:8090=127.0.0.1:8090 for a port-forward; repeatable")
+	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port, e.g. "+
+		"proxy-entrypoint.<ns>.svc:8090=127.0.0.1:8090 for a port-forward; repeatable",
+		func(v string) error { g.resolve = append(g.resolve, v); return nil })
 }
-
-type repeated []string
-
-func (r *repeated) String() string     { return strings.Join(*r, ",") }
-func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	g := globals{configuration: proxyv1alpha1.DefaultConfigurationName}

@@ -71,8 +71,8 @@ func startHub(t *testing.T) *hubFixture {
 	}
 	f.client = h.client
 	f.data = tunneltest.Start(t, "proxy-ns")
-	for from, to := range f.data.Resolve {
-		f.resolve = append(f.resolve, "--resolve", from+"="+to)
+	for _, r := range f.data.ResolveFlags() {
+		f.resolve = append(f.resolve, "--resolve", r)
 	}
 	ctx := context.Background()
 	mustDo(t, f.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "proxy-ns"}}))

@@ -4,7 +4,6 @@ package main
 import (
 	"flag"
 	"os"
-	"strings"
 	"time"
 
 	runtimectrl "sigs.k8s.io/controller-runtime"
@@ -16,12 +15,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
-
-// repeated collects the values of a repeatable flag.
-type repeated []string
-
-func (r *repeated) String() string     { return strings.Join(*r, ",") }
-func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 func main() {
 	var metricsAddr, probeAddr, pprofAddr string
@@ -39,15 +32,15 @@ func main() {
 	var tunnelHealth bool
 	var tunnelInterval, probeTimeout time.Duration
 	var probeConcurrency int
-	var resolve repeated
+	var resolve []string
 	flag.BoolVar(&tunnelHealth, "tunnel-health", true, "probe every managed cluster's tunnel through the proxy-servers of the "+
 		"default ManagedProxyConfiguration, and set the AgentConnected and TunnelHealthy conditions and the add-on's Available "+
 		"(OCM Customized health check) from it; false leaves the add-on's Available to OCM's Lease check")
 	flag.DurationVar(&tunnelInterval, "tunnel-health-interval", tunnelhealth.DefaultInterval, "time between two rounds of tunnel probes")
 	flag.DurationVar(&probeTimeout, "tunnel-probe-timeout", tunnelhealth.DefaultProbeTimeout, "time one probe through a tunnel may take")
 	flag.IntVar(&probeConcurrency, "tunnel-probe-concurrency", tunnelhealth.DefaultConcurrency, "tunnel probes that run at once")
-	flag.Var(&resolve, "resolve", "host:port=addr:port, dial addr:port for host:port, e.g. the proxy-server Service where in-cluster "+
-		"names do not resolve (local environments); repeatable")
+	flag.Func("resolve", "host:port=addr:port, dial addr:port for host:port, e.g. the proxy-server Service where in-cluster "+
+		"names do not resolve (local environments); repeatable", func(v string) error { resolve = append(resolve, v); return nil })
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
