@@ -65,11 +65,10 @@ type config struct {
 	enableImpersonation bool
 }
 
-// repeated is a flag that may be given several times.
-type repeated []string
-
-func (r *repeated) String() string     { return strings.Join(*r, ",") }
-func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+// appendTo is the Set of a flag that may be given several times.
+func appendTo(values *[]string) func(string) error {
+	return func(v string) error { *values = append(*values, v); return nil }
+}
 
 func main() {
 	hostname, _ := os.Hostname()
@@ -88,11 +87,11 @@ func main() {
 	fs.IntVar(&c.healthPort, "health-server-port", render.AgentHealthPort, "port of /healthz, /readyz and /metrics")
 	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
 	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
-	fs.Var((*repeated)(&c.allowedServices), "allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable")
+	fs.Func("allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable", appendTo(&c.allowedServices))
 	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
 	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
 	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
-	fs.Var((*repeated)(&c.resolve), "resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable")
+	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable", appendTo(&c.resolve))
 	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
 	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.
 	fs.DurationVar(&c.keepaliveTime, "keepalive-time", 0, "how often to ping the proxy-server on an idle tunnel; 0 for the default")
