@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/workqueue"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/fanout"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -71,7 +71,7 @@ func (h *healthCommand) run(ctx context.Context, stdout, stderr io.Writer) error
 
 	rows := make([]healthRow, len(clusters.Items))
 	var stderrMu sync.Mutex
-	fanout.Run(ctx, len(clusters.Items), h.concurrency, func(i int) {
+	workqueue.ParallelizeUntil(ctx, max(h.concurrency, 1), len(clusters.Items), func(i int) {
 		name := clusters.Items[i].Name
 		rows[i] = h.row(ctx, proxies, connected, name, byCluster[name], stderr, &stderrMu)
 	})

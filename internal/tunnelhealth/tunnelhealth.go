@@ -17,11 +17,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/fanout"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -211,7 +211,7 @@ func (s *Source) probeAll(ctx context.Context, proxies *clusterproxy.Client, age
 	clusters := slices.Collect(maps.Keys(agents))
 	probed := make([]Probe, len(clusters))
 	started := make([]bool, len(clusters))
-	fanout.Run(ctx, len(clusters), s.opts.Concurrency, func(i int) {
+	workqueue.ParallelizeUntil(ctx, max(s.opts.Concurrency, 1), len(clusters), func(i int) {
 		started[i] = true
 		probed[i] = s.probe(ctx, proxies, clusters[i])
 	})
