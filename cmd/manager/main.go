@@ -12,6 +12,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -54,6 +55,9 @@ func main() {
 
 	cfg := runtimectrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
+	// The API server names the field manager of a write without one after the user agent: every write of the
+	// operator's is then owned by cluster-proxy-operator, not by the binary's name.
+	cfg.UserAgent = apply.FieldOwner
 	mgr, err := runtimectrl.NewManager(cfg, runtimectrl.Options{
 		Scheme:                 controllers.NewScheme(),
 		Cache:                  controllers.CacheOptions(),

@@ -207,7 +207,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
-	return apply.PatchStatus(ctx, r.Client, s.cpsBefore, s.cps)
+	return apply.UpdateStatus(ctx, r.Client, s.cpsBefore, s.cps)
 }
 
 // computeStatus sets every field and condition of st from this pass, and returns when to look again (the agent

@@ -105,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus) error {
 	before := mpc.DeepCopy()
 	mpc.Status = *status
-	return apply.PatchStatus(ctx, r.Client, before, mpc)
+	return apply.UpdateStatus(ctx, r.Client, before, mpc)
 }
 
 func lowestRequeue(a, b runtimectrl.Result) runtimectrl.Result {

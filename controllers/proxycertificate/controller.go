@@ -109,7 +109,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 func (r *Reconciler) patchStatus(ctx context.Context, pc *proxyv1alpha1.ProxyCertificate, status *proxyv1alpha1.ProxyCertificateStatus) error {
 	before := pc.DeepCopy()
 	pc.Status = *status
-	return apply.PatchStatus(ctx, r.Client, before, pc)
+	return apply.UpdateStatus(ctx, r.Client, before, pc)
 }
 
 // SetupWithManager registers the reconciler; a change of an issuer re-queues its certificates.

