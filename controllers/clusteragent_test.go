@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
@@ -244,6 +245,17 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			g.Expect(ad.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(ad.Message).To(ContainSubstring("2 of 2"))
 		}, timeout, interval).Should(Succeed())
+
+		By("the operator owns the status whole: one managed-fields entry, not one per field of every condition")
+		cps := get(Default, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
+		var statusEntries []metav1.ManagedFieldsEntry
+		for _, e := range cps.ManagedFields {
+			if e.Subresource == "status" {
+				statusEntries = append(statusEntries, e)
+			}
+		}
+		Expect(statusEntries).To(ConsistOf(And(HaveField("Manager", apply.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationUpdate))))
+		Expect(string(statusEntries[0].FieldsV1.Raw)).To(Equal(`{"f:status":{}}`))
 
 		By("the agent keeps its Lease on the managed cluster: no per-cluster RBAC is written on the hub")
 		bindings := &rbacv1.RoleBindingList{}
