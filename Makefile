@@ -159,7 +159,7 @@ help: ## Show this help.
 ##@ Benchmarks
 
 .PHONY: bench-control-plane
-bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=N).
+bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=N, BENCH_STEADY=60s, BENCH_PROFILE_DIR=dir).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run TestControlPlaneScale -count=1 -v -timeout 30m
 
 .PHONY: bench-data-plane
