@@ -6,6 +6,7 @@ package serviceproxy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -46,6 +47,16 @@ type Options struct {
 	ServiceDomain string
 	// TokenCacheTTL is how long TokenReview results are kept; 0 means 10s, negative disables the cache.
 	TokenCacheTTL time.Duration
+	// ServiceCAFile is a PEM file of CAs trusted for https services in addition to the system roots (the
+	// proxy-agent's --service-ca-file, a ConfigMap volume). It is read again when it changes; it may be absent, and a
+	// file without a PEM certificate is logged and ignored. "" trusts the system roots only. The kube-apiserver is
+	// verified against Kube's CA either way.
+	ServiceCAFile string
+	// ServiceCACheckInterval is how often, at most, ServiceCAFile is read again; 0 means 5s.
+	ServiceCACheckInterval time.Duration
+
+	// systemRoots replaces x509.SystemCertPool in tests.
+	systemRoots func() (*x509.CertPool, error)
 }
 
 // New returns the service-proxy handler.
@@ -89,7 +100,12 @@ func New(opts Options) (http.Handler, error) {
 	}
 	buffers := &copybuf.Pool{}
 	p.kube = newReverseProxy("kube-apiserver", kubeTransport, buffers)
-	p.services = newReverseProxy("service", newServiceTransport(dial), buffers)
+	var serviceTransport http.RoundTripper = newServiceTransport(dial, nil)
+	if opts.ServiceCAFile != "" {
+		serviceTransport = newServiceCATransport(opts.ServiceCAFile, opts.ServiceCACheckInterval, systemRoots(opts.systemRoots),
+			func(roots *x509.CertPool) *http.Transport { return newServiceTransport(dial, roots) })
+	}
+	p.services = newReverseProxy("service", serviceTransport, buffers)
 	return p, nil
 }
 

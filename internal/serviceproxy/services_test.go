@@ -81,8 +81,20 @@ func merge(maps ...map[string][]string) map[string][]string {
 // servingCert is a certificate for dnsName from a CA of its own, which nothing trusts.
 func servingCert(dnsName string) *tls.Certificate {
 	GinkgoHelper()
-	ca, err := certs.NewCA("service-ca", time.Hour, time.Now())
+	return servingCertFrom(newServiceCA("service-ca"), dnsName)
+}
+
+// newServiceCA is a CA for test services; its CertPEM is what a service CA file holds.
+func newServiceCA(name string) *certs.KeyPair {
+	GinkgoHelper()
+	ca, err := certs.NewCA(name, time.Hour, time.Now())
 	Expect(err).NotTo(HaveOccurred())
+	return ca
+}
+
+// servingCertFrom is a certificate for dnsName signed by ca.
+func servingCertFrom(ca *certs.KeyPair, dnsName string) *tls.Certificate {
+	GinkgoHelper()
 	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: dnsName, DNSNames: []string{dnsName},
 		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
 	Expect(err).NotTo(HaveOccurred())

@@ -155,6 +155,7 @@ func grantClusterRole(ctx context.Context, cs kubernetes.Interface, name string,
 // proxyUnderTest is a service-proxy served on 127.0.0.1, with counters of what it asked.
 type proxyUnderTest struct {
 	url            string
+	handler        http.Handler // what New returned
 	managedReviews atomic.Int64 // TokenReviews sent to the managed cluster
 	hubReviews     atomic.Int64 // TokenReviews sent to the hub
 	dialer         *recordingDialer
@@ -186,7 +187,7 @@ func startProxy(change func(*Options)) *proxyUnderTest {
 	Expect(err).NotTo(HaveOccurred())
 	srv := httptest.NewServer(h)
 	DeferCleanup(srv.Close)
-	p.url = srv.URL
+	p.url, p.handler = srv.URL, h
 	return p
 }
 

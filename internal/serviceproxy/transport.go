@@ -3,6 +3,7 @@ package serviceproxy
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -51,7 +52,7 @@ func newKubeTransport(cfg *rest.Config, dial dialFunc) (*http.Transport, error) 
 	return newHTTPTransport(dial, tlsConfig), nil
 }
 
-// newServiceTransport verifies https services against the system roots and the name it dialed.
-func newServiceTransport(dial dialFunc) *http.Transport {
-	return newHTTPTransport(dial, &tls.Config{MinVersion: tls.VersionTLS12})
+// newServiceTransport verifies https services against roots (nil: the system roots) and the name it dialed.
+func newServiceTransport(dial dialFunc, roots *x509.CertPool) *http.Transport {
+	return newHTTPTransport(dial, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots})
 }
