@@ -49,9 +49,15 @@ const (
 	// through the tunnel; nothing listens on it in the pod.
 	ServiceProxyPort = 7443
 
+	// ServiceCAKey is the key of the additionalServiceCAConfigMap that holds the PEM CAs of in-cluster services.
+	ServiceCAKey = "service-ca.crt"
+	// ServiceCAMount is where the agent mounts the additionalServiceCAConfigMap.
+	ServiceCAMount = "/etc/service-ca"
+
 	caMount         = "/etc/ca"
 	agentCertMount  = "/etc/tls"
 	hubConfigMount  = "/etc/hub"
+	serviceCAVolume = "service-ca"
 	deletionOrphan  = "addon.open-cluster-management.io/deletion-orphan"
 	addonLabel      = "open-cluster-management.io/addon"
 	proxyAgentLabel = "proxy-agent"
@@ -165,6 +171,16 @@ func ServiceProxyEnabled(mpc *proxyv1alpha1.ManagedProxyConfiguration) bool {
 	return mpc.Spec.UserServer != nil
 }
 
+// serviceCAConfigMap is the managed-cluster ConfigMap whose CAs the service-proxy trusts for https services, or "".
+// Only the service-proxy reads it, so without the service-proxy the agent does not mount it: setting the field alone
+// does not roll the agents.
+func serviceCAConfigMap(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	if !ServiceProxyEnabled(mpc) {
+		return ""
+	}
+	return mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap
+}
+
 // AgentIdentifiers are the names an agent registers for its cluster: host=<cluster> and host=<cluster>.<namespace>.
 func AgentIdentifiers(cluster, namespace string) string {
 	return "host=" + cluster + "&host=" + cluster + "." + namespace
@@ -255,6 +271,9 @@ func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string 
 		if vars.DisableImpersonation {
 			args = append(args, "--enable-impersonation=false")
 		}
+		if serviceCAConfigMap(in.MPC) != "" {
+			args = append(args, "--service-ca-file="+ServiceCAMount+"/"+ServiceCAKey)
+		}
 	} else {
 		args = append(args, "--service-proxy-port=0")
 	}
@@ -289,6 +308,23 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 	if resources != nil {
 		container.Resources = *resources
 	}
+	volumes := []corev1.Volume{
+		secretVolume("ca", AgentCASecretName),
+		secretVolume("agent-cert", AgentCertSecretName),
+		secretVolume("hub-kubeconfig", AgentHubKubeconfigSecretName),
+	}
+	if cm := serviceCAConfigMap(in.MPC); cm != "" {
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: serviceCAVolume, MountPath: ServiceCAMount, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: serviceCAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: cm},
+			Items:                []corev1.KeyToPath{{Key: ServiceCAKey, Path: ServiceCAKey}},
+			// Optional: a ConfigMap (or key) that does not exist yet must not keep agent pods from starting, which
+			// would stall a rollout or, on a new cluster, leave it without a tunnel at all. The service-proxy then
+			// trusts the system roots only, and the kubelet adds the file once the ConfigMap appears; the
+			// service-proxy re-reads it.
+			Optional: ptr.To(true),
+		}}})
+	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: AgentDeploymentName, Namespace: ns, Labels: labels},
@@ -307,11 +343,7 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{container},
-					Volumes: []corev1.Volume{
-						secretVolume("ca", AgentCASecretName),
-						secretVolume("agent-cert", AgentCertSecretName),
-						secretVolume("hub-kubeconfig", AgentHubKubeconfigSecretName),
-					},
+					Volumes:    volumes,
 				},
 			},
 			Strategy: appsv1.DeploymentStrategy{

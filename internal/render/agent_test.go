@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
 
@@ -510,6 +511,50 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
+			name: "additionalServiceCAConfigMap is mounted read-only and optional from the agent namespace, and the service-proxy gets --service-ca-file",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
+				in.MPC.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+				in.MPC.Spec.ProxyAgent.AdditionalArgs = []string{"--v=2"}
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{AgentInstallNamespace: "custom-agents"})
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				const ns = "custom-agents"
+				g.Expect(o.deployment.Namespace).To(Equal(ns), "a pod's ConfigMap volume comes from the pod's namespace")
+				pod := o.deployment.Spec.Template.Spec
+				g.Expect(pod.Volumes).To(Equal([]corev1.Volume{
+					{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "cluster-proxy-ca"}}},
+					{Name: "agent-cert", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert"}}},
+					{Name: "hub-kubeconfig", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "cluster-proxy-hub-kubeconfig"}}},
+					{Name: "service-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "service-ca-bundle"},
+						Items:                []corev1.KeyToPath{{Key: "service-ca.crt", Path: "service-ca.crt"}},
+						Optional:             ptr.To(true),
+					}}},
+				}))
+				c := o.container()
+				g.Expect(c.VolumeMounts).To(Equal([]corev1.VolumeMount{
+					{Name: "ca", MountPath: "/etc/ca", ReadOnly: true},
+					{Name: "agent-cert", MountPath: "/etc/tls", ReadOnly: true},
+					{Name: "hub-kubeconfig", MountPath: "/etc/hub", ReadOnly: true},
+					{Name: "service-ca", MountPath: "/etc/service-ca", ReadOnly: true},
+				}))
+				g.Expect(c.Args).To(Equal(append(baseArgs(testCluster, ns),
+					"--service-proxy-port=7443", "--service-ca-file=/etc/service-ca/service-ca.crt", "--v=2")), "additional args last")
+			},
+		},
+		{
+			name: "additionalServiceCAConfigMap without the service-proxy (no user-server) mounts nothing and adds no flag",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.deployment.Spec.Template.Spec.Volumes).To(HaveLen(3))
+				g.Expect(o.container().VolumeMounts).To(HaveLen(3))
+				g.Expect(o.container().Args).To(Equal(append(baseArgs(testCluster, DefaultAgentNamespace), "--service-proxy-port=0")))
+			},
+		},
+		{
 			name: "zero replicas are rendered as zero, not dropped",
 			modify: func(in *AgentInput) {
 				in.MPC.Spec.ProxyAgent.Replicas = 0
@@ -771,4 +816,15 @@ func TestClusterOfAgentCommonName(t *testing.T) {
 			NewWithT(t).Expect(ok).To(BeFalse())
 		})
 	}
+}
+
+func TestServiceCAConfigMapAloneDoesNotChangeTheAgentWork(t *testing.T) {
+	g := NewWithT(t)
+	in := agentTestInput(t)
+	without, _, err := AgentWork(in)
+	g.Expect(err).NotTo(HaveOccurred())
+	in.MPC.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+	with, _, err := AgentWork(in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(with).To(Equal(without), "without the service-proxy nothing reads the CAs: no volume, no flag, no rollout")
 }
