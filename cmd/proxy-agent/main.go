@@ -63,6 +63,7 @@ type config struct {
 	keepaliveTime       time.Duration
 	serviceDomain       string
 	enableImpersonation bool
+	serviceCAFile       string
 }
 
 // appendTo is the Set of a flag that may be given several times.
@@ -74,27 +75,7 @@ func main() {
 	hostname, _ := os.Hostname()
 	var c config
 	fs := flag.CommandLine
-	fs.StringVar(&c.serverHost, "proxy-server-host", "", "host name of the proxy-server's agent endpoint; its certificate must carry it")
-	fs.IntVar(&c.serverPort, "proxy-server-port", 8091, "port of the proxy-server's agent endpoint")
-	fs.StringVar(&c.identifiers, "agent-identifiers", "", "agent identifiers sent to the proxy-server, e.g. host=<cluster>&host=<cluster>.<namespace>")
-	fs.StringVar(&c.clusterName, "cluster-name", "", "name of the managed cluster this agent serves")
-	fs.StringVar(&c.agentID, "agent-id", hostname, "ID of this agent at the proxy-servers")
-	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle that verifies the proxy-server (and an https forward proxy)")
-	fs.StringVar(&c.agentCert, "agent-cert", "", "agent client certificate")
-	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
-	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for hub TokenReviews in the service-proxy; optional")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster; empty for the in-cluster configuration")
-	fs.IntVar(&c.healthPort, "health-server-port", render.AgentHealthPort, "port of /healthz, /readyz and /metrics")
-	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
-	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
-	fs.Func("allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable", appendTo(&c.allowedServices))
-	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
-	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
-	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
-	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable", appendTo(&c.resolve))
-	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
-	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.
-	fs.DurationVar(&c.keepaliveTime, "keepalive-time", 0, "how often to ping the proxy-server on an idle tunnel; 0 for the default")
+	bindFlags(fs, &c, hostname)
 	verbosity := fs.Int("v", 0, "log verbosity (higher logs more), as ANP's -v")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -116,6 +97,33 @@ func main() {
 		log.Error(err, "The proxy-agent stopped")
 		os.Exit(1)
 	}
+}
+
+// bindFlags defines the flags that fill c on fs; hostname is the default agent ID.
+func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
+	fs.StringVar(&c.serverHost, "proxy-server-host", "", "host name of the proxy-server's agent endpoint; its certificate must carry it")
+	fs.IntVar(&c.serverPort, "proxy-server-port", 8091, "port of the proxy-server's agent endpoint")
+	fs.StringVar(&c.identifiers, "agent-identifiers", "", "agent identifiers sent to the proxy-server, e.g. host=<cluster>&host=<cluster>.<namespace>")
+	fs.StringVar(&c.clusterName, "cluster-name", "", "name of the managed cluster this agent serves")
+	fs.StringVar(&c.agentID, "agent-id", hostname, "ID of this agent at the proxy-servers")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle that verifies the proxy-server (and an https forward proxy)")
+	fs.StringVar(&c.agentCert, "agent-cert", "", "agent client certificate")
+	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
+	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for hub TokenReviews in the service-proxy; optional")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster; empty for the in-cluster configuration")
+	fs.IntVar(&c.healthPort, "health-server-port", render.AgentHealthPort, "port of /healthz, /readyz and /metrics")
+	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
+	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
+	fs.Func("allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable", appendTo(&c.allowedServices))
+	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
+	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
+	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
+	fs.StringVar(&c.serviceCAFile, "service-ca-file", "", "PEM CAs the service-proxy trusts for https services besides the system roots; "+
+		"re-read when it changes, and may be absent (an optional ConfigMap volume)")
+	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable", appendTo(&c.resolve))
+	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
+	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.
+	fs.DurationVar(&c.keepaliveTime, "keepalive-time", 0, "how often to ping the proxy-server on an idle tunnel; 0 for the default")
 }
 
 func run(ctx context.Context, c config, log logr.Logger) error {
@@ -170,6 +178,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 			Allowed:       allowed,
 			DialContext:   resolver.DialContext,
 			ServiceDomain: c.serviceDomain,
+			ServiceCAFile: c.serviceCAFile,
 		})
 		if err != nil {
 			return fmt.Errorf("service-proxy: %w", err)
@@ -228,7 +237,8 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 
 	log.Info("Starting the proxy-agent", "cluster", c.clusterName, "agentID", c.agentID,
 		"proxyServer", net.JoinHostPort(c.serverHost, strconv.Itoa(c.serverPort)), "kubeAPIServer", kubeAddress,
-		"forwardProxy", proxy != nil, "serviceProxyPort", c.serviceProxyPort, "allowedServices", len(allowed))
+		"forwardProxy", proxy != nil, "serviceProxyPort", c.serviceProxyPort, "allowedServices", len(allowed),
+		"serviceCAFile", c.serviceCAFile)
 	err = a.Run(ctx)
 	log.Info("Stopped")
 	return err

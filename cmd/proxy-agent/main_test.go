@@ -2,6 +2,8 @@ package main
 
 import (
 	"crypto/x509/pkix"
+	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,7 +12,9 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
 )
@@ -100,4 +104,33 @@ func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
 		got := identityProblems(tt.subject, "c1", tt.identifiers)
 		NewWithT(t).Expect(got).To(HaveLen(tt.problems), tt.name)
 	}
+}
+
+func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	mpc.Spec.ProxyAgent.Image = "img"
+	mpc.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
+		AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "team", Name: "web", Port: 8443}},
+	}
+	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
+	parse := func(g Gomega) config {
+		var c config
+		fs := flag.NewFlagSet("proxy-agent", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindFlags(fs, &c, "host")
+		g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
+		g.Expect(fs.Args()).To(BeEmpty())
+		return c
+	}
+
+	g := NewWithT(t)
+	c := parse(g)
+	g.Expect(c.serviceProxyPort).To(Equal(render.ServiceProxyPort))
+	g.Expect(c.allowedServices).To(Equal([]string{"team/web:8443"}))
+	g.Expect(c.serviceDomain).To(Equal("svc.corp"))
+	g.Expect(c.serviceCAFile).To(BeEmpty(), "no additionalServiceCAConfigMap: the system roots only")
+
+	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+	c = parse(g)
+	g.Expect(c.serviceCAFile).To(Equal("/etc/service-ca/service-ca.crt"))
 }
