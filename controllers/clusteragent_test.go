@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -255,7 +256,7 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			}
 		}
 		Expect(statusEntries).To(ConsistOf(And(HaveField("Manager", apply.FieldOwner), HaveField("Operation", metav1.ManagedFieldsOperationUpdate))))
-		Expect(string(statusEntries[0].FieldsV1.Raw)).To(Equal(`{"f:status":{}}`))
+		Expect(statusEntries[0].FieldsV1.GetRawString()).To(Equal(`{"f:status":{}}`))
 
 		By("the agent keeps its Lease on the managed cluster: no per-cluster RBAC is written on the hub")
 		bindings := &rbacv1.RoleBindingList{}
@@ -275,6 +276,40 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			d := agentDeployment(g, cluster)
 			g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--agent-identifiers=host=" + cluster + "&host=" + cluster + ".open-cluster-management-cluster-proxy"))
 			g.Expect(statusCondition(g, cluster, "ProxySettingsApplied").Status).To(Equal(metav1.ConditionTrue))
+		}, timeout, interval).Should(Succeed())
+	})
+
+	It("keeps the add-on status fields and conditions OCM's own controllers write", func() {
+		cluster := "keep-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		Eventually(func(g Gomega) {
+			g.Expect(addOnCondition(g, cluster, "ManifestApplied").Reason).To(Equal("WorkNotApplied"))
+		}, timeout, interval).Should(Succeed())
+
+		By("OCM's addon-manager and registration agent write their part of the status")
+		mca := &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: "cluster-proxy"}}
+		ocm := []byte(`{"status":{` +
+			`"supportedConfigs":[{"group":"addon.open-cluster-management.io","resource":"addondeploymentconfigs"}],` +
+			`"relatedObjects":[{"group":"addon.open-cluster-management.io","resource":"clustermanagementaddons","name":"cluster-proxy"}],` +
+			`"addOnMeta":{"displayName":"cluster-proxy"}}}`)
+		Expect(k8s.Status().Patch(ctx(), mca, client.RawPatch(types.MergePatchType, ocm), client.FieldOwner("addon-manager"))).To(Succeed())
+		Eventually(func(g Gomega) {
+			live := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+			meta.SetStatusCondition(&live.Status.Conditions, metav1.Condition{Type: "RegistrationApplied", Status: metav1.ConditionTrue,
+				Reason: "SetPermissionApplied", Message: "Registration of the addon agent is configured"})
+			g.Expect(k8s.Status().Update(ctx(), live, client.FieldOwner("registration-agent"))).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+
+		By("the operator's next write, for the applied work, leaves them as they are")
+		reportWorkApplied(cluster)
+		Eventually(func(g Gomega) {
+			g.Expect(addOnCondition(g, cluster, "ManifestApplied").Status).To(Equal(metav1.ConditionTrue))
+			live := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+			g.Expect(live.Status.SupportedConfigs).To(ConsistOf(HaveField("Resource", "addondeploymentconfigs")))
+			g.Expect(live.Status.RelatedObjects).To(ConsistOf(HaveField("Resource", "clustermanagementaddons")))
+			g.Expect(live.Status.AddOnMeta.DisplayName).To(Equal("cluster-proxy"))
+			g.Expect(addOnCondition(g, cluster, "RegistrationApplied").Reason).To(Equal("SetPermissionApplied"))
 		}, timeout, interval).Should(Succeed())
 	})
 

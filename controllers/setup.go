@@ -9,6 +9,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,7 +39,7 @@ import (
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only on a programming error: the kinds are compiled in
@@ -63,6 +64,8 @@ func CacheOptions() cache.Options {
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
+		// Of the CRDs, only the add-on's is read: how its status is written depends on it.
+		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", clusteragent.AddOnCRDName)},
 	}}
 }
 

@@ -12,10 +12,12 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -48,6 +51,9 @@ type Reconciler struct {
 	// Tunnels reports tunnel health and re-queues the clusters whose tunnel changed; nil leaves the tunnel
 	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels TunnelSource
+
+	addOnSchema addOnSchema
+	own         ownWrites
 }
 
 // scope is what one pass reads and decides.
@@ -72,6 +78,7 @@ type scope struct {
 // +kubebuilder:rbac:groups=work.open-cluster-management.io,resources=manifestworks,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch,resourceNames=managedclusteraddons.addon.open-cluster-management.io
 
 // Reconcile brings one cluster's agent, add-on status and ClusterProxyStatus in line.
 func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
@@ -101,20 +108,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	if err := r.resolveConfigs(ctx, s); err != nil {
 		return runtimectrl.Result{}, err
 	}
-	if err := r.reconcileWork(ctx, s); err != nil {
-		return runtimectrl.Result{}, err
+	var requeue time.Duration
+	err = r.reconcileWork(ctx, s)
+	if err == nil {
+		requeue, err = r.prepareClusterStatus(ctx, s) // the add-on's Available condition is derived from it
 	}
-	requeue, err := r.prepareClusterStatus(ctx, s) // the add-on's Available condition is derived from it
-	if err != nil || s.cps == nil {
-		// No status: created by an earlier pass the cache has not seen yet, whose event re-queues the add-on.
-		return runtimectrl.Result{}, err
+	if err == nil {
+		err = r.applyAddOnStatus(ctx, s)
 	}
-	err = r.applyAddOnStatus(ctx, s)
 	if err == nil {
 		err = r.writeClusterStatus(ctx, s)
 	}
-	if apierrors.IsConflict(err) {
-		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil // written meanwhile: read again soon
+	if apierrors.IsConflict(err) || errors.Is(err, apply.ErrNotCached) {
+		// Written meanwhile, or written by an earlier pass whose event the predicate took for its own: read again
+		// soon.
+		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	return runtimectrl.Result{RequeueAfter: requeue}, err
 }
@@ -164,8 +172,17 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	s.work, _, err = apply.EnsureReplaced(ctx, r.Client, work)
+	s.work, err = ensure(ctx, r, work)
 	return err == nil, err
+}
+
+// ensure is apply.EnsureReplaced for the objects a pass writes: it notes its writes for ownWrites.
+func ensure[T ctrl.Object](ctx context.Context, r *Reconciler, desired T) (T, error) {
+	live, wrote, err := apply.EnsureReplaced(ctx, r.Client, desired)
+	if err == nil && wrote {
+		r.own.wrote(live)
+	}
+	return live, err
 }
 
 // problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on
@@ -183,14 +200,26 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		b = b.WatchesRawSource(source.Channel(r.Tunnels.Changes(), handler.TypedEnqueueRequestsFromMapFunc(r.addOnsOfTunnelChange)))
 	}
 	return b.
-		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn)).
-		Owns(&workv1.ManifestWork{}).
-		Owns(&proxyv1alpha1.ClusterProxyStatus{}).
+		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, r.own.notOwn())).
+		Owns(&workv1.ManifestWork{}, builder.WithPredicates(r.own.notOwn())).
+		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(r.own.notOwn())).
 		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
 		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
 		Watches(&addonv1alpha1.ClusterManagementAddOn{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(onlyOurAddOn)).
+		// The add-on CRD queues nothing: it decides how the add-on status is written (addOnSchema).
+		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
+			CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				r.addOnSchema.observe(e.Object, false)
+			},
+			UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				r.addOnSchema.observe(e.ObjectNew, false)
+			},
+			DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				r.addOnSchema.observe(e.Object, true)
+			},
+		}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == AddOnCRDName }))).
 		Named("clusteragent").
 		WithOptions(opts).
 		Complete(r)

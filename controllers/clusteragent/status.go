@@ -50,9 +50,10 @@ const (
 
 // applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references,
 // health-check mode and the Configured, ManifestApplied and Progressing conditions, plus Available when it checks the
-// tunnels itself). The conditions OCM's own agents write are carried over from the cached add-on, and the write is a
-// merge patch locked to the resourceVersion read, so a concurrent change is never lost (the pass is retried); a
-// merge patch costs the API server a fraction of a server-side apply, and there is one per cluster. Nothing is
+// tunnels itself). The conditions OCM's own agents write are carried over from the cached add-on, and the write is
+// locked to the resourceVersion read, so a concurrent change is never lost (the pass is retried). It is a PUT of the
+// whole status while the Go types hold every status field the installed CRD allows (addOnSchema), else a merge
+// patch; either costs the API server a fraction of a server-side apply, and there is one per cluster. Nothing is
 // written when the fields are already in place.
 func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	after := s.mca.DeepCopy()
@@ -70,8 +71,15 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	st.Namespace = installNamespace(s)
 	st.Registrations = registrations(s)
 	st.ConfigReferences = configReferences(s)
-	if err := apply.PatchStatus(ctx, r.Client, s.mca, after); err != nil {
+	write := apply.PatchStatus
+	if r.addOnSchema.fits.Load() {
+		write = apply.UpdateStatus
+	}
+	if err := write(ctx, r.Client, s.mca, after); err != nil {
 		return err
+	}
+	if after.ResourceVersion != s.mca.ResourceVersion {
+		r.own.wrote(after)
 	}
 	// After the write: the resourceVersion lock proves the add-on read was current, so a problem it does not show
 	// yet is new, and its Event is emitted once, not on every pass while it lasts.
@@ -181,7 +189,7 @@ func workApplied(work *workv1.ManifestWork) bool {
 // prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps), from which
 // the add-on's Available condition is derived; writeClusterStatus writes it. The add-on's status is applied in
 // between, as before the tunnel conditions existed, so the next pass sees the add-on's Configured condition already
-// written. s.cps stays nil when the status was created by an earlier pass the cache has not seen yet.
+// written. It returns apply.ErrNotCached when the status was created by an earlier pass the cache has not seen yet.
 func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeue time.Duration, err error) {
 	cps := &proxyv1alpha1.ClusterProxyStatus{
 		ObjectMeta: metav1.ObjectMeta{
@@ -191,8 +199,8 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	live, _, err := apply.EnsureReplaced(ctx, r.Client, cps)
-	if err != nil || live == nil {
+	live, err := ensure(ctx, r, cps)
+	if err != nil {
 		return 0, err
 	}
 	// live is as read, or as just created: either way its status is computed, and written, in this pass.
@@ -207,7 +215,13 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
-	return apply.UpdateStatus(ctx, r.Client, s.cpsBefore, s.cps)
+	if err := apply.UpdateStatus(ctx, r.Client, s.cpsBefore, s.cps); err != nil {
+		return err
+	}
+	if s.cps.ResourceVersion != s.cpsBefore.ResourceVersion {
+		r.own.wrote(s.cps)
+	}
+	return nil
 }
 
 // computeStatus sets every field and condition of st from this pass, and returns when to look again (the agent

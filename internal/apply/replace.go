@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
+
+// ErrNotCached is EnsureReplaced's answer for an object that exists but is not in the cache yet.
+var ErrNotCached = errors.New("created earlier, not in the cache yet")
 
 // EnsureReplaced is Ensure for the objects the operator writes once per managed cluster and alone (the agent
 // ManifestWork, the ClusterProxyStatus): it creates them with a plain create and replaces what it renders with an
@@ -25,8 +29,8 @@ import (
 // kept. desired gets the hash annotation.
 //
 // It returns the object as it now is (as read, or as the create or update answered) and whether it wrote. When
-// the object exists but the cache has not seen it yet (created by an earlier pass), it returns the zero T, false
-// and no error: the creation's event re-queues the owner.
+// the object exists but the cache has not seen it yet (created by an earlier pass), it returns ErrNotCached: the
+// caller reads again soon.
 func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desired T) (T, bool, error) {
 	var none T
 	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
@@ -64,7 +68,7 @@ func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desir
 	case apierrors.IsNotFound(err):
 		if err := c.Create(ctx, desired, client.FieldOwner(FieldOwner)); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return none, false, nil // created by an earlier pass the cache has not seen yet; its event re-queues the owner
+				return none, false, ErrNotCached
 			}
 			return none, false, fmt.Errorf("create %s %s: %w", gvk.Kind, key, err)
 		}

@@ -39,6 +39,7 @@ func TestEnsureReplaced(t *testing.T) {
 		desired func() *corev1.ConfigMap
 		wrote   bool
 		writes  int
+		err     error
 		check   func(g Gomega, returned, stored *corev1.ConfigMap)
 	}{
 		{
@@ -50,8 +51,9 @@ func TestEnsureReplaced(t *testing.T) {
 			},
 		},
 		{
-			name:   "already created by an earlier pass the cache has not seen: no error, nothing returned",
+			name:   "already created by an earlier pass the cache has not seen: ErrNotCached, nothing returned",
 			before: func(Gomega, client.Client, *corev1.ConfigMap) {}, getNotFound: true, wrote: false, writes: 1, // the failed create
+			err:   ErrNotCached,
 			check: func(g Gomega, returned, _ *corev1.ConfigMap) { g.Expect(returned).To(BeNil()) },
 		},
 		{
@@ -157,7 +159,11 @@ func TestEnsureReplaced(t *testing.T) {
 				desired = tc.desired()
 			}
 			returned, wrote, err := EnsureReplaced(ctx, c, desired)
-			g.Expect(err).NotTo(HaveOccurred())
+			if tc.err != nil {
+				g.Expect(err).To(MatchError(tc.err))
+			} else {
+				g.Expect(err).NotTo(HaveOccurred())
+			}
 			g.Expect(wrote).To(Equal(tc.wrote))
 			g.Expect(writes).To(Equal(tc.writes), "API writes")
 			getNotFound = false
