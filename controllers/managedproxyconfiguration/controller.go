@@ -1,6 +1,6 @@
 // Package managedproxyconfiguration reconciles a ManagedProxyConfiguration into the hub side of the proxy: the
 // proxy-server namespace, ServiceAccount, RBAC, Services, Deployment, the signer CA and its published bundle, the
-// hub ProxyCertificates and the ClusterManagementAddOn.
+// hub ProxyCertificates and the ClusterManagementAddOn; and counts the clusters whose agents it renders (counts.go).
 package managedproxyconfiguration
 
 import (
@@ -75,7 +75,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 	}
 	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
 
-	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates, r.reconcileServer, r.reconcileAddOn}
+	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates, r.reconcileServer, r.reconcileAddOn, r.reconcileCounts}
 	var result runtimectrl.Result
 	var errs []error
 	for _, p := range phases {
@@ -162,6 +162,9 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		// The default configuration's CA stays in the bundle while agents hold certificates it signed.
 		Watches(&proxyv1alpha1.ClusterProxyStatus{}, handler.EnqueueRequestsFromMapFunc(toDefaultConfiguration),
 			builder.WithPredicates(agentIssuerChanged)).
+		// The cluster counts follow installs, connections and moves between configurations, a while later (countsDelay).
+		Watches(&proxyv1alpha1.ClusterProxyStatus{}, r.recountLater(), builder.WithPredicates(agentCountsChanged)).
+		Watches(&addonv1alpha1.ManagedClusterAddOn{}, r.recountLater(), builder.WithPredicates(addOnConfigurationChanged)).
 		Named("managedproxyconfiguration").
 		WithOptions(opts).
 		Complete(r)

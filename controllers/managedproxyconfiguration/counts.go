@@ -1,0 +1,156 @@
+package managedproxyconfiguration
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/workqueue"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	runtimectrl "sigs.k8s.io/controller-runtime"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
+
+// countsDelay is how long a change of a cluster's agent waits before the configurations count again: the changes of
+// every cluster in that time make one pass, and at most one status write, per configuration, however large the hub.
+const countsDelay = 5 * time.Second
+
+// configurationsResource is the resource an add-on's spec.configs names to pick a ManagedProxyConfiguration.
+const configurationsResource = "managedproxyconfigurations"
+
+// reconcileCounts sets how many clusters rendered from this configuration have their agent installed and connected.
+// Both lists come from the cache without a copy; neither is modified.
+func (r *Reconciler) reconcileCounts(ctx context.Context, s *scope) (runtimectrl.Result, error) {
+	addOns := &addonv1alpha1.ManagedClusterAddOnList{} // the cache holds only the add-ons named cluster-proxy
+	if err := r.Client.List(ctx, addOns, ctrl.UnsafeDisableDeepCopy); err != nil {
+		return runtimectrl.Result{}, fmt.Errorf("list ManagedClusterAddOns to count clusters: %w", err)
+	}
+	statuses := &proxyv1alpha1.ClusterProxyStatusList{}
+	if err := r.Client.List(ctx, statuses, ctrl.UnsafeDisableDeepCopy); err != nil {
+		return runtimectrl.Result{}, fmt.Errorf("list ClusterProxyStatuses to count clusters: %w", err)
+	}
+	s.status.ClustersInstalled, s.status.ClustersConnected = countClusters(s.mpc.Name, addOns.Items, statuses.Items)
+	return runtimectrl.Result{}, nil
+}
+
+// countClusters counts, among the clusters whose add-on uses the configuration mpcName, those whose agent is
+// installed and those whose agent is connected. A status without an add-on is not counted: its add-on was deleted and
+// the garbage collector removes the status next.
+func countClusters(mpcName string, addOns []addonv1alpha1.ManagedClusterAddOn, statuses []proxyv1alpha1.ClusterProxyStatus) (installed, connected int32) {
+	uses := make(map[string]bool, len(addOns)) // cluster namespace -> its add-on uses mpcName
+	for i := range addOns {
+		if addOns[i].Name == proxyv1alpha1.AddonName && configurationOf(&addOns[i]) == mpcName {
+			uses[addOns[i].Namespace] = true
+		}
+	}
+	for i := range statuses {
+		cps := &statuses[i]
+		if !uses[cps.Namespace] {
+			continue
+		}
+		inst, conn := agentCounts(cps)
+		installed += inst
+		connected += conn
+	}
+	return installed, connected
+}
+
+// agentCounts is what one cluster's status adds to the counts.
+func agentCounts(cps *proxyv1alpha1.ClusterProxyStatus) (installed, connected int32) {
+	if cps.Status.Installed {
+		installed = 1
+	}
+	if meta.IsStatusConditionTrue(cps.Status.Conditions, proxyv1alpha1.ConditionAgentConnected) {
+		connected = 1
+	}
+	return installed, connected
+}
+
+// configurationOf names the ManagedProxyConfiguration an add-on's agent is rendered from, as the clusteragent
+// controller resolves it: the first managedproxyconfigurations entry of spec.configs, else the default configuration.
+func configurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string {
+	for _, c := range mca.Spec.Configs {
+		if c.Group == proxyv1alpha1.GroupVersion.Group && c.Resource == configurationsResource {
+			if c.Name != "" {
+				return c.Name
+			}
+			break
+		}
+	}
+	return proxyv1alpha1.DefaultConfigurationName
+}
+
+// agentCountsChanged passes the ClusterProxyStatus events that can change a count: a status that counts appearing or
+// going, and a change of installed or of the AgentConnected condition's status. Probes, latencies and certificates,
+// most of the status writes, do not pass.
+var agentCountsChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		return counts(e.Object)
+	},
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldI, oldC := agentCounts(e.ObjectOld.(*proxyv1alpha1.ClusterProxyStatus))
+		newI, newC := agentCounts(e.ObjectNew.(*proxyv1alpha1.ClusterProxyStatus))
+		return oldI != newI || oldC != newC
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		return counts(e.Object)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// counts reports whether a ClusterProxyStatus adds to any count; an object of another type (a tombstone) might.
+func counts(o ctrl.Object) bool {
+	cps, ok := o.(*proxyv1alpha1.ClusterProxyStatus)
+	if !ok {
+		return true
+	}
+	i, c := agentCounts(cps)
+	return i+c > 0
+}
+
+// addOnConfigurationChanged passes the add-on updates that move a cluster from one configuration to another. Add-ons
+// created or deleted need no event of their own: their ClusterProxyStatus is created or deleted after them.
+var addOnConfigurationChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return configurationOf(e.ObjectOld.(*addonv1alpha1.ManagedClusterAddOn)) !=
+			configurationOf(e.ObjectNew.(*addonv1alpha1.ManagedClusterAddOn))
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// recountLater re-queues every configuration countsDelay after an event, so the events of many clusters coalesce
+// into one pass per configuration (the queue keeps the earliest time of an item already waiting). Every
+// configuration, because a deleted status's add-on may be gone and with it the way to tell which one it counted for;
+// configurations are few.
+func (r *Reconciler) recountLater() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		list := &proxyv1alpha1.ManagedProxyConfigurationList{}
+		if err := r.Client.List(ctx, list, ctrl.UnsafeDisableDeepCopy); err != nil {
+			runtimectrl.LoggerFrom(ctx).Error(err, "Cannot list ManagedProxyConfigurations to count their clusters")
+			return
+		}
+		for i := range list.Items {
+			q.AddAfter(reconcile.Request{NamespacedName: ctrl.ObjectKey{Name: list.Items[i].Name}}, countsDelay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, _ event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+		UpdateFunc: func(ctx context.Context, _ event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+		DeleteFunc: func(ctx context.Context, _ event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+	}
+}
