@@ -339,12 +339,14 @@ type ManagedProxyConfigurationStatus struct {
 	// signer describes the CA in use and, during a rollover, the previous one.
 	// +optional
 	Signer *SignerStatus `json:"signer,omitempty"`
-	// clustersInstalled counts managed clusters with an agent installed.
+	// clustersInstalled counts the managed clusters whose agent is rendered from this configuration and installed
+	// (their ClusterProxyStatus says installed). Recounted a few seconds after a change; present even when 0.
 	// +optional
-	ClustersInstalled int32 `json:"clustersInstalled,omitempty"`
-	// clustersConnected counts managed clusters with a connected agent.
+	ClustersInstalled int32 `json:"clustersInstalled"`
+	// clustersConnected counts the managed clusters whose agent is rendered from this configuration and connected to
+	// the proxy-servers (AgentConnected True). Recounted a few seconds after a change; present even when 0.
 	// +optional
-	ClustersConnected int32 `json:"clustersConnected,omitempty"`
+	ClustersConnected int32 `json:"clustersConnected"`
 	// conditions: ProxyServerDeployed, ProxyServerSecretSigned, AgentServerSecretSigned, ProxyClientSecretSigned,
 	// UserServerSecretSigned, SignerReady and Ready.
 	// +optional
@@ -370,6 +372,8 @@ type SignerStatus struct {
 // +kubebuilder:printcolumn:name="Entrypoint Type",type=string,JSONPath=`.spec.proxyServer.entrypoint.type`
 // +kubebuilder:printcolumn:name="Entrypoint",type=string,JSONPath=`.status.entrypoint`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.proxyServer.replicas`
+// +kubebuilder:printcolumn:name="Installed",type=integer,JSONPath=`.status.clustersInstalled`
+// +kubebuilder:printcolumn:name="Connected",type=integer,JSONPath=`.status.clustersConnected`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
