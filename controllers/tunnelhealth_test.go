@@ -96,6 +96,9 @@ func tunnelHealthSpecs() {
 		Expect(cps.Status.Probe.Latency).To(Equal("3.2ms"))
 		Expect(cps.Status.Probe.LastProbeTime).NotTo(BeNil())
 
+		By("the default configuration has counted the cluster (a few seconds after it connected), so that write is done")
+		expectCountsSettled(proxyv1alpha1.DefaultConfigurationName)
+
 		By("steady state: probes that confirm the tunnel, with jitter in their latency, write nothing")
 		mca := get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
 		before := writes.count()
