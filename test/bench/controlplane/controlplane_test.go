@@ -283,7 +283,7 @@ func watchConvergence(t *testing.T, cfg *rest.Config, n int) <-chan time.Time {
 // createAddOn creates the ManagedClusterAddOn cluster-proxy of a cluster as a user would, with a body encoded once
 // and an answer that is only checked, not decoded: the harness's CPU is not the operator's.
 func createAddOn(ctx context.Context, hc *http.Client, host, cluster string) error {
-	body := fmt.Sprintf(`{"apiVersion":%q,"kind":"ManagedClusterAddOn","metadata":{"name":%q,"namespace":%q}}`,
+	body := fmt.Sprintf(`{"apiVersion":%q,"kind":"ManagedClusterAddOn","metadata":{"name":%q,"namespace":%q},"spec":{}}`,
 		addonv1alpha1.GroupVersion.String(), proxyv1alpha1.AddonName, cluster)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
 		strings.TrimSuffix(host, "/")+"/apis/"+addonv1alpha1.GroupVersion.String()+"/namespaces/"+cluster+"/managedclusteraddons", strings.NewReader(body))
@@ -296,11 +296,12 @@ func createAddOn(ctx context.Context, hc *http.Client, host, cluster string) err
 		return err
 	}
 	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("create the add-on of %s: %s", cluster, resp.Status)
+		return fmt.Errorf("create the add-on of %s: %s: %s", cluster, resp.Status, answer)
 	}
 	return nil
 }
