@@ -176,13 +176,28 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 	return err == nil, err
 }
 
-// ensure is apply.EnsureReplaced for the objects a pass writes: it notes its writes for ownWrites.
+// ensure is apply.EnsureReplaced for the objects a pass writes, told to ownWrites.
 func ensure[T ctrl.Object](ctx context.Context, r *Reconciler, desired T) (T, error) {
+	r.own.begin(desired)
 	live, wrote, err := apply.EnsureReplaced(ctx, r.Client, desired)
+	var written ctrl.Object
 	if err == nil && wrote {
-		r.own.wrote(live)
+		written = live
 	}
+	r.own.end(desired, written)
 	return live, err
+}
+
+// writeStatus writes the status of after, a changed copy of before, with write, told to ownWrites.
+func (r *Reconciler) writeStatus(ctx context.Context, write func(context.Context, ctrl.Client, ctrl.Object, ctrl.Object) error, before, after ctrl.Object) error {
+	r.own.begin(after)
+	err := write(ctx, r.Client, before, after)
+	var written ctrl.Object
+	if err == nil && after.GetResourceVersion() != before.GetResourceVersion() {
+		written = after
+	}
+	r.own.end(after, written)
+	return err
 }
 
 // problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on
@@ -199,6 +214,7 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 	if r.Tunnels != nil {
 		b = b.WatchesRawSource(source.Channel(r.Tunnels.Changes(), handler.TypedEnqueueRequestsFromMapFunc(r.addOnsOfTunnelChange)))
 	}
+	b = b.WatchesRawSource(source.Channel(r.own.Foreign(), handler.TypedEnqueueRequestsFromMapFunc(addOnOfNamespace)))
 	return b.
 		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, r.own.notOwn())).
 		Owns(&workv1.ManifestWork{}, builder.WithPredicates(r.own.notOwn())).
@@ -227,6 +243,10 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 
 func addOnOfCluster(_ context.Context, o ctrl.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: o.GetName(), Name: proxyv1alpha1.AddonName}}}
+}
+
+func addOnOfNamespace(_ context.Context, namespace string) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: namespace, Name: proxyv1alpha1.AddonName}}}
 }
 
 func addOnOfCSR(_ context.Context, o ctrl.Object) []reconcile.Request {

@@ -5,22 +5,34 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-func version(uid, rv string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv}}
+func version(namespace, rv string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "status", ResourceVersion: rv}}
 }
 
 func TestOwnWritesLetThroughEveryChangeButThePassesOwn(t *testing.T) {
 	var w ownWrites
 	p := w.notOwn()
 	passes := func(obj *corev1.ConfigMap) bool { return p.Update(event.UpdateEvent{ObjectOld: obj, ObjectNew: obj}) }
+	foreign := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-w.Foreign():
+				out = append(out, e.Object)
+			default:
+				return out
+			}
+		}
+	}
 
-	// A pass creates an object (version 1) and then writes its status (version 2).
-	w.wrote(version("a", "1"))
-	w.wrote(version("a", "2"))
+	// A pass creates an object (version 1), then writes its status (version 2); the events come after the answers.
+	w.begin(version("a", ""))
+	w.end(version("a", ""), version("a", "1"))
+	w.begin(version("a", "1"))
+	w.end(version("a", "1"), version("a", "2"))
 	if !passes(version("b", "1")) {
 		t.Error("another object's change was held back")
 	}
@@ -36,25 +48,39 @@ func TestOwnWritesLetThroughEveryChangeButThePassesOwn(t *testing.T) {
 	if !passes(version("a", "2")) {
 		t.Error("a write's version is forgotten once its event came: a resync of it is let through")
 	}
-	if len(w.versions) != 0 {
-		t.Errorf("%d objects still remembered after all their events came", len(w.versions))
+
+	// The event of a write comes before its answer: it is held, then dropped as the write's own.
+	w.begin(version("c", "1"))
+	if passes(version("c", "2")) {
+		t.Error("an event during a write was let through before the write ended")
+	}
+	w.end(version("c", "1"), version("c", "2"))
+	if got := foreign(); len(got) != 0 {
+		t.Errorf("the write's own early event queued %v", got)
 	}
 
-	// A pass keeps two versions per object; a third write pushes out the oldest.
-	w.wrote(version("c", "1"))
-	w.wrote(version("c", "2"))
-	w.wrote(version("c", "3"))
-	if !passes(version("c", "1")) {
+	// Another writer's event during a write (whose write then fails, or writes nothing): held, then its cluster queued.
+	w.begin(version("d", "1"))
+	if passes(version("d", "7")) {
+		t.Error("an event during a write was let through before the write ended")
+	}
+	w.end(version("d", "1"), nil)
+	if got := foreign(); len(got) != 1 || got[0] != "d" {
+		t.Errorf("another writer's event held during a write queued %v, want [d]", got)
+	}
+
+	// Two versions are kept per object; a third write pushes out the oldest.
+	for _, v := range []string{"1", "2", "3"} {
+		w.begin(version("e", ""))
+		w.end(version("e", ""), version("e", v))
+	}
+	if !passes(version("e", "1")) {
 		t.Error("a version older than the last two is still held back")
 	}
-	if !p.Delete(event.DeleteEvent{Object: version("c", "3")}) {
+	if !p.Delete(event.DeleteEvent{Object: version("e", "3")}) {
 		t.Error("a deletion was held back")
 	}
-	if len(w.versions) != 0 {
-		t.Error("a deleted object's versions are still remembered")
-	}
-	w.wrote(&corev1.ConfigMap{})
-	if len(w.versions) != 0 {
-		t.Error("an object without uid or version was remembered")
+	if len(w.objects) != 0 {
+		t.Errorf("%d objects still remembered after their events came or they were deleted", len(w.objects))
 	}
 }

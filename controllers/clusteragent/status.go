@@ -75,11 +75,8 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	if r.addOnSchema.fits.Load() {
 		write = apply.UpdateStatus
 	}
-	if err := write(ctx, r.Client, s.mca, after); err != nil {
+	if err := r.writeStatus(ctx, write, s.mca, after); err != nil {
 		return err
-	}
-	if after.ResourceVersion != s.mca.ResourceVersion {
-		r.own.wrote(after)
 	}
 	// After the write: the resourceVersion lock proves the add-on read was current, so a problem it does not show
 	// yet is new, and its Event is emitted once, not on every pass while it lasts.
@@ -215,13 +212,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
-	if err := apply.UpdateStatus(ctx, r.Client, s.cpsBefore, s.cps); err != nil {
-		return err
-	}
-	if s.cps.ResourceVersion != s.cpsBefore.ResourceVersion {
-		r.own.wrote(s.cps)
-	}
-	return nil
+	return r.writeStatus(ctx, apply.UpdateStatus, s.cpsBefore, s.cps)
 }
 
 // computeStatus sets every field and condition of st from this pass, and returns when to look again (the agent
