@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -41,6 +42,23 @@ spec:
   duration: 24h
   issuerRef: {name: cluster-proxy}
 `
+
+// The service-proxy's flags in the configuration, and the messages that refuse a bad one.
+const (
+	argsField         = "spec.proxyAgent.additionalServiceProxyArgs"
+	notAFlag          = "spec.proxyAgent.additionalServiceProxyArgs takes only service-proxy flags, each written --name=value"
+	allowedArgsHint   = "--allowed-service=<namespace>/<name>[:<port>], --service-domain=<domain>, --service-ca-file=<absolute path>, -v=<level> or --v=<level>"
+	impersonationHint = "--enable-impersonation is not accepted in spec.proxyAgent.additionalServiceProxyArgs: set the AddOnDeploymentConfig customizedVariable enableImpersonation"
+)
+
+// manyArgs is n valid additionalServiceProxyArgs entries.
+func manyArgs(n int) []any {
+	args := make([]any, n)
+	for i := range args {
+		args[i] = "--allowed-service=team/web:" + strconv.Itoa(8000+i)
+	}
+	return args
+}
 
 // withField parses doc, sets the value at the dotted path (nil deletes it) and gives the object a fresh name.
 func withField(doc, path string, value any) *unstructured.Unstructured {
@@ -82,6 +100,20 @@ var _ = Describe("Validation", func() {
 		Entry("negative agent replicas", withField(validMPC, "spec.proxyAgent.replicas", int64(-2)), "spec.proxyAgent.replicas"),
 		Entry("missing proxy-server image", withField(validMPC, "spec.proxyServer.image", nil), "spec.proxyServer.image"),
 		Entry("a Service name that is not DNS-1035", withField(validMPC, "spec.proxyServer.inClusterServiceName", "1-bad"), "spec.proxyServer.inClusterServiceName"),
+		Entry("an additionalServiceProxyArgs flag the service-proxy does not have",
+			withField(validMPC, argsField, []any{"--allowed-service=default/web", "--proxy-server-host=evil.example.com"}),
+			argsField+"[1]", notAFlag, allowedArgsHint),
+		Entry("an additionalServiceProxyArgs flag and value as one space-separated entry",
+			withField(validMPC, argsField, []any{"--service-domain svc.corp"}), argsField+"[0]", notAFlag, allowedArgsHint),
+		Entry("an additionalServiceProxyArgs --allowed-service with a port above 65535",
+			withField(validMPC, argsField, []any{"--allowed-service=default/web:99999"}), argsField+"[0]", notAFlag),
+		Entry("an additionalServiceProxyArgs -v that is not a level", withField(validMPC, argsField, []any{"-v=high"}), argsField+"[0]", notAFlag),
+		Entry("an additionalServiceProxyArgs --service-ca-file without a path", withField(validMPC, argsField, []any{"--service-ca-file="}), argsField+"[0]", notAFlag),
+		Entry("--enable-impersonation=false in additionalServiceProxyArgs",
+			withField(validMPC, argsField, []any{"--v=2", "--enable-impersonation=false"}), argsField+"[1]", impersonationHint),
+		Entry("a bare --enable-impersonation in additionalServiceProxyArgs", withField(validMPC, argsField, []any{"--enable-impersonation"}), argsField+"[0]", impersonationHint),
+		Entry("a single-dash -enable-impersonation in additionalServiceProxyArgs", withField(validMPC, argsField, []any{"-enable-impersonation=true"}), argsField+"[0]", impersonationHint),
+		Entry("more than 32 additionalServiceProxyArgs", withField(validMPC, argsField, manyArgs(33)), argsField, "must have at most 32 items"),
 		Entry("renewBefore equal to duration", withField(validPC, "spec.renewBefore", "24h"), "renewBefore must be shorter than duration"),
 		Entry("renewBefore longer than duration", withField(validPC, "spec.renewBefore", "48h"), "renewBefore must be shorter than duration"),
 		Entry("a duration that is not a duration", withField(validPC, "spec.duration", "two days"), "spec.duration"),
@@ -89,6 +121,36 @@ var _ = Describe("Validation", func() {
 		Entry("an IP SAN that is not an IP", withField(validPC, "spec.ipAddresses", []any{"300.1.1.1"}), "spec.ipAddresses", "must be IP addresses"),
 		Entry("a certificate without issuer", withField(validPC, "spec.issuerRef", nil), "spec.issuerRef"),
 	)
+
+	It("refuses --enable-impersonation in additionalServiceProxyArgs with the customizedVariable hint alone", func() {
+		err := k8s.Create(ctx(), withField(validMPC, argsField, []any{"--enable-impersonation=false"}))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(argsField + "[0]"))
+		Expect(err.Error()).To(ContainSubstring("set the AddOnDeploymentConfig customizedVariable enableImpersonation (true or false) instead"))
+		Expect(err.Error()).NotTo(ContainSubstring("takes only service-proxy flags"), "one message per entry: the hint, not the list of flags")
+	})
+
+	It("accepts every flag additionalServiceProxyArgs allows, and keeps them as written", func() {
+		args := []any{
+			"--allowed-service=monitoring/prometheus:9090", "--allowed-service=team/api", "--allowed-service=a/b:65535",
+			"--service-domain=svc.cluster.local", "--service-domain=svc.cluster.local.",
+			"--service-ca-file=/etc/other-ca/ca.crt", "-v=3", "--v=10",
+		}
+		obj := withField(validMPC, argsField, args)
+		Expect(k8s.Create(ctx(), obj)).To(Succeed())
+		DeferCleanupDelete(obj)
+		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+		Expect(k8s.Get(ctx(), client.ObjectKey{Name: obj.GetName()}, mpc)).To(Succeed())
+		Expect(mpc.Spec.ProxyAgent.AdditionalServiceProxyArgs).To(Equal([]string{
+			"--allowed-service=monitoring/prometheus:9090", "--allowed-service=team/api", "--allowed-service=a/b:65535",
+			"--service-domain=svc.cluster.local", "--service-domain=svc.cluster.local.",
+			"--service-ca-file=/etc/other-ca/ca.crt", "-v=3", "--v=10",
+		}))
+
+		obj = withField(validMPC, argsField, manyArgs(32))
+		Expect(k8s.Create(ctx(), obj)).To(Succeed(), "32 entries, the most the schema allows")
+		DeferCleanupDelete(obj)
+	})
 
 	It("accepts the valid objects the table starts from", func() {
 		for _, doc := range []string{validMPC, validPC} {

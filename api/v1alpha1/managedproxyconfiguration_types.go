@@ -278,8 +278,16 @@ type ManagedProxyConfigurationProxyAgent struct {
 	// additionalArgs are appended to the proxy-agent command line.
 	// +optional
 	AdditionalArgs []string `json:"additionalArgs,omitempty"`
-	// additionalServiceProxyArgs are appended to the service-proxy command line.
+	// additionalServiceProxyArgs are flags of the service-proxy, which runs inside the proxy-agent: they are appended
+	// to the proxy-agent command line after the service-proxy's own flags (and before additionalArgs), only while
+	// the service-proxy runs (spec.userServer is set). Each entry is one of --allowed-service=<namespace>/<name>[:<port>],
+	// --service-domain=<domain>, --service-ca-file=<absolute path> or -v=<level> (--v=<level>).
+	// Impersonation is set with the AddOnDeploymentConfig customizedVariable enableImpersonation, not here.
 	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:XValidation:rule="!self.matches('^--?enable-impersonation(=|$)')",message="--enable-impersonation is not accepted in spec.proxyAgent.additionalServiceProxyArgs: set the AddOnDeploymentConfig customizedVariable enableImpersonation (true or false) instead"
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^--?enable-impersonation(=|$)') || self.matches('^(--allowed-service=[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z]([-a-z0-9]{0,61}[a-z0-9])?(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?|--service-domain=[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*[.]?|--service-ca-file=/.+|--?v=[0-9]{1,2})$')",message="spec.proxyAgent.additionalServiceProxyArgs takes only service-proxy flags, each written --name=value: --allowed-service=<namespace>/<name>[:<port>], --service-domain=<domain>, --service-ca-file=<absolute path>, -v=<level> or --v=<level>"
 	AdditionalServiceProxyArgs []string `json:"additionalServiceProxyArgs,omitempty"`
 	// imagePullSecrets are secret names in the agent namespace used to pull the agent image.
 	// +optional
