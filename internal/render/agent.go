@@ -274,6 +274,9 @@ func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string 
 		if serviceCAConfigMap(in.MPC) != "" {
 			args = append(args, "--service-ca-file="+ServiceCAMount+"/"+ServiceCAKey)
 		}
+		// After the rendered service-proxy flags, so a user's value wins over ours; before additionalArgs, which win
+		// last. Without the service-proxy they are dropped, so setting the field alone does not roll the agents.
+		args = append(args, in.MPC.Spec.ProxyAgent.AdditionalServiceProxyArgs...)
 	} else {
 		args = append(args, "--service-proxy-port=0")
 	}

@@ -555,6 +555,39 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
+			name: "additionalServiceProxyArgs follow the service-proxy's own flags and come before additionalArgs",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
+					AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "default", Name: "web", Port: 8080}},
+				}
+				in.MPC.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+				in.MPC.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{
+					"--allowed-service=monitoring/prometheus:9090", "--service-domain=svc.override.example", "--v=4",
+				}
+				in.MPC.Spec.ProxyAgent.AdditionalArgs = []string{"--v=2", "--keepalive-time=30s"}
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{CustomizedVariables: []addonv1alpha1.CustomizedVariable{
+					{Name: "serviceDomain", Value: "svc.corp.example"}, {Name: "enableImpersonation", Value: "false"},
+				}})
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.container().Args).To(Equal(append(baseArgs(testCluster, DefaultAgentNamespace),
+					"--service-proxy-port=7443", "--allowed-service=default/web:8080", "--service-domain=svc.corp.example",
+					"--enable-impersonation=false", "--service-ca-file=/etc/service-ca/service-ca.crt",
+					"--allowed-service=monitoring/prometheus:9090", "--service-domain=svc.override.example", "--v=4",
+					"--v=2", "--keepalive-time=30s")), "rendered service-proxy flags, then additionalServiceProxyArgs, then additionalArgs")
+			},
+		},
+		{
+			name: "additionalServiceProxyArgs without the service-proxy (no user-server) add nothing",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{"--service-domain=svc.override.example", "--v=4"}
+				in.MPC.Spec.ProxyAgent.AdditionalArgs = []string{"--v=2"}
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.container().Args).To(Equal(append(baseArgs(testCluster, DefaultAgentNamespace), "--service-proxy-port=0", "--v=2")))
+			},
+		},
+		{
 			name: "zero replicas are rendered as zero, not dropped",
 			modify: func(in *AgentInput) {
 				in.MPC.Spec.ProxyAgent.Replicas = 0
@@ -827,4 +860,38 @@ func TestServiceCAConfigMapAloneDoesNotChangeTheAgentWork(t *testing.T) {
 	with, _, err := AgentWork(in)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(with).To(Equal(without), "without the service-proxy nothing reads the CAs: no volume, no flag, no rollout")
+}
+
+func TestServiceProxyFieldsAloneDoNotChangeTheAgentWork(t *testing.T) {
+	cases := []struct {
+		name   string
+		modify func(agent *proxyv1alpha1.ManagedProxyConfigurationProxyAgent)
+	}{
+		{
+			name: "additionalServiceProxyArgs",
+			modify: func(agent *proxyv1alpha1.ManagedProxyConfigurationProxyAgent) {
+				agent.AdditionalServiceProxyArgs = []string{"--allowed-service=monitoring/prometheus:9090", "--v=4"}
+			},
+		},
+		{
+			name: "additionalServiceProxyArgs and additionalServiceCAConfigMap",
+			modify: func(agent *proxyv1alpha1.ManagedProxyConfigurationProxyAgent) {
+				agent.AdditionalServiceProxyArgs = []string{"--service-domain=svc.override.example", "--service-ca-file=/etc/other/ca.crt"}
+				agent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := agentTestInput(t)
+			in.MPC.Spec.ProxyAgent.AdditionalArgs = []string{"--v=2"}
+			without, _, err := AgentWork(in)
+			g.Expect(err).NotTo(HaveOccurred())
+			tc.modify(&in.MPC.Spec.ProxyAgent)
+			with, _, err := AgentWork(in)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(with).To(Equal(without), "without the service-proxy its flags are not rendered: the same work, no rollout")
+		})
+	}
 }
