@@ -64,6 +64,7 @@ type config struct {
 	serviceDomain       string
 	enableImpersonation bool
 	serviceCAFile       string
+	verbosity           int
 }
 
 // appendTo is the Set of a flag that may be given several times.
@@ -76,12 +77,11 @@ func main() {
 	var c config
 	fs := flag.CommandLine
 	bindFlags(fs, &c, hostname)
-	verbosity := fs.Int("v", 0, "log verbosity (higher logs more), as ANP's -v")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
-	if *verbosity > 0 && zapOpts.Level == nil {
-		zapOpts.Level = zapcore.Level(-*verbosity)
+	if c.verbosity > 0 && zapOpts.Level == nil {
+		zapOpts.Level = zapcore.Level(-c.verbosity)
 	}
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	// Libraries log through controller-runtime\'s logger (the service-proxy, the user-server).
@@ -120,6 +120,8 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
 	fs.StringVar(&c.serviceCAFile, "service-ca-file", "", "PEM CAs the service-proxy trusts for https services besides the system roots; "+
 		"re-read when it changes, and may be absent (an optional ConfigMap volume)")
+	// -v is also a service-proxy flag (ManagedProxyConfiguration spec.proxyAgent.additionalServiceProxyArgs).
+	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
 	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable", appendTo(&c.resolve))
 	fs.IntVar(&c.readBufferSize, "read-buffer-size", agent.DefaultReadBufferSize, "largest read from a destination, in bytes (DATA packets carry at most 32 KiB of it each)")
 	// Flags of ANP's proxy-agent that configurations written for the existing addon pass in additionalArgs.

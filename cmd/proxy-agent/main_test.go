@@ -14,6 +14,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
@@ -133,4 +134,48 @@ func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
 	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
 	c = parse(g)
 	g.Expect(c.serviceCAFile).To(Equal("/etc/service-ca/service-ca.crt"))
+}
+
+func TestEveryAllowedServiceProxyArgParsesWithTheAgentsFlags(t *testing.T) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	mpc.Spec.ProxyAgent.Image = "img"
+	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+	mpc.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
+		AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "team", Name: "web", Port: 8443}},
+	}
+	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
+	parse := func(g Gomega) config {
+		var c config
+		fs := flag.NewFlagSet("proxy-agent", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindFlags(fs, &c, "host")
+		g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
+		g.Expect(fs.Args()).To(BeEmpty())
+		return c
+	}
+
+	// One entry of each form the CRD accepts in spec.proxyAgent.additionalServiceProxyArgs.
+	mpc.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{
+		"--allowed-service=monitoring/prometheus:9090",
+		"--allowed-service=team/api",
+		"--service-domain=svc.cluster.local.",
+		"--service-ca-file=/etc/other-ca/ca.crt",
+		"-v=3",
+	}
+	g := NewWithT(t)
+	c := parse(g)
+	g.Expect(c.allowedServices).To(Equal([]string{"team/web:8443", "monitoring/prometheus:9090", "team/api"}),
+		"the configuration's allow-list first, then the extra services")
+	_, err := allowlist.ParseAll(c.allowedServices)
+	g.Expect(err).NotTo(HaveOccurred(), "the agent would start with this allow-list")
+	g.Expect(c.serviceDomain).To(Equal("svc.cluster.local."), "the user's value comes after the customizedVariable's, so it wins")
+	g.Expect(c.serviceCAFile).To(Equal("/etc/other-ca/ca.crt"), "the user's value comes after the rendered mount path, so it wins")
+	g.Expect(c.verbosity).To(Equal(3))
+	g.Expect(c.enableImpersonation).To(BeTrue())
+
+	mpc.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{"--v=5"}
+	g.Expect(parse(g).verbosity).To(Equal(5))
+
+	mpc.Spec.ProxyAgent.AdditionalArgs = []string{"--v=1"}
+	g.Expect(parse(g).verbosity).To(Equal(1), "additionalArgs come last and win")
 }
