@@ -105,6 +105,9 @@ func TestControlPlaneScale(t *testing.T) {
 	}
 	must(t, c.Create(ctx, mpc))
 	waitFor(t, "the configuration to be Ready", convergenceTimeout, func() bool {
+		if exited, _ := mgr.Exited(); exited {
+			t.Fatalf("the manager exited (%s); its log ends:\n%s", mgr.ExitDescription(), mgr.Tail(30))
+		}
 		live := &proxyv1alpha1.ManagedProxyConfiguration{}
 		return c.Get(ctx, client.ObjectKeyFromObject(mpc), live) == nil && meta.IsStatusConditionTrue(live.Status.Conditions, proxyv1alpha1.ConditionReady)
 	})
@@ -133,8 +136,11 @@ func TestControlPlaneScale(t *testing.T) {
 	var doneAt time.Time
 	select {
 	case doneAt = <-convergedAt:
+	case <-mgr.Done():
+		t.Fatalf("the manager exited (%s) before every cluster converged; its log ends:\n%s", mgr.ExitDescription(), mgr.Tail(30))
 	case <-time.After(convergenceTimeout):
-		t.Fatalf("timed out after %s waiting for every cluster to have a ManifestWork and a reported ClusterProxyStatus", convergenceTimeout)
+		t.Fatalf("timed out after %s waiting for every cluster to have a ManifestWork and a reported ClusterProxyStatus; the manager's log ends:\n%s",
+			convergenceTimeout, mgr.Tail(30))
 	}
 	converged := doneAt.Sub(start)
 	stopProfiles()
