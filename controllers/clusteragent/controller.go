@@ -13,6 +13,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,7 +151,7 @@ func (r *Reconciler) reconcileWork(ctx context.Context, s *scope) error {
 func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error) {
 	bundle := &corev1.Secret{}
 	if err := r.Client.Get(ctx, ctrl.ObjectKey{Namespace: render.Namespace(s.mpc), Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
-		return false, ctrl.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its status change re-queues us
+		return false, ctrl.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its creation re-queues us
 	}
 	host, _ := render.SplitEntrypoint(s.mpc.Status.Entrypoint)
 	work, summary, err := render.AgentWork(render.AgentInput{
@@ -221,7 +222,11 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(r.own.notOwn())).
 		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
-		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
+		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(agentInputChanged)).
+		// The published CA bundle goes into every agent work.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(predicate.NewPredicateFuncs(func(o ctrl.Object) bool {
+			return o.GetName() == proxyv1alpha1.CABundleSecretName
+		}))).
 		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
 		Watches(&addonv1alpha1.ClusterManagementAddOn{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(onlyOurAddOn)).
 		// The add-on CRD queues nothing: it decides how the add-on status is written (addOnSchema).
@@ -243,6 +248,19 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 
 func addOnOfCluster(_ context.Context, o ctrl.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Namespace: o.GetName(), Name: proxyv1alpha1.AddonName}}}
+}
+
+// agentInputChanged passes the ManagedProxyConfiguration changes the agents are rendered and registered from: its
+// spec, its entrypoint and its signer. Not its conditions and cluster counts, which follow the clusters: a pass of
+// every cluster each time a count changed would cost a large hub a pass per cluster every few seconds while agents
+// connect.
+var agentInputChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok1 := e.ObjectOld.(*proxyv1alpha1.ManagedProxyConfiguration)
+		cur, ok2 := e.ObjectNew.(*proxyv1alpha1.ManagedProxyConfiguration)
+		return !ok1 || !ok2 || old.Generation != cur.Generation || old.Status.Entrypoint != cur.Status.Entrypoint ||
+			!equality.Semantic.DeepEqual(old.Status.Signer, cur.Status.Signer)
+	},
 }
 
 func addOnOfNamespace(_ context.Context, namespace string) []reconcile.Request {
