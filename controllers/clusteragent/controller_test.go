@@ -18,7 +18,9 @@ func TestOnlyTheConfigurationChangesAgentsAreRenderedFromQueueEveryCluster(t *te
 		change func(*proxyv1alpha1.ManagedProxyConfiguration)
 		want   bool
 	}{
-		{"the cluster counts", func(m *proxyv1alpha1.ManagedProxyConfiguration) { m.Status.ClustersInstalled, m.Status.ClustersConnected = 7, 5 }, false},
+		{"the cluster counts", func(m *proxyv1alpha1.ManagedProxyConfiguration) {
+			m.Status.ClustersInstalled, m.Status.ClustersConnected = 7, 5
+		}, false},
 		{"a condition", func(m *proxyv1alpha1.ManagedProxyConfiguration) {
 			m.Status.Conditions = []metav1.Condition{{Type: proxyv1alpha1.ConditionReady, Status: metav1.ConditionTrue}}
 		}, false},
