@@ -107,52 +107,46 @@ func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
 	}
 }
 
-func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
+// withServiceProxy is a configuration whose agents run the service-proxy for one allow-listed service.
+func withServiceProxy() *proxyv1alpha1.ManagedProxyConfiguration {
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	mpc.Spec.ProxyAgent.Image = "img"
 	mpc.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
 		AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "team", Name: "web", Port: 8443}},
 	}
-	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
-	parse := func(g Gomega) config {
-		var c config
-		fs := flag.NewFlagSet("proxy-agent", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		bindFlags(fs, &c, "host")
-		g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
-		g.Expect(fs.Args()).To(BeEmpty())
-		return c
-	}
+	return mpc
+}
 
+// parseRendered parses, with the agent's own flags, the command line the operator renders for the agent of cluster
+// c1 from mpc, with the service domain svc.corp.
+func parseRendered(g Gomega, mpc *proxyv1alpha1.ManagedProxyConfiguration) config {
+	var c config
+	fs := flag.NewFlagSet("proxy-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	bindFlags(fs, &c, "host")
+	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
+	g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
+	g.Expect(fs.Args()).To(BeEmpty())
+	return c
+}
+
+func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
+	mpc := withServiceProxy()
 	g := NewWithT(t)
-	c := parse(g)
+	c := parseRendered(g, mpc)
 	g.Expect(c.serviceProxyPort).To(Equal(render.ServiceProxyPort))
 	g.Expect(c.allowedServices).To(Equal([]string{"team/web:8443"}))
 	g.Expect(c.serviceDomain).To(Equal("svc.corp"))
 	g.Expect(c.serviceCAFile).To(BeEmpty(), "no additionalServiceCAConfigMap: the system roots only")
 
 	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
-	c = parse(g)
+	c = parseRendered(g, mpc)
 	g.Expect(c.serviceCAFile).To(Equal("/etc/service-ca/service-ca.crt"))
 }
 
 func TestEveryAllowedServiceProxyArgParsesWithTheAgentsFlags(t *testing.T) {
-	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
-	mpc.Spec.ProxyAgent.Image = "img"
+	mpc := withServiceProxy()
 	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
-	mpc.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
-		AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "team", Name: "web", Port: 8443}},
-	}
-	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
-	parse := func(g Gomega) config {
-		var c config
-		fs := flag.NewFlagSet("proxy-agent", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		bindFlags(fs, &c, "host")
-		g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
-		g.Expect(fs.Args()).To(BeEmpty())
-		return c
-	}
 
 	// One entry of each form the CRD accepts in spec.proxyAgent.additionalServiceProxyArgs.
 	mpc.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{
@@ -163,7 +157,7 @@ func TestEveryAllowedServiceProxyArgParsesWithTheAgentsFlags(t *testing.T) {
 		"-v=3",
 	}
 	g := NewWithT(t)
-	c := parse(g)
+	c := parseRendered(g, mpc)
 	g.Expect(c.allowedServices).To(Equal([]string{"team/web:8443", "monitoring/prometheus:9090", "team/api"}),
 		"the configuration's allow-list first, then the extra services")
 	_, err := allowlist.ParseAll(c.allowedServices)
@@ -174,8 +168,8 @@ func TestEveryAllowedServiceProxyArgParsesWithTheAgentsFlags(t *testing.T) {
 	g.Expect(c.enableImpersonation).To(BeTrue())
 
 	mpc.Spec.ProxyAgent.AdditionalServiceProxyArgs = []string{"--v=5"}
-	g.Expect(parse(g).verbosity).To(Equal(5))
+	g.Expect(parseRendered(g, mpc).verbosity).To(Equal(5))
 
 	mpc.Spec.ProxyAgent.AdditionalArgs = []string{"--v=1"}
-	g.Expect(parse(g).verbosity).To(Equal(1), "additionalArgs come last and win")
+	g.Expect(parseRendered(g, mpc).verbosity).To(Equal(1), "additionalArgs come last and win")
 }
