@@ -173,3 +173,13 @@ func must[T any](v T, err error) T {
 
 // file is the path of a file of this run.
 func (w *harness) file(rel string) string { return filepath.Join(workDir, rel) }
+
+// pid is the process ID of the current run, 0 before the first start; a restart changes it.
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}

@@ -7,16 +7,20 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
@@ -59,6 +63,13 @@ type harness struct {
 
 	web *httptest.Server // an in-cluster HTTP service of the managed cluster, allow-listed as default/web
 
+	// In-cluster https services, allow-listed as default/secure and default/untrusted on port 443. secure serves
+	// secureCert, signed by a private CA that the service CA file (--service-ca-file) holds; untrusted is signed by a
+	// private CA that is in no file.
+	secure, untrusted *httptest.Server
+	secureCert        atomic.Pointer[tls.Certificate]
+	serviceCAPath     string
+
 	// Files a hub client uses: the proxy-client pair and the CA bundle.
 	clientCert, clientKey string
 	// Tokens: a managed-cluster user allowed to list namespaces, and a hub ServiceAccount.
@@ -82,10 +93,8 @@ func startWorld() *harness {
 	w.ports.frontend, w.ports.agent, w.ports.health, w.ports.admin = freePort(), freePort(), freePort(), freePort()
 	w.ports.connect, w.ports.user, w.ports.agentHealth = freePort(), freePort(), freePort()
 
-	w.web = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "text/plain")
-		_, _ = fmt.Fprintf(rw, "web saw %s", r.URL.Path)
-	}))
+	w.web = httptest.NewServer(echoService("web"))
+	w.startHTTPSServices()
 
 	mpc := w.configuration()
 	w.issueCertificates()
@@ -109,8 +118,10 @@ func (w *harness) stop() {
 			p.stop(false)
 		}
 	}
-	if w.web != nil {
-		w.web.Close()
+	for _, s := range []*httptest.Server{w.web, w.secure, w.untrusted} {
+		if s != nil {
+			s.Close()
+		}
 	}
 	for _, e := range []*envtest.Environment{w.managed, w.hub} {
 		if e != nil {
@@ -139,13 +150,19 @@ func (w *harness) configuration() *proxyv1alpha1.ManagedProxyConfiguration {
 					Port: int32(w.ports.agent),
 				},
 			},
-			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "proxy:test", Replicas: 1},
+			// The ConfigMap does not exist here: the agent reads this run's service CA file at the rendered mount.
+			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "proxy:test", Replicas: 1,
+				AdditionalServiceCAConfigMap: "service-ca"},
 			Deploy: &proxyv1alpha1.ManagedProxyConfigurationDeploy{Ports: proxyv1alpha1.ManagedProxyConfigurationDeployPorts{
 				ProxyServer: int32(w.ports.frontend), AgentServer: int32(w.ports.agent), HealthServer: int32(w.ports.health),
 				AdminServer: int32(w.ports.admin), HTTPConnectServer: int32(w.ports.connect),
 			}},
 			UserServer: &proxyv1alpha1.ManagedProxyConfigurationUserServer{
-				AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "default", Name: "web", Port: 80}},
+				AllowedServices: []proxyv1alpha1.AllowedService{
+					{Namespace: "default", Name: "web", Port: 80},
+					{Namespace: "default", Name: "secure", Port: 443},
+					{Namespace: "default", Name: "untrusted", Port: 443},
+				},
 			},
 		},
 	}
@@ -305,13 +322,52 @@ func (w *harness) agentCommandLine(manifests []*unstructured.Unstructured) []str
 	Expect(rendered).NotTo(BeEmpty())
 	files := map[string]string{
 		"--ca-cert": w.bundlePath, "--agent-cert": "pki/agent/tls.crt", "--agent-key": "pki/agent/tls.key",
-		"--hub-kubeconfig": w.agentHubKubeconfig(),
+		"--hub-kubeconfig": w.agentHubKubeconfig(), "--service-ca-file": w.serviceCAPath,
 	}
 	args := replaceFiles(rendered, files)
 	args = replaceFlag(args, "--health-server-port", fmt.Sprint(w.ports.agentHealth))
-	webPort := w.web.Listener.Addr().(*net.TCPAddr).Port
 	return append(args, "--kubeconfig="+w.agentManagedKubeconfig(), "--agent-id=agent-1",
-		fmt.Sprintf("--resolve=web.default.svc:80=127.0.0.1:%d", webPort))
+		"--resolve=web.default.svc:80="+w.web.Listener.Addr().String(),
+		"--resolve=secure.default.svc:443="+w.secure.Listener.Addr().String(),
+		"--resolve=untrusted.default.svc:443="+w.untrusted.Listener.Addr().String())
+}
+
+// echoService answers "<name> saw <path>".
+func echoService(name string) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain")
+		_, _ = fmt.Fprintf(rw, "%s saw %s", name, r.URL.Path)
+	})
+}
+
+// startHTTPSServices starts default/secure and default/untrusted, each with a serving certificate from a private CA of
+// its own, and writes secure's CA as the service CA file.
+func (w *harness) startHTTPSServices() {
+	secureCA := must(certs.NewCA("service-ca-1", 24*time.Hour, time.Now()))
+	w.secureCert.Store(servingCertificate(secureCA, "secure.default.svc"))
+	w.secure = startHTTPSService("secure", func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return w.secureCert.Load(), nil })
+	untrusted := servingCertificate(must(certs.NewCA("service-ca-in-no-file", 24*time.Hour, time.Now())), "untrusted.default.svc")
+	w.untrusted = startHTTPSService("untrusted", func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return untrusted, nil })
+	w.serviceCAPath = writeFile("service-ca/service-ca.crt", secureCA.CertPEM)
+}
+
+// startHTTPSService serves echoService(name) over TLS with the certificate getCertificate returns. The service-proxy
+// sends the service's host name (SNI), so getCertificate answers rather than httptest's own certificate.
+func startHTTPSService(name string, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *httptest.Server {
+	s := httptest.NewUnstartedServer(echoService(name))
+	s.TLS = &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12}
+	// Refused handshakes are what the specs expect; the agent's log has them from the service-proxy's side.
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	return s
+}
+
+// servingCertificate is a serving certificate for dnsName signed by ca.
+func servingCertificate(ca *certs.KeyPair, dnsName string) *tls.Certificate {
+	leaf := must(certs.IssueLeaf(ca, certs.LeafSpec{CommonName: dnsName, DNSNames: []string{dnsName},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: 12 * time.Hour}, time.Now()))
+	cert := must(tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM))
+	return &cert
 }
 
 // replaceFiles points file flags at this run's files (relative names are under the work folder); every rendered
