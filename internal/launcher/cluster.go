@@ -53,7 +53,8 @@ func agentSelection() selection {
 	}
 }
 
-// cluster is one control plane the launcher watches: its Deployments of interest and every Secret, from informers.
+// cluster is one control plane the launcher watches: its Deployments of interest and every Secret and ConfigMap (what
+// volumes are made from), from informers.
 type cluster struct {
 	name      string
 	client    kubernetes.Interface
@@ -65,6 +66,7 @@ type cluster struct {
 
 	deployments appslisters.DeploymentLister
 	secrets     corelisters.SecretLister
+	configMaps  corelisters.ConfigMapLister
 	factories   []informers.SharedInformerFactory
 	synced      []cache.InformerSynced
 }
@@ -91,15 +93,16 @@ func newCluster(t Target, sel selection, onChange func()) (*cluster, error) {
 	selector := sel.labels.String()
 	deployFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	secretFactory := informers.NewSharedInformerFactory(client, 0)
+	volumeFactory := informers.NewSharedInformerFactory(client, 0)
 	deployInformer := deployFactory.Apps().V1().Deployments()
-	secretInformer := secretFactory.Core().V1().Secrets()
+	secretInformer := volumeFactory.Core().V1().Secrets()
+	configMapInformer := volumeFactory.Core().V1().ConfigMaps()
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { onChange() },
 		UpdateFunc: func(any, any) { onChange() },
 		DeleteFunc: func(any) { onChange() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{deployInformer.Informer(), secretInformer.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{deployInformer.Informer(), secretInformer.Informer(), configMapInformer.Informer()} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return nil, err
 		}
@@ -107,7 +110,8 @@ func newCluster(t Target, sel selection, onChange func()) (*cluster, error) {
 	}
 	c.deployments = deployInformer.Lister()
 	c.secrets = secretInformer.Lister()
-	c.factories = []informers.SharedInformerFactory{deployFactory, secretFactory}
+	c.configMaps = configMapInformer.Lister()
+	c.factories = []informers.SharedInformerFactory{deployFactory, volumeFactory}
 	return c, nil
 }
 
@@ -174,6 +178,11 @@ func (c *cluster) deployment(namespace, name string) (*appsv1.Deployment, bool) 
 func (c *cluster) secret(namespace, name string) (*corev1.Secret, bool) {
 	s, err := c.secrets.Secrets(namespace).Get(name)
 	return s, err == nil
+}
+
+func (c *cluster) configMap(namespace, name string) (*corev1.ConfigMap, bool) {
+	cm, err := c.configMaps.ConfigMaps(namespace).Get(name)
+	return cm, err == nil
 }
 
 // replicas is the Deployment's replica count, 1 when unset as the API defaults it.

@@ -210,8 +210,8 @@ func mountPaths(spec *corev1.PodSpec, c *corev1.Container, pc podContext) ([]mou
 		if !ok {
 			return nil, unsupported("volume mount %s names no volume", m.Name)
 		}
-		if v.Secret == nil && v.EmptyDir == nil {
-			return nil, unsupported("volume %s is neither a secret nor an emptyDir", v.Name)
+		if v.Secret == nil && v.ConfigMap == nil && v.EmptyDir == nil {
+			return nil, unsupported("volume %s is not a secret, configMap or emptyDir volume", v.Name)
 		}
 		if m.SubPath != "" || m.SubPathExpr != "" {
 			return nil, unsupported("volume mount %s uses a subPath", m.Name)

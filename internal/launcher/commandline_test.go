@@ -135,6 +135,18 @@ func TestAgentCommandLineAddsWhatAPodGetsAndNothingElse(t *testing.T) {
 	g.Expect(env).To(HaveLen(7), "HTTPS_PROXY, NO_PROXY in both cases, and the three a pod gets: nothing else")
 }
 
+func TestAgentWithAServiceCAConfigMapReadsItsFileFromThePodFolder(t *testing.T) {
+	g := NewWithT(t)
+	mpc := testMPC()
+	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+	d := renderedAgentDeployment(t, mpc, nil)
+	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ConfigMap", Not(BeNil()))), "render mounts the ConfigMap")
+
+	cl, err := buildCommandLine(&d.Spec.Template, testContext())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cl.Args).To(ContainElement("--service-ca-file=/work/pod" + render.ServiceCAMount + "/" + render.ServiceCAKey))
+}
+
 func mapAll(args []string, m map[string]string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
@@ -235,8 +247,11 @@ func TestUnsupportedTemplatesAreRefused(t *testing.T) {
 		"init container":  func(p *corev1.PodTemplateSpec) { p.Spec.InitContainers = p.Spec.Containers },
 		"no command":      func(p *corev1.PodTemplateSpec) { p.Spec.Containers[0].Command = nil },
 		"unknown program": func(p *corev1.PodTemplateSpec) { p.Spec.Containers[0].Command = []string{"/manager"} },
-		"configMap volume": func(p *corev1.PodTemplateSpec) {
-			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}
+		"hostPath volume": func(p *corev1.PodTemplateSpec) {
+			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}
+		},
+		"projected volume": func(p *corev1.PodTemplateSpec) {
+			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}
 		},
 		"subPath": func(p *corev1.PodTemplateSpec) { p.Spec.Containers[0].VolumeMounts[0].SubPath = "x" },
 		"envFrom": func(p *corev1.PodTemplateSpec) { p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{}} },

@@ -3,15 +3,17 @@
 // to its managed cluster, as processes on 127.0.0.1.
 //
 // A process runs the container's command and arguments as rendered, with the local binary in place of the image,
-// $(VAR) references expanded and mount paths pointing at files materialised from the live Secrets. The only additions
-// are what a pod gets from Kubernetes, said on the program's command line (see programs): a hostname (--server-id,
-// --agent-id), its own network namespace (listeners bound to loopback, a taken shared port moved), an in-cluster
-// configuration (--kubeconfig with a TokenRequest token), Service addresses (--resolve from Options.Addresses), and
-// the KUBERNETES_SERVICE_HOST/PORT and HOSTNAME variables. Nothing else is invented.
+// $(VAR) references expanded and mount paths pointing at files materialised from the live Secrets and ConfigMaps of
+// the cluster the pod runs on. The only additions are what a pod gets from Kubernetes, said on the program's command
+// line (see programs): a hostname (--server-id, --agent-id), its own network namespace (listeners bound to loopback,
+// a taken shared port moved), an in-cluster configuration (--kubeconfig with a TokenRequest token), Service addresses
+// (--resolve from Options.Addresses), and the KUBERNETES_SERVICE_HOST/PORT and HOSTNAME variables. Nothing else is
+// invented.
 //
-// Deployments and Secrets are watched with informers rather than polled: a Secret renewal or a rollout reaches the
-// processes within a watch event, as the kubelet's watch-based secret manager does, and a steady state costs the
-// apiservers nothing, where polling every Secret of every cluster each second would not.
+// Deployments, Secrets and ConfigMaps are watched with informers rather than polled: a Secret renewal, an edited
+// ConfigMap or a rollout reaches the processes within a watch event, as the kubelet's watch-based secret and configMap
+// managers do, and a steady state costs the apiservers nothing, where polling every Secret and ConfigMap of every
+// cluster each second would not.
 package launcher
 
 import (
@@ -47,7 +49,8 @@ type Options struct {
 	// WorkDir holds each pod's files (WorkDir/<pod>/<mountPath>/<key>) and log (WorkDir/<pod>.log), where <pod> is
 	// <cluster>_<namespace>_<name>. The caller removes it.
 	WorkDir string
-	// Log receives the launcher's own lines (starts, exits, rollouts, rewritten Secrets); nil discards them.
+	// Log receives the launcher's own lines (starts, exits, rollouts, rewritten Secrets and ConfigMaps); nil discards
+	// them.
 	Log io.Writer
 	// Addresses maps in-cluster host:port (e.g. proxy-entrypoint.open-cluster-management-addon.svc:8091) to loopback
 	// host:port, as hostAliases/Services would on a real cluster.
@@ -229,8 +232,9 @@ func (l *Launcher) loop(ctx context.Context) {
 }
 
 // reconcile starts a worker for every replica of every selected Deployment, removes the workers of replicas that
-// are gone, and wakes the others of the clusters with a watch event (dirty) to look at their Deployment and Secrets
-// again (they also look each second by themselves). It reports whether every cluster's informers have synced.
+// are gone, and wakes the others of the clusters with a watch event (dirty) to look at their Deployment, Secrets and
+// ConfigMaps again (they also look each second by themselves). It reports whether every cluster's informers have
+// synced.
 func (l *Launcher) reconcile(ctx context.Context, dirty map[string]bool) (synced bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
@@ -47,7 +48,7 @@ type PodStatus struct {
 	LastExit   string // how it last exited by itself, e.g. "exit status 1" or "signal: killed"; "" if never
 	LastExitAt time.Time
 	StartedAt  time.Time
-	// Waiting says why the process is not running (a missing Secret, back-off, an unsupported template).
+	// Waiting says why the process is not running (a missing Secret or ConfigMap, back-off, an unsupported template).
 	Waiting string
 	// Ports maps each rendered listening port the launcher moved (it was taken) to the loopback port used.
 	Ports map[int32]int32
@@ -70,8 +71,8 @@ func (k podKey) name() string { return k.deployment + "-" + strconv.Itoa(k.index
 func (k podKey) id() string { return k.cluster + "_" + k.namespace + "_" + k.name() }
 
 // podWorker runs one pod, like the kubelet's pod worker: it materialises the volumes, starts the process, rewrites
-// the files when a Secret changes, restarts the process when it exits (with back-off) or when the pod template
-// changes, and stops it when the pod goes away.
+// the files when a Secret or ConfigMap changes, restarts the process when it exits (with back-off) or when the pod
+// template changes, and stops it when the pod goes away.
 type podWorker struct {
 	key          podKey
 	l            *Launcher
@@ -87,8 +88,8 @@ type podWorker struct {
 	proc    *testenv.Process
 	grace   time.Duration
 	written map[string]string // mount path -> hash of the files on disk
-	// writtenFrom is, by mount path, the template and Secret version the files were last checked against, so an
-	// unchanged Secret is not read and hashed again each second.
+	// writtenFrom is, by mount path, the template and Secret (or ConfigMap) version the files were last checked
+	// against, so an unchanged object is not read and hashed again each second.
 	writtenFrom map[string]string
 	hashed      hashedTemplate // the Deployment generation whose template hash is known
 	token       *serviceAccountToken
@@ -193,7 +194,7 @@ func (w *podWorker) run(ctx context.Context) {
 	}
 }
 
-// sync brings the pod in line with its Deployment and Secrets.
+// sync brings the pod in line with its Deployment, Secrets and ConfigMaps.
 func (w *podWorker) sync(ctx context.Context) {
 	if w.proc != nil {
 		if done, _ := w.proc.Exited(); done {
@@ -216,7 +217,8 @@ func (w *podWorker) sync(ctx context.Context) {
 
 	volumesErr := w.syncVolumes(tmpl, hash)
 	if w.proc != nil {
-		// A running pod keeps its files when a Secret disappears, as with the kubelet.
+		// A running pod keeps its files when a Secret or ConfigMap it requires disappears, as with the kubelet (an
+		// optional one that disappears empties its folder instead, as the kubelet does too).
 		if volumesErr != nil {
 			w.wait("keeping the files last written: " + volumesErr.Error())
 		}
@@ -309,8 +311,9 @@ type hashedTemplate struct {
 	hash       string
 }
 
-// syncVolumes writes every mounted Secret whose content changed since it was last written; a Secret whose version
-// is the one last checked, under the same template (hash), is skipped.
+// syncVolumes writes every mounted Secret and ConfigMap whose content changed since it was last written; an object
+// whose version is the one last checked, under the same template (hash), is skipped. The informers' watch events wake
+// the worker, so a changed object reaches the files within an event, as the kubelet refreshes these volumes.
 func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash string) error {
 	volumes := map[string]*corev1.Volume{}
 	for i := range tmpl.Spec.Volumes {
@@ -323,23 +326,33 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 			if !ok {
 				continue // buildCommandLine reports it
 			}
-			var payload volumePayload
-			source := ""
+			var (
+				payload volumePayload
+				err     error
+				source  string // the template and object version the payload is made from; "" when missing
+				what    string // the object, for the log
+			)
 			switch {
 			case v.Secret != nil:
+				what = "Secret " + v.Secret.SecretName
 				secret := secretOrNil(w.c, w.key.namespace, v.Secret.SecretName)
-				if secret != nil && secret.ResourceVersion != "" {
-					source = templateHash + "/" + string(secret.UID) + "/" + secret.ResourceVersion
-					if w.writtenFrom[m.MountPath] == source {
-						continue
-					}
+				if secret != nil {
+					source = objectVersion(templateHash, secret)
 				}
-				p, err := secretPayload(v.Secret, secret, w.key.namespace)
-				if err != nil {
-					errs = append(errs, err)
+				if source != "" && w.writtenFrom[m.MountPath] == source {
 					continue
 				}
-				payload = p
+				payload, err = secretPayload(v.Secret, secret, w.key.namespace)
+			case v.ConfigMap != nil:
+				what = "ConfigMap " + v.ConfigMap.Name
+				cm := configMapOrNil(w.c, w.key.namespace, v.ConfigMap.Name)
+				if cm != nil {
+					source = objectVersion(templateHash, cm)
+				}
+				if source != "" && w.writtenFrom[m.MountPath] == source {
+					continue
+				}
+				payload, err = configMapPayload(v.ConfigMap, cm, w.key.namespace)
 			case v.EmptyDir != nil:
 				if _, done := w.written[m.MountPath]; done {
 					continue // an emptyDir is the program's own: created once, never rewritten
@@ -353,6 +366,10 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 			default:
 				continue // buildCommandLine reports it
 			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			hash := payload.hash()
 			if w.written[m.MountPath] == hash {
 				w.writtenFrom[m.MountPath] = source
@@ -362,8 +379,8 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 				errs = append(errs, fmt.Errorf("write volume %s at %s: %w", m.Name, m.MountPath, err))
 				continue
 			}
-			if _, before := w.written[m.MountPath]; before {
-				w.logf("Secret %s changed: rewrote %s (the process reloads it; no restart)", v.Secret.SecretName, m.MountPath)
+			if _, before := w.written[m.MountPath]; before && w.proc != nil {
+				w.logf("%s changed: rewrote %s (the process reloads it; no restart)", what, m.MountPath)
 			}
 			w.written[m.MountPath] = hash
 			w.writtenFrom[m.MountPath] = source
@@ -372,12 +389,28 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 	return errors.Join(errs...)
 }
 
+// objectVersion identifies the version of obj a volume is written from under a template; "" when it has none.
+func objectVersion(templateHash string, obj metav1.Object) string {
+	if obj.GetResourceVersion() == "" {
+		return ""
+	}
+	return templateHash + "/" + string(obj.GetUID()) + "/" + obj.GetResourceVersion()
+}
+
 func secretOrNil(c *cluster, namespace, name string) *corev1.Secret {
 	s, ok := c.secret(namespace, name)
 	if !ok {
 		return nil
 	}
 	return s
+}
+
+func configMapOrNil(c *cluster, namespace, name string) *corev1.ConfigMap {
+	cm, ok := c.configMap(namespace, name)
+	if !ok {
+		return nil
+	}
+	return cm
 }
 
 func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplateSpec) {

@@ -23,7 +23,7 @@ const (
 // volumePayload is the files of one mounted volume, by path relative to the mount.
 type volumePayload map[string][]byte
 
-// hash identifies the content, so an unchanged Secret is not written again.
+// hash identifies the content, so an unchanged Secret or ConfigMap is not written again.
 func (p volumePayload) hash() string {
 	h := sha256.New()
 	for _, name := range p.names() {
@@ -45,37 +45,64 @@ func (p volumePayload) names() []string {
 // secretPayload is what the kubelet puts in a secret volume: every key, or only the listed items under their paths.
 // A missing Secret or key is an error unless the volume (or the Secret) is optional.
 func secretPayload(src *corev1.SecretVolumeSource, secret *corev1.Secret, namespace string) (volumePayload, error) {
-	optional := src.Optional != nil && *src.Optional
-	if secret == nil {
-		if optional {
+	var data map[string][]byte
+	if secret != nil {
+		data = secret.Data
+	}
+	return keyedPayload("secret", namespace, src.SecretName, secret != nil, data, src.Items, src.Optional)
+}
+
+// configMapPayload is what the kubelet puts in a configMap volume, by the same rules as a secret volume: its data and
+// binaryData keys (the API server keeps them apart), or only the listed items.
+func configMapPayload(src *corev1.ConfigMapVolumeSource, cm *corev1.ConfigMap, namespace string) (volumePayload, error) {
+	var data map[string][]byte
+	if cm != nil {
+		data = make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+		for k, v := range cm.Data {
+			data[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			data[k] = v
+		}
+	}
+	return keyedPayload("configmap", namespace, src.Name, cm != nil, data, src.Items, src.Optional)
+}
+
+// keyedPayload is the payload of a volume made from the keys of an object (kind namespace/name): every key, or only
+// items. A missing object gives an empty volume and a missing key no file when the volume is optional; otherwise
+// either is a missingError, which the pod waits out.
+func keyedPayload(kind, namespace, name string, found bool, data map[string][]byte, items []corev1.KeyToPath, optional *bool) (volumePayload, error) {
+	isOptional := optional != nil && *optional
+	if !found {
+		if isOptional {
 			return volumePayload{}, nil
 		}
-		return nil, &missingError{fmt.Sprintf("secret %s/%s not found", namespace, src.SecretName)}
+		return nil, &missingError{fmt.Sprintf("%s %s/%s not found", kind, namespace, name)}
 	}
 	out := volumePayload{}
-	if len(src.Items) == 0 {
-		for k, v := range secret.Data {
+	if len(items) == 0 {
+		for k, v := range data {
 			out[k] = v
 		}
 		return out, nil
 	}
-	for _, item := range src.Items {
-		v, ok := secret.Data[item.Key]
+	for _, item := range items {
+		v, ok := data[item.Key]
 		if !ok {
-			if optional {
+			if isOptional {
 				continue
 			}
-			return nil, &missingError{fmt.Sprintf("secret %s/%s has no key %s", namespace, src.SecretName, item.Key)}
+			return nil, &missingError{fmt.Sprintf("%s %s/%s has no key %s", kind, namespace, name, item.Key)}
 		}
 		out[item.Path] = v
 	}
 	return out, nil
 }
 
-// writeAtomic makes dir hold exactly payload the way the kubelet's atomic writer updates a secret volume: the files
-// are written into a new timestamped folder, the ..data symlink is renamed to point at it, and each top-level name is
-// a symlink through ..data. A reader sees either every old file or every new one, never a mix, and a program
-// watching the files sees them change in place.
+// writeAtomic makes dir hold exactly payload the way the kubelet's atomic writer updates a secret or configMap
+// volume: the files are written into a new timestamped folder, the ..data symlink is renamed to point at it, and each
+// top-level name is a symlink through ..data. A reader sees either every old file or every new one, never a mix, and
+// a program watching the files sees them change in place.
 func writeAtomic(dir string, payload volumePayload) error {
 	for name := range payload {
 		if name == "" || filepath.IsAbs(name) || strings.HasPrefix(name, "..") || strings.Contains(name, "/../") {

@@ -55,3 +55,28 @@ func TestSecretPayloadFollowsItemsAndOptional(t *testing.T) {
 	_, err = secretPayload(&corev1.SecretVolumeSource{SecretName: "s", Items: []corev1.KeyToPath{{Key: "c", Path: "c"}}}, secret, "ns")
 	g.Expect(err).To(MatchError("secret ns/s has no key c"))
 }
+
+func TestConfigMapPayloadFollowsItemsAndOptionalLikeTheKubelet(t *testing.T) {
+	g := NewWithT(t)
+	cm := &corev1.ConfigMap{Data: map[string]string{"service-ca.crt": "pem"}, BinaryData: map[string][]byte{"bin": {0, 1}}}
+	named := func(items []corev1.KeyToPath, optional *bool) *corev1.ConfigMapVolumeSource {
+		return &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "service-ca-bundle"}, Items: items, Optional: optional}
+	}
+
+	g.Expect(configMapPayload(named(nil, nil), cm, "ns")).To(Equal(volumePayload{"service-ca.crt": []byte("pem"), "bin": {0, 1}}),
+		"without items every key of data and binaryData is a file")
+	g.Expect(configMapPayload(named([]corev1.KeyToPath{{Key: "service-ca.crt", Path: "ca/bundle.pem"}}, nil), cm, "ns")).
+		To(Equal(volumePayload{"ca/bundle.pem": []byte("pem")}), "items pick keys and name their files")
+	g.Expect(configMapPayload(named(nil, ptr.To(true)), nil, "ns")).To(BeEmpty(), "an optional missing ConfigMap is an empty folder")
+	g.Expect(configMapPayload(named([]corev1.KeyToPath{{Key: "other", Path: "other"}, {Key: "bin", Path: "bin"}}, ptr.To(true)), cm, "ns")).
+		To(Equal(volumePayload{"bin": {0, 1}}), "an optional missing key is no file")
+
+	_, err := configMapPayload(named(nil, nil), nil, "ns")
+	g.Expect(err).To(MatchError("configmap ns/service-ca-bundle not found"))
+	_, err = configMapPayload(named(nil, ptr.To(false)), nil, "ns")
+	g.Expect(err).To(MatchError("configmap ns/service-ca-bundle not found"))
+	var missing *missingError
+	g.Expect(errors.As(err, &missing)).To(BeTrue(), "waited for, as a missing Secret is")
+	_, err = configMapPayload(named([]corev1.KeyToPath{{Key: "other", Path: "other"}}, nil), cm, "ns")
+	g.Expect(err).To(MatchError("configmap ns/service-ca-bundle has no key other"))
+}
