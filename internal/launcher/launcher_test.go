@@ -294,6 +294,91 @@ var _ = Describe("Launcher", Ordered, func() {
 		Eventually(agentConnected).Should(Succeed())
 	})
 
+	serviceCAFile := func() string {
+		return filepath.Join(podDir(clusterName, render.DefaultAgentNamespace, agentPod), render.ServiceCAMount, render.ServiceCAKey)
+	}
+	agentDeployment := func() *appsv1.Deployment {
+		d := &appsv1.Deployment{}
+		Expect(managed.Get(ctx, types.NamespacedName{Namespace: render.DefaultAgentNamespace, Name: render.AgentDeploymentName}, d)).To(Succeed())
+		return d
+	}
+
+	It("starts an agent whose optional service-CA ConfigMap is missing, and writes the file once the ConfigMap exists and when it changes, without a restart", func() {
+		before := pod(clusterName)
+		withCA := mpc.DeepCopy()
+		withCA.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
+		d := agentDeployment()
+		d.Spec.Template = *renderedAgentTemplate(withCA, ca)
+		Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("ConfigMap", HaveField("Optional", HaveValue(BeTrue())))),
+			"render mounts the ConfigMap as an optional volume")
+		Expect(managed.Update(ctx, d)).To(Succeed())
+
+		By("rolling the agent out with the ConfigMap volume although the ConfigMap does not exist: an empty folder")
+		var started launcher.PodStatus
+		Eventually(func(g Gomega) {
+			started = running(clusterName)(g)
+			g.Expect(started.TemplateHash).NotTo(Equal(before.TemplateHash))
+		}).Should(Succeed())
+		Expect(cmdline(started.PID)).To(ContainElement("--service-ca-file=" + serviceCAFile()))
+		Expect(filepath.Dir(serviceCAFile())).To(BeADirectory())
+		_, err := os.Lstat(serviceCAFile())
+		Expect(err).To(MatchError(os.ErrNotExist), "no ConfigMap, no file")
+		Eventually(agentConnected).Should(Succeed())
+
+		By("writing the file when the ConfigMap is created")
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: render.DefaultAgentNamespace, Name: "service-ca-bundle"},
+			Data:       map[string]string{render.ServiceCAKey: string(ca.CertPEM), "unlisted": "not an item"},
+		}
+		mustCreate(managed, cm)
+		Eventually(func() (string, error) {
+			raw, err := os.ReadFile(serviceCAFile())
+			return string(raw), err
+		}).Should(Equal(string(ca.CertPEM)))
+		Expect(filepath.Join(filepath.Dir(serviceCAFile()), "unlisted")).NotTo(BeAnExistingFile(), "only the rendered item is a file")
+
+		By("rewriting it in place when the ConfigMap changes")
+		other, err := certs.NewCA("launcher-test-service-ca", time.Hour, time.Now())
+		Expect(err).NotTo(HaveOccurred())
+		cm.Data[render.ServiceCAKey] = string(ca.CertPEM) + string(other.CertPEM)
+		Expect(managed.Update(ctx, cm)).To(Succeed())
+		Eventually(func() (string, error) {
+			raw, err := os.ReadFile(serviceCAFile())
+			return string(raw), err
+		}).Should(Equal(cm.Data[render.ServiceCAKey]))
+		link, err := os.Readlink(serviceCAFile())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(link).To(Equal("..data/"+render.ServiceCAKey), "written like the kubelet's atomic writer")
+		after := pod(clusterName)
+		Expect(after.PID).To(Equal(started.PID), "the service-proxy re-reads the file; the agent is not restarted")
+		Expect(after.Restarts).To(Equal(before.Restarts))
+	})
+
+	It("keeps an agent whose non-optional ConfigMap is missing from starting and says why, and starts it once the ConfigMap exists", func() {
+		before := pod(clusterName)
+		d := agentDeployment()
+		for i := range d.Spec.Template.Spec.Volumes {
+			if v := &d.Spec.Template.Spec.Volumes[i]; v.ConfigMap != nil {
+				v.ConfigMap.Name, v.ConfigMap.Optional = "required-ca", nil
+			}
+		}
+		Expect(managed.Update(ctx, d)).To(Succeed())
+
+		Eventually(func() launcher.PodStatus { return pod(clusterName) }).Should(And(
+			HaveField("Running", BeFalse()),
+			HaveField("Waiting", ContainSubstring("configmap "+render.DefaultAgentNamespace+"/required-ca not found"))))
+		Expect(processAlive(before.PID)).To(BeFalse(), "the rollout stopped the old process")
+		Consistently(func() bool { return pod(clusterName).Running }, "1500ms").Should(BeFalse())
+
+		mustCreate(managed, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: render.DefaultAgentNamespace, Name: "required-ca"},
+			Data:       map[string]string{render.ServiceCAKey: string(ca.CertPEM)},
+		})
+		Eventually(running(clusterName)).Should(HaveField("TemplateHash", Not(Equal(before.TemplateHash))))
+		Expect(os.ReadFile(serviceCAFile())).To(Equal(ca.CertPEM))
+		Eventually(agentConnected).Should(Succeed())
+	})
+
 	It("leaves no process behind on Stop", func() {
 		Expect(children()).NotTo(BeEmpty())
 		Expect(l.Stop()).To(Succeed())
@@ -362,6 +447,22 @@ func agentManifests(mpc *proxyv1alpha1.ManagedProxyConfiguration, ca *certs.KeyP
 		out = append(out, u)
 	}
 	return out
+}
+
+// renderedAgentTemplate is the pod template of the agent Deployment among mpc's ManifestWork manifests.
+func renderedAgentTemplate(mpc *proxyv1alpha1.ManagedProxyConfiguration, ca *certs.KeyPair) *corev1.PodTemplateSpec {
+	for _, u := range agentManifests(mpc, ca) {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		raw, err := json.Marshal(u.Object)
+		Expect(err).NotTo(HaveOccurred())
+		d := &appsv1.Deployment{}
+		Expect(json.Unmarshal(raw, d)).To(Succeed())
+		return &d.Spec.Template
+	}
+	Fail("no Deployment in the agent manifests")
+	return nil
 }
 
 // agentCertificateSecret is the agent's client certificate as the klusterlet writes it: a CSR with the subject the
