@@ -292,8 +292,13 @@ type ManagedProxyConfigurationProxyAgent struct {
 	// imagePullSecrets are secret names in the agent namespace used to pull the agent image.
 	// +optional
 	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
-	// additionalServiceCAConfigMap is a managed-cluster ConfigMap (key service-ca.crt) trusted for in-cluster services.
+	// additionalServiceCAConfigMap names a ConfigMap in the agent's namespace on each managed cluster whose key
+	// service-ca.crt holds PEM CAs the service-proxy trusts for https services besides the system roots, followed as
+	// it changes; it takes effect while the service-proxy runs (spec.userServer is set), and a missing ConfigMap leaves
+	// the system roots alone.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	AdditionalServiceCAConfigMap string `json:"additionalServiceCAConfigMap,omitempty"`
 	// agentNodePlacements places the agent pods, by managed cluster name.
 	// +optional
