@@ -9,10 +9,8 @@ package controlplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,12 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	workv1 "open-cluster-management.io/api/work/v1"
@@ -369,7 +362,7 @@ type manager struct{ *testenv.Process }
 
 // startManager builds and starts the manager. It runs as a cluster admin, as envtest's clients do and as the
 // baseline of SPEC.md §7 was measured; with BENCH_IDENTITY=serviceaccount it runs as deployed instead (see
-// managerKubeconfig).
+// testenv.DeployedManagerKubeconfig).
 func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c client.Client, metricsAddr, pprofAddr string) *manager {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
@@ -386,8 +379,11 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 		must(t, err)
 		return &manager{p}
 	case "serviceaccount":
-		kubeconfig := managerKubeconfig(t, cfg, c, filepath.Join(dir, "kubeconfig"))
-		p, err := testenv.Run(testenv.Command{Path: bin, LogPath: logPath, Args: append([]string{"--kubeconfig=" + kubeconfig}, args...)})
+		// Such a run also proves that the shipped least-privilege rules suffice for a thousand clusters.
+		identity, err := testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, managerNamespace, filepath.Join(dir, "kubeconfig"), os.Stderr)
+		must(t, err)
+		t.Cleanup(identity.Stop)
+		p, err := testenv.Run(testenv.Command{Path: bin, LogPath: logPath, Args: append([]string{"--kubeconfig=" + identity.Kubeconfig}, args...)})
 		must(t, err)
 		return &manager{p}
 	default:
@@ -398,54 +394,6 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 
 // managerNamespace stands for the namespace the manager is deployed in ("system" in config/rbac).
 const managerNamespace = "cluster-proxy-system"
-
-// managerKubeconfig writes to path a kubeconfig of the manager as it runs when deployed: its ServiceAccount, bound to
-// the ClusterRole and the leader-election Role of config/rbac, with a token from the TokenRequest API. Such a run
-// also proves that the shipped least-privilege rules suffice for a thousand clusters; its requests go through RBAC
-// and API Priority and Fairness queues, which a cluster admin's skip.
-func managerKubeconfig(t *testing.T, cfg *rest.Config, c client.Client, path string) string {
-	ctx := context.Background()
-	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}))
-	var sa string
-	for _, file := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "leader_election_role.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", file))
-		must(t, err)
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("config/rbac/%s: %v", file, err)
-			}
-			if obj.GetNamespace() != "" {
-				obj.SetNamespace(managerNamespace)
-			}
-			if obj.GetKind() == "ServiceAccount" {
-				sa = obj.GetName()
-			}
-			subjects, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
-			for _, s := range subjects {
-				s.(map[string]any)["namespace"] = managerNamespace
-			}
-			if subjects != nil {
-				must(t, unstructured.SetNestedSlice(obj.Object, subjects, "subjects"))
-			}
-			must(t, c.Create(ctx, obj))
-		}
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
-	token, err := testenv.ServiceAccountToken(ctx, cs, managerNamespace, sa, 2*time.Hour)
-	must(t, err)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["manager"] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "manager"}
-	kc.CurrentContext = "hub"
-	must(t, clientcmd.WriteToFile(*kc, path))
-	return path
-}
 
 func (m *manager) stop() { m.Stop() }
 
