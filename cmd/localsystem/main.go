@@ -156,6 +156,8 @@ func summary(ctx context.Context, sys *system.System, workDir string, binaries s
 	fmt.Printf("\n%s reaches the hub only through squid over TLS, %s (its CA: %s), klusterlet and proxy-agent alike;\n",
 		system.ProxiedCluster, sys.Squid.TLSURL(), sys.Squid.CAFile())
 	fmt.Printf("squid logs each CONNECT when the tunnel closes: %s\n", sys.Squid.AccessLog())
+	fmt.Printf("\nThe manager runs as deployed, as its ServiceAccount in %s with the RBAC of config/rbac: %s\n",
+		system.Namespace, sys.ManagerKubeconfig)
 	fmt.Printf("\nLogs: %s (manager.log, pods/, clusters/logs/, squid/)\n", workDir)
 	return nil
 }

@@ -1,8 +1,9 @@
 // Package system runs the whole product locally, the way a user runs it on real clusters: a hub and two managed
 // clusters joined through the real OCM hub controllers and klusterlet agents (internal/multicluster), the operator's
-// manager, the proxy-server and proxy-agents started from the Deployments the operator rendered (internal/launcher),
-// and a real forward proxy (squid) that the first cluster reaches the hub through over TLS, for its klusterlet and its
-// proxy-agent alike. 'make run' and the end-to-end suite use it.
+// manager as its ServiceAccount with the least-privilege RBAC of config/rbac, the proxy-server and proxy-agents
+// started from the Deployments the operator rendered (internal/launcher), and a real forward proxy (squid) that the
+// first cluster reaches the hub through over TLS, for its klusterlet and its proxy-agent alike. 'make run' and the
+// end-to-end suite use it.
 package system
 
 import (
@@ -87,9 +88,13 @@ type System struct {
 	Resolve []string
 	// ManagerLog is the manager's log file.
 	ManagerLog string
+	// ManagerKubeconfig is the manager's identity, as when it is deployed in Namespace: the ServiceAccount and
+	// least-privilege RBAC of config/rbac, with a token renewed in a file.
+	ManagerKubeconfig string
 
-	opts    Options
-	manager *testenv.Process
+	opts            Options
+	manager         *testenv.Process
+	managerIdentity *testenv.DeployedManager
 }
 
 // stopGrace is how long the manager and squid get to end after SIGTERM before SIGKILL.
@@ -156,8 +161,8 @@ func (s *System) start(ctx context.Context) error {
 		fmt.Sprintf("%s:%d=127.0.0.1:%d", svc, s.Ports.HTTPConnect, s.Ports.HTTPConnect),
 		fmt.Sprintf("%s.%s.svc:%d=127.0.0.1:%d", proxyv1alpha1.UserServerServiceName, Namespace, proxyv1alpha1.UserServerPort, s.Ports.UserServer),
 	}
-	s.logf("starting the manager")
-	if err := s.startManager(); err != nil {
+	s.logf("starting the manager as its ServiceAccount in %s, with the RBAC of config/rbac", Namespace)
+	if err := s.startManager(ctx); err != nil {
 		return err
 	}
 	s.logf("applying the ManagedProxyConfiguration, the forward-proxy AddOnDeploymentConfig and the add-ons")
@@ -239,9 +244,16 @@ func (s *System) applyConfiguration(ctx context.Context) error {
 	return nil
 }
 
-func (s *System) startManager() error {
+func (s *System) startManager(ctx context.Context) error {
+	var err error
+	s.managerIdentity, err = testenv.DeployedManagerKubeconfig(ctx, s.Env.Hub, s.HubClient, Namespace,
+		filepath.Join(s.opts.WorkDir, "manager", "kubeconfig"), s.opts.Log)
+	if err != nil {
+		return fmt.Errorf("the manager's identity: %w", err)
+	}
+	s.ManagerKubeconfig = s.managerIdentity.Kubeconfig
 	s.ManagerLog = filepath.Join(s.opts.WorkDir, "manager.log")
-	args := []string{"--kubeconfig=" + s.Env.HubKubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
+	args := []string{"--kubeconfig=" + s.ManagerKubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--tunnel-health-interval=5s"}
 	for _, r := range s.Resolve {
 		args = append(args, "--resolve="+r)
@@ -254,7 +266,8 @@ func (s *System) startManager() error {
 	return nil
 }
 
-// Stop stops everything in reverse order; the work folder stays.
+// Stop stops everything in reverse order; the work folder stays. It also fails when RBAC denied the manager a
+// request during the run.
 func (s *System) Stop() error {
 	var errs []error
 	if s.Launcher != nil {
@@ -262,6 +275,10 @@ func (s *System) Stop() error {
 	}
 	if s.manager != nil {
 		s.manager.Terminate(stopGrace)
+		errs = append(errs, s.checkManagerRBAC())
+	}
+	if s.managerIdentity != nil {
+		s.managerIdentity.Stop()
 	}
 	if s.Env != nil {
 		errs = append(errs, s.Env.Stop())
