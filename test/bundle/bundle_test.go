@@ -96,6 +96,10 @@ func TestBundleValidators(t *testing.T) {
 			t.Errorf("%s: %s", r.Name, e)
 		}
 		for _, w := range r.Warnings {
+			if rbacOnEvents(w) {
+				t.Logf("%s: expected warning: %s", r.Name, w)
+				continue
+			}
 			n++
 			t.Errorf("%s: warning: %s", r.Name, w)
 		}
@@ -317,4 +321,12 @@ func readYAML(t *testing.T, path string, into any) {
 	if err := yaml.Unmarshal(data, into); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+}
+
+// rbacOnEvents is the validators' warning for any permission on events in the events.k8s.io group, which they
+// cannot tell from a use of events.k8s.io/v1beta1, removed in Kubernetes 1.25. The manager's event recorder writes
+// events.k8s.io/v1 Events, and RBAC rules name no version, so the permission stays, and with it this one warning.
+// A deprecated object in the bundle is an error of the validators, which this does not excuse.
+func rbacOnEvents(w error) bool {
+	return strings.Contains(w.Error(), `Migrate the API(s) for events: (["ClusterServiceVersion.Spec.InstallStrategy.StrategySpec.ClusterPermissions[0].Rules[`)
 }
