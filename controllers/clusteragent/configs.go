@@ -61,6 +61,16 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// ConfigurationOf names the ManagedProxyConfiguration the add-on's agent is rendered from: the first
+// managedproxyconfigurations entry of its spec.configs, else (or when that entry has no name) the default
+// configuration.
+func ConfigurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string {
+	if name, _, _ := configRef(mca, nil, proxyv1alpha1.GroupVersion.Group, mpcs); name != "" {
+		return name
+	}
+	return proxyv1alpha1.DefaultConfigurationName
+}
+
 // configRef finds the config of group/resource in the add-on's spec.configs, else in the ClusterManagementAddOn's
 // defaults, and says which field it came from.
 func configRef(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterManagementAddOn, group, resource string) (name, namespace, field string) {

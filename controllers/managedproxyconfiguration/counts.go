@@ -16,14 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusteragent"
 )
 
 // countsDelay is how long a change of a cluster's agent waits before the configurations count again: the changes of
 // every cluster in that time make one pass, and at most one status write, per configuration, however large the hub.
 const countsDelay = 5 * time.Second
-
-// configurationsResource is the resource an add-on's spec.configs names to pick a ManagedProxyConfiguration.
-const configurationsResource = "managedproxyconfigurations"
 
 // reconcileCounts sets how many clusters rendered from this configuration have their agent installed and connected.
 // Both lists come from the cache without a copy; neither is modified.
@@ -46,7 +44,7 @@ func (r *Reconciler) reconcileCounts(ctx context.Context, s *scope) (runtimectrl
 func countClusters(mpcName string, addOns []addonv1alpha1.ManagedClusterAddOn, statuses []proxyv1alpha1.ClusterProxyStatus) (installed, connected int32) {
 	uses := make(map[string]bool, len(addOns)) // cluster namespace -> its add-on uses mpcName
 	for i := range addOns {
-		if addOns[i].Name == proxyv1alpha1.AddonName && configurationOf(&addOns[i]) == mpcName {
+		if addOns[i].Name == proxyv1alpha1.AddonName && clusteragent.ConfigurationOf(&addOns[i]) == mpcName {
 			uses[addOns[i].Namespace] = true
 		}
 	}
@@ -71,20 +69,6 @@ func agentCounts(cps *proxyv1alpha1.ClusterProxyStatus) (installed, connected in
 		connected = 1
 	}
 	return installed, connected
-}
-
-// configurationOf names the ManagedProxyConfiguration an add-on's agent is rendered from, as the clusteragent
-// controller resolves it: the first managedproxyconfigurations entry of spec.configs, else the default configuration.
-func configurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string {
-	for _, c := range mca.Spec.Configs {
-		if c.Group == proxyv1alpha1.GroupVersion.Group && c.Resource == configurationsResource {
-			if c.Name != "" {
-				return c.Name
-			}
-			break
-		}
-	}
-	return proxyv1alpha1.DefaultConfigurationName
 }
 
 // agentCountsChanged passes the ClusterProxyStatus events that can change a count: a status that counts appearing or
@@ -120,8 +104,8 @@ func counts(o ctrl.Object) bool {
 var addOnConfigurationChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return configurationOf(e.ObjectOld.(*addonv1alpha1.ManagedClusterAddOn)) !=
-			configurationOf(e.ObjectNew.(*addonv1alpha1.ManagedClusterAddOn))
+		return clusteragent.ConfigurationOf(e.ObjectOld.(*addonv1alpha1.ManagedClusterAddOn)) !=
+			clusteragent.ConfigurationOf(e.ObjectNew.(*addonv1alpha1.ManagedClusterAddOn))
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },

@@ -39,27 +39,6 @@ func clusterStatus(cluster string, installed bool, connected metav1.ConditionSta
 	return cps
 }
 
-func TestConfigurationOf(t *testing.T) {
-	adc := addonv1alpha1.AddOnConfig{
-		ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"},
-		ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: "c1", Name: "proxy-config"},
-	}
-	for name, tc := range map[string]struct {
-		mca  addonv1alpha1.ManagedClusterAddOn
-		want string
-	}{
-		"no configs: the default":                 {addOn("c1"), "cluster-proxy"},
-		"only an AddOnDeploymentConfig":           {addOn("c1", adc), "cluster-proxy"},
-		"a referenced configuration":              {addOn("c1", adc, mpcConfig("edge")), "edge"},
-		"the first reference wins, as in render":  {addOn("c1", mpcConfig("edge"), mpcConfig("core")), "edge"},
-		"a reference without a name: the default": {addOn("c1", mpcConfig("")), "cluster-proxy"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			NewWithT(t).Expect(configurationOf(&tc.mca)).To(Equal(tc.want))
-		})
-	}
-}
-
 func TestCountClusters(t *testing.T) {
 	g := NewWithT(t)
 	addOns := []addonv1alpha1.ManagedClusterAddOn{
