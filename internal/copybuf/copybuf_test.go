@@ -1,10 +1,11 @@
 package copybuf
 
 import (
-	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/memtest"
 )
 
 func TestBuffersAreReused(t *testing.T) {
@@ -19,19 +20,5 @@ func TestBuffersAreReused(t *testing.T) {
 		g.Expect(b.Get()).To(HaveLen(Size))
 	}
 	// A buffer put back is handed out again: a Get and Put cost the slice header Put boxes, not a new buffer.
-	g.Expect(bytesPerRun(100, func() { b.Put(b.Get()) })).To(BeNumerically("<", Size/4))
-}
-
-// bytesPerRun is testing.AllocsPerRun for bytes: the heap bytes f allocates per call, on average over runs calls
-// after a warm-up call.
-func bytesPerRun(runs int, f func()) uint64 {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	f()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		f()
-	}
-	runtime.ReadMemStats(&after)
-	return (after.TotalAlloc - before.TotalAlloc) / uint64(runs) //nolint:gosec // runs is positive
+	g.Expect(memtest.BytesPerRun(100, func() { b.Put(b.Get()) })).To(BeNumerically("<", Size/4))
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -10,6 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/memtest"
 )
 
 func marshal(t testing.TB, pkt *client.Packet) []byte {
@@ -79,7 +80,7 @@ func TestAgentCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
 	// A payload handed back is decoded into again: a packet and its release cost a little, not a new 20 KiB buffer.
 	in := split(marshal(t, dataPacket(randomData(t, 20<<10))), 16<<10)
 	pkt := &client.Packet{}
-	perRun := bytesPerRun(100, func() {
+	perRun := memtest.BytesPerRun(100, func() {
 		if err := codec.Unmarshal(in, pkt); err != nil {
 			t.Fatal(err)
 		}
@@ -94,26 +95,12 @@ func TestAgentCodecDoesNotTakeLargeBuffersForSmallDataPackets(t *testing.T) {
 	// The gRPC and HTTP-CONNECT frontends never hand payloads back: a 100-byte packet costs about what protobuf's
 	// own decoding allocates.
 	in := split(marshal(t, dataPacket(randomData(t, 100))), 16<<10)
-	perRun := bytesPerRun(100, func() {
+	perRun := memtest.BytesPerRun(100, func() {
 		if err := codec.Unmarshal(in, &client.Packet{}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	g.Expect(perRun).To(BeNumerically("<", 1<<10), "bytes allocated per decoded 100-byte packet")
-}
-
-// bytesPerRun is testing.AllocsPerRun for bytes: the heap bytes f allocates per call, on average over runs calls
-// after a warm-up call.
-func bytesPerRun(runs int, f func()) uint64 {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	f()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		f()
-	}
-	runtime.ReadMemStats(&after)
-	return (after.TotalAlloc - before.TotalAlloc) / uint64(runs) //nolint:gosec // runs is positive
 }
 
 func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
