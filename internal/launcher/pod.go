@@ -327,31 +327,19 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 				continue // buildCommandLine reports it
 			}
 			var (
+				object  metav1.Object // the Secret or ConfigMap the files are made from; nil when missing
+				what    string        // the object, for the log
 				payload volumePayload
 				err     error
-				source  string // the template and object version the payload is made from; "" when missing
-				what    string // the object, for the log
 			)
 			switch {
 			case v.Secret != nil:
-				what = "Secret " + v.Secret.SecretName
-				secret := secretOrNil(w.c, w.key.namespace, v.Secret.SecretName)
-				if secret != nil {
-					source = objectVersion(templateHash, secret)
-				}
-				if source != "" && w.writtenFrom[m.MountPath] == source {
-					continue
-				}
+				secret, found := w.c.secret(w.key.namespace, v.Secret.SecretName)
+				what, object = "Secret "+v.Secret.SecretName, foundOrNil(secret, found)
 				payload, err = secretPayload(v.Secret, secret, w.key.namespace)
 			case v.ConfigMap != nil:
-				what = "ConfigMap " + v.ConfigMap.Name
-				cm := configMapOrNil(w.c, w.key.namespace, v.ConfigMap.Name)
-				if cm != nil {
-					source = objectVersion(templateHash, cm)
-				}
-				if source != "" && w.writtenFrom[m.MountPath] == source {
-					continue
-				}
+				cm, found := w.c.configMap(w.key.namespace, v.ConfigMap.Name)
+				what, object = "ConfigMap "+v.ConfigMap.Name, foundOrNil(cm, found)
 				payload, err = configMapPayload(v.ConfigMap, cm, w.key.namespace)
 			case v.EmptyDir != nil:
 				if _, done := w.written[m.MountPath]; done {
@@ -365,6 +353,10 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 				continue
 			default:
 				continue // buildCommandLine reports it
+			}
+			source := objectVersion(templateHash, object) // "" when missing
+			if source != "" && w.writtenFrom[m.MountPath] == source {
+				continue
 			}
 			if err != nil {
 				errs = append(errs, err)
@@ -389,28 +381,21 @@ func (w *podWorker) syncVolumes(tmpl *corev1.PodTemplateSpec, templateHash strin
 	return errors.Join(errs...)
 }
 
-// objectVersion identifies the version of obj a volume is written from under a template; "" when it has none.
+// objectVersion identifies the version of obj a volume is written from under a template; "" when obj is nil or has
+// no version.
 func objectVersion(templateHash string, obj metav1.Object) string {
-	if obj.GetResourceVersion() == "" {
+	if obj == nil || obj.GetResourceVersion() == "" {
 		return ""
 	}
 	return templateHash + "/" + string(obj.GetUID()) + "/" + obj.GetResourceVersion()
 }
 
-func secretOrNil(c *cluster, namespace, name string) *corev1.Secret {
-	s, ok := c.secret(namespace, name)
-	if !ok {
+// foundOrNil is obj when found, else a nil interface (not a typed nil pointer).
+func foundOrNil[T metav1.Object](obj T, found bool) metav1.Object {
+	if !found {
 		return nil
 	}
-	return s
-}
-
-func configMapOrNil(c *cluster, namespace, name string) *corev1.ConfigMap {
-	cm, ok := c.configMap(namespace, name)
-	if !ok {
-		return nil
-	}
-	return cm
+	return obj
 }
 
 func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplateSpec) {
