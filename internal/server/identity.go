@@ -46,13 +46,9 @@ type AgentIdentity struct {
 	AgentID   string
 }
 
-// IdentityError says why an agent stream was refused.
-type IdentityError struct {
-	Reason string
-	Detail string
-}
-
-func (e *IdentityError) Error() string { return e.Reason + ": " + e.Detail }
+// IdentityError says why an agent stream was refused; Reason is one of the Refusal constants. It is the error of
+// csrreview.CheckAgentIdentifiers, so an identifier refusal passes through as it is.
+type IdentityError = csrreview.IdentifierError
 
 func refuse(reason, format string, args ...any) *IdentityError {
 	return &IdentityError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
@@ -93,14 +89,7 @@ func CheckAgentIdentity(cert *x509.Certificate, agentIDs, identifiers []string) 
 	if len(identifiers) > 1 {
 		return id, refuse(RefusalMalformed, "want one set of identifiers, got %d", len(identifiers))
 	}
-	if err := csrreview.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0]); err != nil {
-		var ie *csrreview.IdentifierError
-		if errors.As(err, &ie) {
-			return id, refuse(ie.Reason, "%s", ie.Detail)
-		}
-		return id, refuse(RefusalMalformed, "%v", err)
-	}
-	return id, nil
+	return id, csrreview.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0])
 }
 
 // verifiedPeerCertificate is the leaf of the peer's verified chain, nil when the peer was not verified.
