@@ -430,8 +430,7 @@ func (w *podWorker) start(cl *commandLine, hash string, tmpl *corev1.PodTemplate
 func (w *podWorker) recordExit() {
 	p := w.proc
 	w.proc = nil
-	_, err := p.Exited()
-	w.exited(time.Since(p.StartedAt()), exitDescription(err))
+	w.exited(time.Since(p.StartedAt()), p.ExitDescription())
 }
 
 func (w *podWorker) exited(ran time.Duration, how string) {

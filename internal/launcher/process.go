@@ -19,18 +19,10 @@ func startProcess(cl *commandLine, dir, logPath string) (*testenv.Process, error
 	return testenv.Run(testenv.Command{
 		Path: cl.Path, Args: cl.Args, Env: cl.Env, Dir: dir, LogPath: logPath, AppendLog: true, OwnGroup: true,
 		Header: fmt.Sprintf("--- launcher: %s starting %s %s\n", time.Now().Format(time.RFC3339), cl.Path, strings.Join(cl.Args, " ")),
-		OnExit: func(log io.Writer, err error) {
-			fmt.Fprintf(log, "--- launcher: %s exited: %s\n", time.Now().Format(time.RFC3339), exitDescription(err))
+		OnExit: func(log io.Writer, how string) {
+			fmt.Fprintf(log, "--- launcher: %s exited: %s\n", time.Now().Format(time.RFC3339), how)
 		},
 	})
-}
-
-// exitDescription says how a process ended: "exit status 1", "signal: killed".
-func exitDescription(err error) string {
-	if err == nil {
-		return "exit status 0"
-	}
-	return err.Error()
 }
 
 // ports hands out loopback ports for the listening ports pods share, so two pods are never given the same one.

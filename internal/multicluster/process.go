@@ -1,7 +1,6 @@
 package multicluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,10 +43,6 @@ func (p *process) stop() error {
 
 // diedError describes a process that ended on its own.
 func (p *process) diedError() error {
-	_, err := p.Exited()
-	if err == nil {
-		err = errors.New("exit status 0")
-	}
-	return fmt.Errorf("%s (pid %d) exited: %w; last lines of %s:\n%s", p.name, p.Pid(), err,
+	return fmt.Errorf("%s (pid %d) exited: %s; last lines of %s:\n%s", p.name, p.Pid(), p.ExitDescription(),
 		filepath.Base(p.LogPath()), p.Tail(20))
 }

@@ -85,8 +85,8 @@ type Command struct {
 	AppendLog bool
 	// Header is written to the log before the program starts.
 	Header string
-	// OnExit, when set, writes to the log after the program ended, before Done is closed.
-	OnExit func(log io.Writer, err error)
+	// OnExit, when set, writes to the log after the program ended, before Done is closed; how is ExitDescription's.
+	OnExit func(log io.Writer, how string)
 	// OwnGroup puts the child in its own process group, so a terminal's Ctrl-C reaches only the caller, which then
 	// stops its children in order.
 	OwnGroup bool
@@ -128,7 +128,7 @@ func Run(c Command) (*Process, error) {
 	go func() {
 		p.err = cmd.Wait()
 		if c.OnExit != nil {
-			c.OnExit(logFile, p.err)
+			c.OnExit(logFile, exitDescription(p.err))
 		}
 		logFile.Close()
 		close(p.done)
@@ -204,14 +204,18 @@ func (p *Process) Exited() (bool, error) {
 // ExitDescription says how the process ended ("exit status 1", "signal: killed"), "" while it runs.
 func (p *Process) ExitDescription() string {
 	done, err := p.Exited()
-	switch {
-	case !done:
+	if !done {
 		return ""
-	case err == nil:
-		return "exit status 0"
-	default:
-		return err.Error()
 	}
+	return exitDescription(err)
+}
+
+// exitDescription says how a process ended, from Wait's result.
+func exitDescription(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // Terminate sends SIGTERM and waits up to grace for the process to end, then sends SIGKILL; it returns once the
