@@ -283,8 +283,14 @@ func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string 
 	return append(args, in.MPC.Spec.ProxyAgent.AdditionalArgs...)
 }
 
+// AgentDeploymentLabels are the labels of the agent Deployment AgentWork renders, which are also its selector and its
+// pods' labels; they do not depend on the configuration. The local launcher finds the Deployment by them.
+func AgentDeploymentLabels() map[string]string {
+	return map[string]string{addonLabel: proxyv1alpha1.AddonName, proxyv1alpha1.ComponentLabel: proxyAgentLabel}
+}
+
 func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, vars proxyenv.AgentVariables, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
-	labels := map[string]string{addonLabel: proxyv1alpha1.AddonName, proxyv1alpha1.ComponentLabel: proxyAgentLabel}
+	labels := AgentDeploymentLabels()
 	var pullSecrets []corev1.LocalObjectReference
 	for _, s := range in.MPC.Spec.ProxyAgent.ImagePullSecrets {
 		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: s})

@@ -895,3 +895,15 @@ func TestServiceProxyFieldsAloneDoNotChangeTheAgentWork(t *testing.T) {
 		})
 	}
 }
+
+func TestAgentDeploymentLabelsAreThoseOfTheRenderedDeployment(t *testing.T) {
+	g := NewWithT(t)
+	in := agentTestInput(t)
+	withADC(&in, addonv1alpha1.AddOnDeploymentConfigSpec{AgentInstallNamespace: "custom-agents"})
+	work, _, err := AgentWork(in)
+	g.Expect(err).NotTo(HaveOccurred())
+	d := decodeAgentWork(g, work).deployment
+	g.Expect(d.Labels).To(Equal(AgentDeploymentLabels()))
+	g.Expect(d.Spec.Selector.MatchLabels).To(Equal(AgentDeploymentLabels()), "the launcher's selector finds it")
+	g.Expect(d.Spec.Template.Labels).To(Equal(AgentDeploymentLabels()))
+}
