@@ -4,8 +4,10 @@
 // status shows (see Significant), and it tells the reconciler which clusters changed, so a steady state costs no API
 // writes and no reconciles.
 //
-// It reads the ManagedProxyConfiguration and the proxy-client and CA Secrets through the manager's cache on every
-// round and connection, so renewed certificates and changed ports are followed.
+// It reads the proxy-client and CA Secrets through the manager's cache on every connection, so renewed certificates
+// are followed. The ManagedProxyConfiguration (where the proxy-servers listen) is read when a round starts without a
+// client: the first round and the one after a round that could not ask the proxy-servers, so changed ports or
+// namespace are followed once the old address stops answering.
 package tunnelhealth
 
 import (
