@@ -69,6 +69,32 @@ func TestOwnWritesLetThroughEveryChangeButThePassesOwn(t *testing.T) {
 		t.Errorf("another writer's event held during a write queued %v, want [d]", got)
 	}
 
+	// Another writer's event during a write that succeeds: held, then its cluster queued; the write's own event,
+	// which comes after, is still dropped.
+	w.begin(version("f", "1"))
+	if passes(version("f", "7")) {
+		t.Error("an event during a write was let through before the write ended")
+	}
+	w.end(version("f", "1"), version("f", "8"))
+	if got := foreign(); len(got) != 1 || got[0] != "f" {
+		t.Errorf("another writer's event held during a successful write queued %v, want [f]", got)
+	}
+	if passes(version("f", "8")) {
+		t.Error("the event of the write that ended after another writer's event queued a pass")
+	}
+
+	// A create's event that comes during the status write after it is the pass's own, like the status write's.
+	w.begin(version("g", ""))
+	w.end(version("g", ""), version("g", "1"))
+	w.begin(version("g", "1"))
+	if passes(version("g", "1")) || passes(version("g", "2")) {
+		t.Error("the events of a create and of the status write under way were let through")
+	}
+	w.end(version("g", "1"), version("g", "2"))
+	if got := foreign(); len(got) != 0 {
+		t.Errorf("the pass's own events queued %v", got)
+	}
+
 	// Two versions are kept per object; a third write pushes out the oldest.
 	for _, v := range []string{"1", "2", "3"} {
 		w.begin(version("e", ""))
