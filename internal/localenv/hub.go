@@ -27,7 +27,6 @@ const (
 const (
 	adminUser   = "admin"
 	managerUser = "cluster-proxy-operator"
-	adminGroup  = "system:masters"
 )
 
 // prepareWorkDir creates or adopts the work folder; only a folder created here is removed at exit.
@@ -119,20 +118,8 @@ func (s *session) writeKubeconfigs(context.Context) error {
 }
 
 func writeKubeconfig(env *envtest.Environment, user, path string) error {
-	u, err := env.AddUser(envtest.User{Name: user, Groups: []string{adminGroup}}, nil)
-	if err != nil {
-		return fmt.Errorf("add hub user %s: %w", user, err)
-	}
-	kubeconfig, err := u.KubeConfig()
-	if err != nil {
-		return fmt.Errorf("render kubeconfig of %s: %w", user, err)
-	}
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig of %s: %w", user, err)
-	}
-	// WriteFile keeps the mode of a file left by an earlier run in a reused work folder; it holds a private key.
-	if err := os.Chmod(path, 0o600); err != nil {
-		return fmt.Errorf("restrict kubeconfig of %s: %w", user, err)
+	if _, err := testenv.AdminKubeconfig(env, user, path); err != nil {
+		return fmt.Errorf("kubeconfig of hub user %s: %w", user, err)
 	}
 	return nil
 }

@@ -25,5 +25,9 @@ func AdminKubeconfig(env *envtest.Environment, user, path string) (string, error
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		return "", err
 	}
+	// WriteFile keeps the mode of a file left by an earlier run in a reused folder; it holds a private key.
+	if err := os.Chmod(path, 0o600); err != nil {
+		return "", err
+	}
 	return path, nil
 }

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -139,20 +138,13 @@ func Run(c Command) (*Process, error) {
 // StartProcess runs bin with args plus --kubeconfig=<a kubeconfig of user, a cluster admin>, its output in logPath.
 // The process dies with the caller.
 func StartProcess(env *envtest.Environment, user, bin, logPath string, args ...string) (*Process, error) {
-	u, err := env.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, rest.CopyConfig(env.Config))
-	if err != nil {
-		return nil, fmt.Errorf("add user %s: %w", user, err)
-	}
-	kubeconfig, err := u.KubeConfig()
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "process-")
 	if err != nil {
 		return nil, err
 	}
-	kcPath := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
+	kcPath, err := AdminKubeconfig(env, user, filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	p, err := Run(Command{Path: bin, Args: append([]string{"--kubeconfig=" + kcPath}, args...), LogPath: logPath})
