@@ -20,11 +20,16 @@ import (
 func Kubectl(kubeconfig string, args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
 		append([]string{"--kubeconfig", kubeconfig, "--request-timeout=15s"}, args...)...)
+	return Output(cmd, "kubectl "+strings.Join(args, " "))
+}
+
+// Output runs cmd and returns its stdout, or an error that starts with what and quotes its stderr.
+func Output(cmd *exec.Cmd, what string) (string, error) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+		return string(out), fmt.Errorf("%s: %w: %s", what, err, stderr.String())
 	}
 	return string(out), nil
 }

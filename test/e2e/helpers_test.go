@@ -100,13 +100,7 @@ func plugin(args ...string) (string, error) {
 		full = append(full, "--resolve", r)
 	}
 	cmd := exec.Command(binary("kubectl-cluster_proxy"), append(full, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl-cluster_proxy %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
+	return testenv.Output(cmd, "kubectl-cluster_proxy "+strings.Join(args, " "))
 }
 
 // userKubeconfig writes, with the plugin, a kubeconfig that reaches cluster through the user-server with token.
