@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -170,7 +171,12 @@ var _ = Describe("The local system", Ordered, func() {
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Message).To(ContainSubstring("spec.proxyConfig.httpsProxy"))
 		}).Should(Succeed())
-		Consistently(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }, "3s", "500ms").Should(Equal("ok"))
+		Consistently(func(g Gomega) {
+			g.Expect(agentWorkHTTPSProxy(g)).To(Equal(sys.Squid.TLSURL()), "the agent ManifestWork keeps the last good proxy")
+			body, err := grpcHealthz(system.ProxiedCluster)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(body).To(Equal("ok"))
+		}, "3s", "500ms").Should(Succeed())
 	})
 
 	It("takes a new proxy route to the running agent: it reconnects through the new proxy", func() {
@@ -313,13 +319,7 @@ func expectAgentRunsWithProxy(proxyURL string) {
 	Eventually(func(g Gomega) {
 		d := &appsv1.Deployment{}
 		g.Expect(managedClient(system.ProxiedCluster).Get(ctx(), types(agentNamespace(g, system.ProxiedCluster), render.AgentDeploymentName), d)).To(Succeed())
-		var proxy string
-		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "HTTPS_PROXY" {
-				proxy = e.Value
-			}
-		}
-		g.Expect(proxy).To(Equal(proxyURL), "the Deployment carries the new proxy")
+		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
 		if since.IsZero() {
 			since = time.Now()
 		}
@@ -339,6 +339,31 @@ func expectAgentRunsWithProxy(proxyURL string) {
 		// changed, which the launcher answers with a restart).
 		g.Expect(started.After(since.Add(-5 * time.Second))).To(BeTrue())
 	}).Should(Succeed())
+}
+
+// httpsProxy is the HTTPS_PROXY of the agent container of d.
+func httpsProxy(d *appsv1.Deployment) string {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "HTTPS_PROXY" {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// agentWorkHTTPSProxy is the HTTPS_PROXY of the agent Deployment in cluster1's ManifestWork on the hub: what the
+// operator deploys, before the work agent applies it ("" without a Deployment).
+func agentWorkHTTPSProxy(g Gomega) string {
+	work := &workv1.ManifestWork{}
+	g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, render.AgentWorkName), work)).To(Succeed())
+	for _, m := range work.Spec.Workload.Manifests {
+		d := &appsv1.Deployment{}
+		g.Expect(json.Unmarshal(m.Raw, d)).To(Succeed())
+		if d.Kind == "Deployment" {
+			return httpsProxy(d)
+		}
+	}
+	return ""
 }
 
 // setProxy points cluster1's AddOnDeploymentConfig at proxyURL.
