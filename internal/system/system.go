@@ -89,12 +89,11 @@ type System struct {
 	// ManagerLog is the manager's log file.
 	ManagerLog string
 	// ManagerKubeconfig is the manager's identity, as when it is deployed in Namespace: the ServiceAccount and
-	// least-privilege RBAC of config/rbac, with a token renewed in a file.
+	// least-privilege RBAC of config/rbac, with a token for the whole run.
 	ManagerKubeconfig string
 
-	opts            Options
-	manager         *testenv.Process
-	managerIdentity *testenv.DeployedManager
+	opts    Options
+	manager *testenv.Process
 }
 
 // stopGrace is how long the manager and squid get to end after SIGTERM before SIGKILL.
@@ -245,13 +244,10 @@ func (s *System) applyConfiguration(ctx context.Context) error {
 }
 
 func (s *System) startManager(ctx context.Context) error {
-	var err error
-	s.managerIdentity, err = testenv.DeployedManagerKubeconfig(ctx, s.Env.Hub, s.HubClient, Namespace,
-		filepath.Join(s.opts.WorkDir, "manager", "kubeconfig"), s.opts.Log)
-	if err != nil {
+	s.ManagerKubeconfig = filepath.Join(s.opts.WorkDir, "manager", "kubeconfig")
+	if err := testenv.DeployedManagerKubeconfig(ctx, s.Env.Hub, s.HubClient, Namespace, s.ManagerKubeconfig); err != nil {
 		return fmt.Errorf("the manager's identity: %w", err)
 	}
-	s.ManagerKubeconfig = s.managerIdentity.Kubeconfig
 	s.ManagerLog = filepath.Join(s.opts.WorkDir, "manager.log")
 	args := []string{"--kubeconfig=" + s.ManagerKubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--tunnel-health-interval=5s"}
@@ -276,9 +272,6 @@ func (s *System) Stop() error {
 	if s.manager != nil {
 		s.manager.Terminate(stopGrace)
 		errs = append(errs, s.checkManagerRBAC())
-	}
-	if s.managerIdentity != nil {
-		s.managerIdentity.Stop()
 	}
 	if s.Env != nil {
 		errs = append(errs, s.Env.Stop())

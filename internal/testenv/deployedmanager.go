@@ -22,92 +22,40 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The manager's tokens live an hour and are renewed every 20 minutes, so the file always holds one with 40 minutes
-// left and a failed renewal is tried twice more before the token in use expires.
-const (
-	managerTokenTTL     = time.Hour
-	managerTokenRenewal = 20 * time.Minute
-)
+// managerTokenTTL outlives any run, as the token a deployed manager reads from its projected volume effectively does:
+// the kubelet renews that one, and nothing would renew this one.
+const managerTokenTTL = 365 * 24 * time.Hour
 
 // managerRBACFiles are the files of config/rbac that make the manager's identity when it is deployed.
 var managerRBACFiles = []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "leader_election_role.yaml"}
 
-// DeployedManager is the identity the manager runs with when deployed: its ServiceAccount, bound to the ClusterRole
-// and the leader-election Role of config/rbac, authenticated with a token that is kept fresh in a file.
-type DeployedManager struct {
-	// Kubeconfig is the path of a kubeconfig that authenticates with TokenFile, which client-go re-reads, so a
-	// renewed token is used without a restart.
-	Kubeconfig string
-	TokenFile  string
-
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
 // DeployedManagerKubeconfig creates namespace when missing and the ServiceAccount and RBAC of config/rbac in it (the
-// bindings' subjects too), writes a kubeconfig of that ServiceAccount to path and its token beside it, and renews the
-// token until Stop. cfg is an admin config of the API server, c an admin client; renewal failures go to log (nil
-// discards them). Running the manager with it proves that the shipped least-privilege rules suffice: its requests go
-// through RBAC and API Priority and Fairness queues, which a cluster admin's skip.
-func DeployedManagerKubeconfig(ctx context.Context, cfg *rest.Config, c client.Client, namespace, path string, log io.Writer) (*DeployedManager, error) {
-	if log == nil {
-		log = io.Discard
-	}
+// bindings' subjects too), and writes to path a kubeconfig of that ServiceAccount with a token for the whole run. cfg
+// is an admin config of the API server, c an admin client. Running the manager with it proves that the shipped
+// least-privilege rules suffice: its requests go through RBAC and API Priority and Fairness queues, which a cluster
+// admin's skip.
+func DeployedManagerKubeconfig(ctx context.Context, cfg *rest.Config, c client.Client, namespace, path string) error {
 	sa, err := createManagerRBAC(ctx, c, namespace)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m := &DeployedManager{Kubeconfig: path, TokenFile: path + ".token", done: make(chan struct{})}
-	renew := func(ctx context.Context) error {
-		token, err := ServiceAccountToken(ctx, cs, namespace, sa, managerTokenTTL)
-		if err != nil {
-			return err
-		}
-		return writeFileAtomic(m.TokenFile, []byte(token))
+	token, err := ServiceAccountToken(ctx, cs, namespace, sa, managerTokenTTL)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	if err := renew(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthority: cfg.CAFile, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["manager"] = &clientcmdapi.AuthInfo{TokenFile: m.TokenFile}
+	kc.AuthInfos["manager"] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "manager", Namespace: namespace}
 	kc.CurrentContext = "hub"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return nil, err
-	}
-	// The token outlives the caller's start-up deadline: Stop ends the renewal.
-	var renewCtx context.Context
-	renewCtx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(managerTokenRenewal)
-		defer tick.Stop()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-tick.C:
-				if err := renew(renewCtx); err != nil && renewCtx.Err() == nil {
-					fmt.Fprintf(log, "renew the manager's token: %v\n", err)
-				}
-			}
-		}
-	}()
-	return m, nil
-}
-
-// Stop ends the token renewal; the files stay.
-func (m *DeployedManager) Stop() {
-	m.cancel()
-	<-m.done
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 // createManagerRBAC creates namespace when missing and the objects of managerRBACFiles with their namespace and their
@@ -155,21 +103,4 @@ func createManagerRBAC(ctx context.Context, c client.Client, namespace string) (
 		return "", fmt.Errorf("no ServiceAccount in config/rbac/%s", managerRBACFiles[0])
 	}
 	return sa, nil
-}
-
-// writeFileAtomic replaces path by a file with data, through a rename, so a reader never sees it half written.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // fails harmlessly once renamed
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

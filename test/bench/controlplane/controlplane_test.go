@@ -392,10 +392,9 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 		return &manager{p}
 	case "serviceaccount":
 		// Such a run also proves that the shipped least-privilege rules suffice for a thousand clusters.
-		identity, err := testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, managerNamespace, filepath.Join(dir, "kubeconfig"), os.Stderr)
-		must(t, err)
-		t.Cleanup(identity.Stop)
-		p, err := testenv.Run(testenv.Command{Path: bin, LogPath: logPath, Args: append([]string{"--kubeconfig=" + identity.Kubeconfig}, args...)})
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		must(t, testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, managerNamespace, kubeconfig))
+		p, err := testenv.Run(testenv.Command{Path: bin, LogPath: logPath, Args: append([]string{"--kubeconfig=" + kubeconfig}, args...)})
 		must(t, err)
 		return &manager{p}
 	default:
