@@ -38,10 +38,8 @@ type Squid struct {
 
 // StartSquid writes a private configuration under dir and starts squid in the foreground.
 func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
-	if _, err := exec.LookPath("squid"); err != nil {
-		if _, statErr := os.Stat("/usr/sbin/squid"); statErr != nil {
-			return nil, fmt.Errorf("squid is needed as the forward proxy: apt-get install -y squid-openssl")
-		}
+	if _, err := squidBinary(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, err
@@ -155,13 +153,24 @@ func (s *Squid) Tunnels() ([]Tunnel, error) {
 	return tunnels, nil
 }
 
+// squidBinary is squid on PATH, else in /usr/sbin (not on a non-root user's PATH).
+func squidBinary() (string, error) {
+	if bin, err := exec.LookPath("squid"); err == nil {
+		return bin, nil
+	}
+	if _, err := os.Stat("/usr/sbin/squid"); err != nil {
+		return "", fmt.Errorf("squid is needed as the forward proxy: apt-get install -y squid-openssl")
+	}
+	return "/usr/sbin/squid", nil
+}
+
 // Start runs squid (again, after Stop) on the same ports and waits until it listens on both.
 func (s *Squid) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	bin := "squid"
-	if _, err := exec.LookPath(bin); err != nil {
-		bin = "/usr/sbin/squid"
+	bin, err := squidBinary()
+	if err != nil {
+		return err
 	}
 	p, err := testenv.Run(testenv.Command{Path: bin, Args: []string{"-N", "-f", filepath.Join(s.dir, "squid.conf")},
 		LogPath: filepath.Join(s.dir, "squid.out"), AppendLog: true})
