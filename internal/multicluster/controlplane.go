@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,17 +45,11 @@ func hubCRDPaths() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "open-cluster-management.io/api")
-	cmd.Dir = testenv.RepoRoot()
-	out, err := cmd.Output()
+	extra, err := testenv.OCMAPIFiles(extraHubCRDs...)
 	if err != nil {
-		return nil, fmt.Errorf("locate the open-cluster-management.io/api module: %w", err)
+		return nil, err
 	}
-	dir := strings.TrimSpace(string(out))
-	for _, p := range extraHubCRDs {
-		paths = append(paths, filepath.Join(dir, p))
-	}
-	return paths, nil
+	return append(paths, extra...), nil
 }
 
 // controlPlane describes one envtest control plane to start.

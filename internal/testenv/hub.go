@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -18,22 +17,7 @@ import (
 // NewOCMHub is NewHub without the operator's own CRDs: a hub where OCM is installed and cluster-proxy is not yet,
 // for tests that install the operator's CRDs themselves (the Helm chart, the kustomize output).
 func NewOCMHub() (*envtest.Environment, error) {
-	env, err := NewHub()
-	if err != nil {
-		return nil, err
-	}
-	ours := filepath.Join(RepoRoot(), "config", "crd", "bases")
-	var ocm []string
-	for _, p := range env.CRDDirectoryPaths {
-		if p != ours {
-			ocm = append(ocm, p)
-		}
-	}
-	if len(ocm) != len(env.CRDDirectoryPaths)-1 {
-		return nil, fmt.Errorf("the hub's CRD paths %v do not hold %s once", env.CRDDirectoryPaths, ours)
-	}
-	env.CRDDirectoryPaths = ocm
-	return env, nil
+	return newEnvironment(OCMAPIFiles(ocmHubCRDs...))
 }
 
 // StrictClient is a client of cfg for the built-in kinds and CustomResourceDefinitions (other kinds as

@@ -41,6 +41,16 @@ func RepoRoot() string {
 // CRDPaths are the operator's CRDs and the OCM hub CRDs, read from the open-cluster-management.io/api module
 // in the Go module cache.
 func CRDPaths() ([]string, error) {
+	ocm, err := OCMAPIFiles(ocmHubCRDs...)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{filepath.Join(RepoRoot(), "config", "crd", "bases")}, ocm...), nil
+}
+
+// OCMAPIFiles are the paths of files of the open-cluster-management.io/api module (given by their path inside it) in
+// the Go module cache.
+func OCMAPIFiles(paths ...string) ([]string, error) {
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "open-cluster-management.io/api")
 	cmd.Dir = RepoRoot()
 	out, err := cmd.Output()
@@ -51,24 +61,28 @@ func CRDPaths() ([]string, error) {
 	if dir == "" {
 		return nil, errors.New("open-cluster-management.io/api is not in the module cache: run 'go mod download'")
 	}
-	paths := []string{filepath.Join(RepoRoot(), "config", "crd", "bases")}
-	for _, p := range ocmHubCRDs {
-		paths = append(paths, filepath.Join(dir, p))
+	files := make([]string, 0, len(paths))
+	for _, p := range paths {
+		files = append(files, filepath.Join(dir, p))
 	}
-	return paths, nil
+	return files, nil
 }
 
 // NewHub returns an envtest environment with every CRD the hub needs. KUBEBUILDER_ASSETS must point at the
 // folder 'make envtest-assets' prints.
 func NewHub() (*envtest.Environment, error) {
-	paths, err := CRDPaths()
+	return newEnvironment(CRDPaths())
+}
+
+// newEnvironment is an envtest environment with the CRDs crds; it takes a CRD lookup's result as is.
+func newEnvironment(crds []string, err error) (*envtest.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run 'make envtest-assets' and export the folder it prints")
 	}
-	return &envtest.Environment{CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}, nil
+	return &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}, nil
 }
 
 // Command is a child program to run with Run.
