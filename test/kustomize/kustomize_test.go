@@ -4,7 +4,6 @@
 package kustomize
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -34,14 +33,11 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s is missing: run 'make kustomize' (make test does)", bin)
 	}
-	cmd := exec.Command(bin, "build", filepath.Join(root, "config", dir))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := testenv.Output(exec.Command(bin, "build", filepath.Join(root, "config", dir)), "kustomize build config/"+dir)
 	if err != nil {
-		t.Fatalf("kustomize build config/%s: %v\n%s", dir, err, stderr.String())
+		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {
 		var m map[string]any
