@@ -3,7 +3,6 @@ package serviceproxy
 import (
 	"bytes"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,7 +26,8 @@ const defaultServiceCACheckInterval = 5 * time.Second
 //
 // What the file says:
 //   - absent (the optional ConfigMap, or its key, does not exist): the system roots only;
-//   - PEM certificates: the system roots and those certificates (blocks that are not certificates are skipped);
+//   - PEM certificates: the system roots and those certificates (blocks that are not certificates, or do not parse,
+//     are skipped, as x509.CertPool.AppendCertsFromPEM does);
 //   - no PEM certificate, or unreadable: logged as an error, and the trust in effect stays as it was. An edit that
 //     broke the file does not drop the CAs services rely on, and the system roots are never dropped.
 type serviceCATransport struct {
@@ -85,52 +85,43 @@ func (t *serviceCATransport) check() error {
 
 func (t *serviceCATransport) checkLocked() error {
 	t.nextCheck.Store(t.now().Add(t.interval).UnixNano())
-	changed, count, err := t.reload()
+	changed, err := t.reload()
 	switch {
 	case err != nil:
 		logger.Error(err, "Ignoring the service CA file: https services are verified against the system roots and the CAs trusted before",
 			"file", t.file)
-	case changed && count == 0:
+	case changed && t.absent:
 		logger.Info("No service CA file: https services are verified against the system roots only", "file", t.file)
 	case changed:
-		logger.Info("Trusting the service CA file for https services, in addition to the system roots",
-			"file", t.file, "certificates", count)
+		logger.Info("Trusting the service CA file for https services, in addition to the system roots", "file", t.file)
 	}
 	return err
 }
 
-// reload reads the file and, when its content changed, puts the trust it describes in effect. count is the number of
-// certificates trusted in addition to the system roots. An error (no PEM certificate, a read failure) leaves the
-// trust as it was and is reported once per content.
-func (t *serviceCATransport) reload() (changed bool, count int, err error) {
+// reload reads the file and, when its content changed, puts the trust it describes in effect. An error (no PEM
+// certificate, a read failure) leaves the trust as it was and is reported once per content.
+func (t *serviceCATransport) reload() (changed bool, err error) {
 	data, err := os.ReadFile(t.file)
 	absent := errors.Is(err, fs.ErrNotExist)
 	if err != nil && !absent {
 		// Not remembered as read: a transient failure is tried again, and reported again, at the next check.
-		return false, 0, fmt.Errorf("read the service CA file: %w", err)
+		return false, fmt.Errorf("read the service CA file: %w", err)
 	}
 	if t.checked && t.absent == absent && bytes.Equal(t.read, data) {
-		return false, 0, nil
+		return false, nil
 	}
 	t.checked, t.absent, t.read = true, absent, data
 
 	pool := t.system.Clone()
-	if !absent {
-		cas := parseCertificates(data)
-		if len(cas) == 0 {
-			return false, 0, fmt.Errorf("service CA file %s holds no PEM certificate (%d bytes)", t.file, len(data))
-		}
-		for _, ca := range cas {
-			pool.AddCert(ca)
-		}
-		count = len(cas)
+	if !absent && !pool.AppendCertsFromPEM(data) {
+		return false, fmt.Errorf("service CA file %s holds no PEM certificate (%d bytes)", t.file, len(data))
 	}
 	if old := t.current.Swap(t.newTransport(pool)); old != nil {
 		// Requests in flight finish on the old transport; its idle connections were verified under the old trust and
 		// are closed now. Connections still in use go back to its pool and close after its idle timeout.
 		old.CloseIdleConnections()
 	}
-	return true, count, nil
+	return true, nil
 }
 
 // systemRoots is the pool of the system roots, from load or else x509.SystemCertPool. Without one (an error, which
@@ -145,22 +136,4 @@ func systemRoots(load func() (*x509.CertPool, error)) *x509.CertPool {
 		return x509.NewCertPool()
 	}
 	return pool
-}
-
-// parseCertificates returns the certificates of the PEM blocks of data that parse; other blocks are skipped.
-func parseCertificates(data []byte) []*x509.Certificate {
-	var out []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			return out
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
-			out = append(out, c)
-		}
-	}
 }

@@ -68,6 +68,17 @@ var _ = Describe("https services and the service CA file", func() {
 		Expect(expectStatus(body, http.StatusBadGateway, metav1.StatusReasonInternalError).Message).To(ContainSubstring("certificate"))
 	}
 
+	// secureService is an https service whose certificate for secure.team.svc is signed by ca.
+	secureService := func(name string, ca *certs.KeyPair) *echoService {
+		GinkgoHelper()
+		return newEchoService(name, servingCertFrom(ca, "secure.team.svc"))
+	}
+	// route sends secure.team.svc's port first to a and its port second to b.
+	route := func(p *proxyUnderTest, a, b *echoService) {
+		p.dialer.route("secure.team.svc:"+first, a.Listener.Addr().String())
+		p.dialer.route("secure.team.svc:"+second, b.Listener.Addr().String())
+	}
+
 	var caFile string
 	BeforeEach(func() {
 		caFile = filepath.Join(GinkgoT().TempDir(), "service-ca.crt")
@@ -75,12 +86,11 @@ var _ = Describe("https services and the service CA file", func() {
 
 	It("reaches an https service whose CA is in the file, still checking the name it dialed", func(ctx SpecContext) {
 		ca := newServiceCA("team-ca")
-		secure := newEchoService("secure", servingCertFrom(ca, "secure.team.svc"))
+		secure := secureService("secure", ca)
 		misnamed := newEchoService("misnamed", servingCertFrom(ca, "other.team.svc"))
 		writeServiceCAFile(caFile, ca.CertPEM)
 		p := startProxy(func(o *Options) { o.Allowed = allowed; o.ServiceCAFile = caFile })
-		p.dialer.route("secure.team.svc:"+first, secure.Listener.Addr().String())
-		p.dialer.route("secure.team.svc:"+second, misnamed.Listener.Addr().String())
+		route(p, secure, misnamed)
 
 		expectReached(ctx, p, first, "secure")
 		Expect(secure.requests()).To(HaveLen(1))
@@ -92,16 +102,14 @@ var _ = Describe("https services and the service CA file", func() {
 
 	It("trusts a rewritten file without a restart: the new CA's service is reached and the old CA's refused", func(ctx SpecContext) {
 		oldCA, newCA := newServiceCA("old-ca"), newServiceCA("new-ca")
-		before := newEchoService("before", servingCertFrom(oldCA, "secure.team.svc"))
-		after := newEchoService("after", servingCertFrom(newCA, "secure.team.svc"))
+		before, after := secureService("before", oldCA), secureService("after", newCA)
 		writeServiceCAFile(caFile, oldCA.CertPEM)
 		p := startProxy(func(o *Options) {
 			o.Allowed = allowed
 			o.ServiceCAFile = caFile
 			o.ServiceCACheckInterval = 20 * time.Millisecond
 		})
-		p.dialer.route("secure.team.svc:"+first, before.Listener.Addr().String())
-		p.dialer.route("secure.team.svc:"+second, after.Listener.Addr().String())
+		route(p, before, after)
 		expectReached(ctx, p, first, "before")
 		expectRefused(ctx, p, second)
 
@@ -119,16 +127,14 @@ var _ = Describe("https services and the service CA file", func() {
 
 	It("keeps the system roots when the file holds no PEM certificate", func(ctx SpecContext) {
 		publicCA, privateCA := newServiceCA("public-ca"), newServiceCA("private-ca")
-		public := newEchoService("public", servingCertFrom(publicCA, "secure.team.svc"))
-		private := newEchoService("private", servingCertFrom(privateCA, "secure.team.svc"))
+		public, private := secureService("public", publicCA), secureService("private", privateCA)
 		writeServiceCAFile(caFile, []byte("service-ca.crt: not a certificate\n"))
 		p := startProxy(func(o *Options) {
 			o.Allowed = allowed
 			o.ServiceCAFile = caFile
 			o.systemRoots = fakeSystemRoots(publicCA)
 		})
-		p.dialer.route("secure.team.svc:"+first, public.Listener.Addr().String())
-		p.dialer.route("secure.team.svc:"+second, private.Listener.Addr().String())
+		route(p, public, private)
 
 		expectReached(ctx, p, first, "public")
 		expectRefused(ctx, p, second)
@@ -137,16 +143,14 @@ var _ = Describe("https services and the service CA file", func() {
 
 	It("follows the file of an optional ConfigMap: trusted once it appears, kept when it breaks, dropped when it goes", func(ctx SpecContext) {
 		publicCA, privateCA := newServiceCA("public-ca"), newServiceCA("private-ca")
-		public := newEchoService("public", servingCertFrom(publicCA, "secure.team.svc"))
-		private := newEchoService("private", servingCertFrom(privateCA, "secure.team.svc"))
+		public, private := secureService("public", publicCA), secureService("private", privateCA)
 		p := startProxy(func(o *Options) {
 			o.Allowed = allowed
 			o.ServiceCAFile = caFile // not written yet
 			o.ServiceCACheckInterval = 20 * time.Millisecond
 			o.systemRoots = fakeSystemRoots(publicCA)
 		})
-		p.dialer.route("secure.team.svc:"+first, public.Listener.Addr().String())
-		p.dialer.route("secure.team.svc:"+second, private.Listener.Addr().String())
+		route(p, public, private)
 		expectReached(ctx, p, first, "public")
 		expectRefused(ctx, p, second)
 
@@ -241,15 +245,26 @@ func TestServiceCAFileThatIsInvalidAtStartTrustsTheSystemRoots(t *testing.T) {
 	g.Expect(tr.check()).To(Succeed(), "the same bad content is reported once, when it is first read")
 }
 
-func TestParseCertificatesSkipsWhatIsNotACertificate(t *testing.T) {
+func TestServiceCAFileTrustsItsCertificatesAndSkipsOtherBlocks(t *testing.T) {
 	g := NewWithT(t)
 	ca, err := certs.NewCA("team-ca", time.Hour, time.Now())
 	g.Expect(err).NotTo(HaveOccurred())
+	withCA := x509.NewCertPool()
+	withCA.AddCert(ca.Cert)
+	file := filepath.Join(t.TempDir(), "service-ca.crt")
 	broken := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
-	data := append(append(append([]byte("text before\n"), ca.KeyPEM...), broken...), ca.CertPEM...)
-	got := parseCertificates(data)
-	g.Expect(got).To(HaveLen(1))
-	g.Expect(got[0].Equal(ca.Cert)).To(BeTrue())
-	g.Expect(parseCertificates(ca.KeyPEM)).To(BeEmpty())
-	g.Expect(parseCertificates(nil)).To(BeEmpty())
+	g.Expect(os.WriteFile(file, append(append(append([]byte("text before\n"), ca.KeyPEM...), broken...), ca.CertPEM...), 0o600)).To(Succeed())
+	var built []*x509.CertPool
+	tr := newServiceCATransport(file, time.Second, x509.NewCertPool(), func(roots *x509.CertPool) *http.Transport {
+		built = append(built, roots)
+		return &http.Transport{}
+	})
+	g.Expect(built).To(HaveLen(1))
+	g.Expect(built[0].Equal(withCA)).To(BeTrue(), "the one certificate, not the text, the key or the block that does not parse")
+
+	for name, data := range map[string][]byte{"a key alone": ca.KeyPEM, "an empty file": nil} {
+		g.Expect(os.WriteFile(file, data, 0o600)).To(Succeed())
+		g.Expect(tr.check()).To(MatchError(ContainSubstring("no PEM certificate")), name)
+		g.Expect(built).To(HaveLen(1), "%s: the trust in effect stays", name)
+	}
 }
