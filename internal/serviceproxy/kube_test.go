@@ -110,7 +110,7 @@ var _ = Describe("kube-apiserver requests", func() {
 		Eventually(func() error {
 			_, err := bob.CoreV1().ConfigMaps(teamNamespace).List(ctx, metav1.ListOptions{})
 			return err
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 		_, err = bob.CoreV1().ConfigMaps(agentNamespace).List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the Role is for namespace team only; got %v", err)
 	})

@@ -118,7 +118,7 @@ var _ = Describe("https services and the service CA file", func() {
 			code, body := request(ctx, p, second)
 			g.Expect(code).To(Equal(http.StatusOK), "body: %s", body)
 			g.Expect(string(body)).To(Equal("hello from after"))
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
 
 		By("refusing the old CA's service: the pooled connection verified under the old file is not reused")
 		expectRefused(ctx, p, first)
@@ -159,7 +159,7 @@ var _ = Describe("https services and the service CA file", func() {
 		Eventually(func(g Gomega) {
 			code, body := request(ctx, p, second)
 			g.Expect(code).To(Equal(http.StatusOK), "body: %s", body)
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
 		expectReached(ctx, p, first, "public")
 
 		By("reporting a file without a PEM certificate and keeping what was trusted")
@@ -173,7 +173,7 @@ var _ = Describe("https services and the service CA file", func() {
 		Eventually(func(g Gomega) {
 			code, body := request(ctx, p, second)
 			g.Expect(code).To(Equal(http.StatusBadGateway), "body: %s", body)
-		}).WithContext(ctx).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
 		expectReached(ctx, p, first, "public")
 	})
 })
