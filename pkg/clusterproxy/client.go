@@ -30,13 +30,15 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
 )
 
 const (
-	// KubeAPIServerPort is the tunnel port an agent maps to its cluster's kube-apiserver.
-	KubeAPIServerPort = 443
-	// ServiceProxyPort is the tunnel port of the agent's service-proxy (plain HTTP/1.1 inside the tunnel).
-	ServiceProxyPort = 7443
+	// KubeAPIServerPort (443) is the tunnel port an agent maps to its cluster's kube-apiserver.
+	KubeAPIServerPort = tunnelclient.KubeAPIServerPort
+	// ServiceProxyPort (7443) is the tunnel port of the agent's service-proxy (plain HTTP/1.1 inside the tunnel), as
+	// the agents are rendered with.
+	ServiceProxyPort = render.ServiceProxyPort
 	// DefaultCredentialsTTL is how long Secrets read through a hub rest.Config are reused.
 	DefaultCredentialsTTL = time.Minute
 )
