@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 const (
@@ -101,26 +100,19 @@ func decodeFile(path string) ([]sample, error) {
 		return nil, fmt.Errorf("open sample: %w", err)
 	}
 	defer f.Close()
-	decoder := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var samples []sample
-	for doc := 1; ; doc++ {
-		var content map[string]any
-		if err := decoder.Decode(&content); err != nil {
-			if errors.Is(err, io.EOF) {
-				return samples, nil
-			}
-			return nil, fmt.Errorf("decode %s document %d: %w", path, doc, err)
-		}
-		if len(content) == 0 {
-			continue // a comment-only document or a trailing '---'
-		}
-		obj := &unstructured.Unstructured{Object: content}
-		source := fmt.Sprintf("%s document %d", path, doc)
+	objs, err := testenv.DecodeObjects(f)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	samples := make([]sample, 0, len(objs))
+	for i, obj := range objs {
+		source := fmt.Sprintf("%s object %d", path, i+1)
 		if obj.GetAPIVersion() == "" || obj.GetKind() == "" || obj.GetName() == "" {
 			return nil, fmt.Errorf("%s: apiVersion, kind and metadata.name are required", source)
 		}
 		samples = append(samples, sample{obj: obj, source: source})
 	}
+	return samples, nil
 }
 
 func isManagedProxyConfiguration(s sample) bool {

@@ -3,9 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -71,14 +68,11 @@ func createManagerRBAC(ctx context.Context, c client.Client, namespace string) (
 		if err != nil {
 			return "", err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return "", fmt.Errorf("config/rbac/%s: %w", file, err)
-			}
+		objs, err := DecodeObjects(bytes.NewReader(raw))
+		if err != nil {
+			return "", fmt.Errorf("config/rbac/%s: %w", file, err)
+		}
+		for _, obj := range objs {
 			if obj.GetNamespace() != "" {
 				obj.SetNamespace(namespace)
 			}

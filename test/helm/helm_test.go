@@ -3,13 +3,11 @@
 package helm
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,11 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
@@ -507,28 +503,9 @@ func startHub(t *testing.T) (*envtest.Environment, client.Client) {
 // decode splits a multi-document YAML stream into objects, skipping empty documents.
 func decode(t *testing.T, stream string) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(stream)))
-	for {
-		doc, err := d.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("read YAML: %v", err)
-		}
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			t.Fatalf("parse YAML: %v\n%s", err, doc)
-		}
-		if s := strings.TrimSpace(string(j)); s == "null" || s == "{}" {
-			continue // an empty document (comments only)
-		}
-		o := &unstructured.Unstructured{}
-		if err := o.UnmarshalJSON(j); err != nil { // integers stay int64
-			t.Fatalf("decode object: %v\n%s", err, doc)
-		}
-		objs = append(objs, o)
+	objs, err := testenv.DecodeObjects(strings.NewReader(stream))
+	if err != nil {
+		t.Fatalf("decode YAML: %v", err)
 	}
 	return objs
 }

@@ -5,8 +5,6 @@ package kustomize
 
 import (
 	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -37,19 +34,9 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			t.Fatalf("kustomize build config/%s: output: %v", dir, err)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
+	objs, err := testenv.DecodeObjects(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("kustomize build config/%s: output: %v", dir, err)
 	}
 	return objs
 }
