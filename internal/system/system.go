@@ -271,7 +271,7 @@ func (s *System) Stop() error {
 	}
 	if s.manager != nil {
 		s.manager.Terminate(stopGrace)
-		errs = append(errs, s.checkManagerRBAC())
+		errs = append(errs, testenv.CheckManagerRBAC(s.ManagerLog))
 	}
 	if s.Env != nil {
 		errs = append(errs, s.Env.Stop())

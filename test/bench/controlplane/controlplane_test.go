@@ -180,6 +180,10 @@ func TestControlPlaneScale(t *testing.T) {
 	default:
 		t.Logf("%.0f GETs at steady state not judged: after %s of the manager they may be re-opened watches", steadyGets, ran.Round(time.Second))
 	}
+	if os.Getenv("BENCH_IDENTITY") == "serviceaccount" {
+		// Run as deployed: a request RBAC denied is a permission config/rbac lacks, even one nothing else noticed.
+		must(t, testenv.CheckManagerRBAC(mgr.LogPath()))
+	}
 }
 
 // minWatchTimeout is the shortest time after which client-go's reflectors re-open a watch (5 min, times 1 to 2).

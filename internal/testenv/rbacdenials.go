@@ -1,4 +1,4 @@
-package system
+package testenv
 
 import (
 	"bufio"
@@ -37,25 +37,22 @@ func rbacDenials(log io.Reader) ([]string, error) {
 	}
 }
 
-// checkManagerRBAC fails when the manager's log shows a request that RBAC denied. The manager runs with the rules of
-// config/rbac, so such a request is a permission the shipped ClusterRole lacks, even when nothing else noticed (an
-// event dropped, a retry that later succeeded).
-func (s *System) checkManagerRBAC() error {
-	if s.ManagerLog == "" {
-		return nil
-	}
-	f, err := os.Open(s.ManagerLog)
+// CheckManagerRBAC fails when the log at logPath, the manager's, shows a request that RBAC denied. A manager run
+// with DeployedManagerKubeconfig has the rules of config/rbac, so such a request is a permission the shipped
+// ClusterRole lacks, even when nothing else noticed (an event dropped, a retry that later succeeded).
+func CheckManagerRBAC(logPath string) error {
+	f, err := os.Open(logPath)
 	if err != nil {
 		return fmt.Errorf("read the manager's log: %w", err)
 	}
 	defer f.Close()
 	denials, err := rbacDenials(f)
 	if err != nil {
-		return fmt.Errorf("read the manager's log %s: %w", s.ManagerLog, err)
+		return fmt.Errorf("read the manager's log %s: %w", logPath, err)
 	}
 	if len(denials) == 0 {
 		return nil
 	}
 	return fmt.Errorf("RBAC denied the manager %d requests (see %s): add the permission to config/rbac with a "+
-		"+kubebuilder:rbac marker; the first: %s", len(denials), s.ManagerLog, denials[0])
+		"+kubebuilder:rbac marker; the first: %s", len(denials), logPath, denials[0])
 }
