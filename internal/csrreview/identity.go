@@ -16,7 +16,8 @@ const (
 // hostIdentifier is the only identifier type an agent may claim (ANP's header.Host).
 const hostIdentifier = "host"
 
-// IdentifierError says why an agent's identifiers are refused; Reason is one of the constants above.
+// IdentifierError says why an agent's identifiers are refused; Reason is one of the constants above. The
+// proxy-server also uses it, as server.IdentityError, for its certificate refusals, with reasons of its own.
 type IdentifierError struct {
 	Reason string
 	Detail string
