@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,4 +44,14 @@ func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, ns, name 
 		return "", fmt.Errorf("token of ServiceAccount %s/%s: %w", ns, name, err)
 	}
 	return tr.Status.Token, nil
+}
+
+// Shell is a command line as the README writes it, run by bash with pipefail from the repository root, with
+// kubeconfig as KUBECONFIG and the folders of path, then the envtest binaries (kubectl), first on PATH.
+func Shell(command, kubeconfig string, path ...string) *exec.Cmd {
+	cmd := exec.Command("bash", "-o", "pipefail", "-c", command)
+	cmd.Dir = RepoRoot()
+	dirs := append(slices.Clone(path), os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+strings.Join(dirs, string(os.PathListSeparator)))
+	return cmd
 }

@@ -112,14 +112,11 @@ func userKubeconfig(cluster, name, tok string) string {
 	return path
 }
 
-// shell runs a command line as the README writes it, through bash, with the hub's admin kubeconfig as KUBECONFIG
-// and the envtest kubectl first on PATH; it fails the spec when the command fails.
+// shell runs a command line as the README writes it (testenv.Shell) with the hub's admin kubeconfig; it fails the
+// spec when the command fails.
 func shell(command string) string {
 	GinkgoHelper()
-	cmd := exec.Command("bash", "-o", "pipefail", "-c", command)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sys.Env.HubKubeconfig,
-		"PATH="+os.Getenv("KUBEBUILDER_ASSETS")+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
+	out, err := testenv.Shell(command, sys.Env.HubKubeconfig).CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s:\n%s", command, out)
 	return string(out)
 }

@@ -187,11 +187,7 @@ func readmeInstall(t *testing.T, env *envtest.Environment) {
 		t.Fatal(err)
 	}
 	const command = "kustomize build config/default | kubectl apply --server-side -f -"
-	cmd := exec.Command("bash", "-o", "pipefail", "-c", command)
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kcPath,
-		"PATH="+filepath.Join(testenv.RepoRoot(), "bin")+string(os.PathListSeparator)+os.Getenv("KUBEBUILDER_ASSETS")+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
+	out, err := testenv.Shell(command, kcPath, filepath.Join(testenv.RepoRoot(), "bin")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", command, err, out)
 	}
