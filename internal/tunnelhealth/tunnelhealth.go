@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -58,7 +59,12 @@ type Options struct {
 	// StaleAfter is how long the last observation stands while the proxy-servers cannot be asked, so one failed
 	// round does not flip every cluster; default three intervals.
 	StaleAfter time.Duration
-	Log        logr.Logger
+	// LatencyChanged decides whether a healthy probe's latency moved enough to be reported; default LatencyChanged.
+	// Tests inject it so that real-time jitter cannot decide what they assert.
+	LatencyChanged func(reported, measured time.Duration) bool
+	// Clock stamps the rounds and so decides StaleAfter; default the real clock.
+	Clock clock.PassiveClock
+	Log   logr.Logger
 }
 
 // State is what the source reports of one cluster's tunnel.
@@ -86,7 +92,9 @@ type Probe struct {
 // Significant reports whether next differs from prev in a way the status shows: the proxy-servers' reachability,
 // the number of connected agents, whether and how the tunnel answered, or, while healthy, a latency that more than
 // doubled or fell below half (LatencyChanged). Successive failures keep the first one's message.
-func Significant(prev, next State) bool {
+func Significant(prev, next State) bool { return significant(prev, next, LatencyChanged) }
+
+func significant(prev, next State, latencyChanged func(reported, measured time.Duration) bool) bool {
 	switch {
 	case prev.Unreachable != next.Unreachable, prev.ConnectedAgents != next.ConnectedAgents, (prev.Probe == nil) != (next.Probe == nil):
 		return true
@@ -95,7 +103,7 @@ func Significant(prev, next State) bool {
 	case prev.Probe.Healthy != next.Probe.Healthy:
 		return true
 	case prev.Probe.Healthy:
-		return LatencyChanged(prev.Probe.Latency, next.Probe.Latency)
+		return latencyChanged(prev.Probe.Latency, next.Probe.Latency)
 	default:
 		return false
 	}
@@ -139,6 +147,12 @@ func New(opts Options) *Source {
 	if opts.StaleAfter <= 0 {
 		opts.StaleAfter = 3 * opts.Interval
 	}
+	if opts.LatencyChanged == nil {
+		opts.LatencyChanged = LatencyChanged
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	return &Source{opts: opts, changes: make(chan event.TypedGenericEvent[string], 1024), clusters: map[string]State{}}
 }
 
@@ -177,7 +191,7 @@ func (s *Source) Start(ctx context.Context) error {
 
 // Round asks the proxy-servers once and probes every connected cluster, then reports what changed.
 func (s *Source) Round(ctx context.Context) {
-	now := time.Now()
+	now := s.opts.Clock.Now()
 	agents, proxies, err := s.connectedAgents(ctx)
 	if err != nil {
 		s.failed(ctx, now, err)
@@ -289,7 +303,7 @@ func (s *Source) update(ctx context.Context, now time.Time, agents map[string][]
 	for cluster, ids := range agents {
 		p := results[cluster]
 		next := State{Time: now, ConnectedAgents: len(ids), Probe: &p}
-		if prev, ok := s.clusters[cluster]; !ok || Significant(prev, next) {
+		if prev, ok := s.clusters[cluster]; !ok || significant(prev, next, s.opts.LatencyChanged) {
 			s.clusters[cluster] = next
 			changed = append(changed, cluster)
 		}

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -103,7 +104,10 @@ func TestReportsConnectedHealthyClustersWithLatencyAndOnlyWhatChanged(t *testing
 	hub.StartAgent(t, "c1", api1)
 	c2 := hub.StartAgent(t, "c2", api2)
 	reader := hubReader(hub)
-	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: time.Hour})
+	// Real latencies jitter: whether a move counts is decided here, not by the clock.
+	var latencyMoves atomic.Bool
+	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: time.Hour,
+		LatencyChanged: func(time.Duration, time.Duration) bool { return latencyMoves.Load() }})
 
 	_, ok := src.Tunnel("c1")
 	g.Expect(ok).To(BeFalse(), "nothing is reported before the first round")
@@ -127,6 +131,14 @@ func TestReportsConnectedHealthyClustersWithLatencyAndOnlyWhatChanged(t *testing
 	g.Expect(drain(src)).To(BeEmpty())
 	again, _ := src.Tunnel("c1")
 	g.Expect(again).To(Equal(c1))
+
+	// A latency that moved enough is reported for every healthy cluster, and only once.
+	latencyMoves.Store(true)
+	src.Round(ctx)
+	g.Expect(drain(src)).To(ConsistOf("c1", "c2"))
+	latencyMoves.Store(false)
+	src.Round(ctx)
+	g.Expect(drain(src)).To(BeEmpty())
 
 	// A second agent of c1 connects.
 	second := hub.StartAgent(t, "c1", api1)
@@ -164,7 +176,9 @@ func TestProxyServersThatStopAnsweringMakeEveryClusterUnreachableOnlyAfterStaleA
 	hub.StartAgent(t, "c1", api)
 	reader := hubReader(hub)
 	staleAfter := 300 * time.Millisecond
-	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: staleAfter})
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: staleAfter,
+		Clock: clk, LatencyChanged: func(time.Duration, time.Duration) bool { return false }})
 	src.Round(ctx)
 	g.Expect(drain(src)).To(Equal([]string{tunnelhealth.AllClusters}))
 	before, _ := src.Tunnel("c1")
@@ -176,7 +190,10 @@ func TestProxyServersThatStopAnsweringMakeEveryClusterUnreachableOnlyAfterStaleA
 	st, _ := src.Tunnel("c1")
 	g.Expect(st).To(Equal(before))
 
-	time.Sleep(staleAfter)
+	clk.SetTime(clk.Now().Add(staleAfter - time.Nanosecond))
+	src.Round(ctx)
+	g.Expect(drain(src)).To(BeEmpty(), "nor does an outage shorter than StaleAfter")
+	clk.SetTime(clk.Now().Add(time.Nanosecond))
 	src.Round(ctx)
 	g.Expect(drain(src)).To(Equal([]string{tunnelhealth.AllClusters}))
 	st, _ = src.Tunnel("c1")
