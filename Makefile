@@ -110,6 +110,12 @@ OUT ?= $(BIN_DIR)/static
 build-static: ## Build the image's static binaries into OUT (the Dockerfile's build step; test/image runs it).
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(OUT)/ ./cmd/manager ./cmd/proxy-server ./cmd/proxy-agent ./cmd/kubectl-cluster_proxy
 
+IMAGE_TAR ?= $(BIN_DIR)/image.tar
+.PHONY: image
+image: ## Write the image, tagged IMG, as a docker-archive tarball IMAGE_TAR (bin/image.tar) without a Docker engine; 'ctr -n k8s.io images import' loads it.
+	$(MAKE) --no-print-directory build-static OUT=$(BIN_DIR)/static
+	go run ./hack/image --binaries $(BIN_DIR)/static --tag $(IMG) --output $(IMAGE_TAR)
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine; its build step is make build-static).
 	docker build -t $(IMG) .

@@ -2,6 +2,7 @@
 // base images: the instructions are the expected ones, and its build stage runs for real — the build context is
 // the repository filtered by .dockerignore, 'go mod download' and 'make build-static OUT=/out' run in it — and what
 // the final stage copies is exactly the static programs the image's entrypoint and the rendered Deployments run.
+// The image 'make image' writes without an engine (hack/image) is checked against the Dockerfile's final stage.
 package image
 
 import (
@@ -77,7 +78,7 @@ func TestDockerfileInstructions(t *testing.T) {
 	}
 	for i := range want {
 		if got[i] != want[i] {
-			t.Errorf("instruction %d: %s %s, want %s %s (update the emulated build in TestDockerBuildStage)", i+1, got[i].keyword, got[i].args, want[i].keyword, want[i].args)
+			t.Errorf("instruction %d: %s %s, want %s %s (update the emulated build in TestDockerBuildStage and hack/image)", i+1, got[i].keyword, got[i].args, want[i].keyword, want[i].args)
 		}
 	}
 }

@@ -1,0 +1,129 @@
+// Package ociimage builds container images from files on this machine, without a Docker engine, with
+// go-containerregistry: reproducible layers (every timestamp the Unix epoch), an image config, and a docker-archive
+// tarball that 'ctr images import' and 'docker load' read.
+package ociimage
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// File is one entry of a layer: its tar header, and its content, given as bytes (Data) or as a file of this machine
+// (Source) read when the layer is written.
+type File struct {
+	tar.Header
+	Data   []byte
+	Source string
+}
+
+// Dir is a directory entry; name has no leading slash.
+func Dir(name string, mode int64, uid int) File {
+	return File{Header: tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, Uid: uid, Gid: uid}}
+}
+
+// Regular is a file holding data, owned by root.
+func Regular(name string, mode int64, data []byte) File {
+	return File{Header: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data))}, Data: data}
+}
+
+// Copy is a file with the content of source on this machine, owned by root.
+func Copy(name string, mode int64, source string) (File, error) {
+	info, err := os.Stat(source)
+	if err != nil {
+		return File{}, err
+	}
+	if !info.Mode().IsRegular() {
+		return File{}, fmt.Errorf("%s is not a regular file", source)
+	}
+	return File{Header: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: info.Size()}, Source: source}, nil
+}
+
+// Layer is an uncompressed layer of files, written anew each time it is read rather than held in memory.
+func Layer(files []File) (v1.Layer, error) {
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		r, w := io.Pipe()
+		go func() { w.CloseWithError(writeLayer(w, files)) }()
+		return r, nil
+	})
+}
+
+func writeLayer(w io.Writer, files []File) error {
+	tw := tar.NewWriter(w)
+	for _, f := range files {
+		hdr := f.Header
+		hdr.ModTime = time.Unix(0, 0)
+		if err := tw.WriteHeader(&hdr); err != nil {
+			return err
+		}
+		if err := writeContent(tw, f); err != nil {
+			return fmt.Errorf("write /%s: %w", f.Name, err)
+		}
+	}
+	return tw.Close()
+}
+
+func writeContent(w io.Writer, f File) error {
+	if f.Source == "" {
+		_, err := w.Write(f.Data)
+		return err
+	}
+	in, err := os.Open(f.Source)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	n, err := io.Copy(w, in)
+	if err == nil && n != f.Size {
+		err = fmt.Errorf("%s changed while the layer was written: %d bytes, %d expected", f.Source, n, f.Size)
+	}
+	return err
+}
+
+// Step is one layer and the history line that says where it comes from.
+type Step struct {
+	Files     []File
+	CreatedBy string
+}
+
+// Build is the image of steps, bottom first, with config, for this machine's platform (os/arch given).
+func Build(platform v1.Platform, config v1.Config, steps ...Step) (v1.Image, error) {
+	adds := make([]mutate.Addendum, 0, len(steps))
+	for _, s := range steps {
+		l, err := Layer(s.Files)
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.Addendum{Layer: l, History: v1.History{CreatedBy: s.CreatedBy}})
+	}
+	img, err := mutate.Append(empty.Image, adds...)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf.OS, cf.Architecture, cf.Config = platform.OS, platform.Architecture, config
+	return mutate.ConfigFile(img, cf)
+}
+
+// WriteArchive writes img as a docker-archive tarball tagged ref.
+func WriteArchive(path, ref string, img v1.Image) error {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("image name %q: %w", ref, err)
+	}
+	if err := tarball.WriteToFile(path, tag, img); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
