@@ -62,6 +62,26 @@ verify-generated: manifests generate bundle ## Fail when generated files are sta
 		echo "Generated files are stale; run 'make manifests generate bundle' and commit:"; \
 		git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile; git --no-pager diff --stat -- api config $(CHART_DIR) bundle bundle.Dockerfile; exit 1; fi
 
+# NODE_ASSETS is the same folder with what real nodes run too (kubelet, kube-scheduler, kube-proxy, coredns).
+NODE_ASSETS = $(shell hack/envtest-assets.sh --nodes)
+PAUSE := $(BIN_DIR)/pause
+
+.PHONY: node-assets
+node-assets: node-packages ## Build what real nodes run (the envtest assets plus kubelet, kube-scheduler, kube-proxy, CoreDNS, bin/pause) and install containerd, runc and the CNI plugins.
+	@hack/envtest-assets.sh --nodes
+	@CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(PAUSE) ./internal/realcluster/pause
+
+.PHONY: node-packages
+node-packages: ## Install the Debian packages real nodes need (containerd, runc, CNI plugins, iptables, conntrack, socat) when missing.
+	@command -v containerd >/dev/null && command -v runc >/dev/null && [ -x /usr/lib/cni/bridge ] && command -v iptables >/dev/null \
+		&& command -v conntrack >/dev/null && command -v socat >/dev/null || \
+		$(call APT_INSTALL,containerd runc containernetworking-plugins iptables conntrack socat)
+
+.PHONY: test-nodes
+test-nodes: node-assets curl ## Real clusters on this machine (internal/realcluster): two side by side with pods, DNS, Services, logs and exec, nothing left after Stop or a killed run; the image of make image runs on a real node.
+	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./internal/realcluster/... -count=1 -v -timeout 20m
+	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./test/image/ -run TestImageRunsOnARealNode -count=1 -v -timeout 20m
+
 .PHONY: envtest-assets
 envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, else built from Go modules); prints the folder.
 	@hack/envtest-assets.sh

@@ -2,7 +2,12 @@
 # Provides etcd, kube-apiserver, kube-controller-manager and kubectl for envtest and the process-level tests in $BIN_DIR/k8s/<version>.
 # First tries setup-envtest; where it cannot download (no internet), builds the binaries from Go
 # modules. Prints the directory to use as KUBEBUILDER_ASSETS on its last line. A second run is a no-op.
+# With --nodes it also builds what real nodes run (kubelet, kube-scheduler, kube-proxy, CoreDNS) in the same
+# throw-away module, so one build and one cache serve envtest and the real clusters.
 set -euo pipefail
+
+NODES=""
+[ "${1:-}" = "--nodes" ] && NODES=1
 
 K8S_VERSION=${K8S_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.5}
@@ -11,7 +16,14 @@ BIN_DIR=${BIN_DIR:-$ROOT/bin}
 ASSETS="$BIN_DIR/k8s/$K8S_VERSION-$(go env GOOS)-$(go env GOARCH)"
 log() { echo "envtest-assets: $*" >&2; }
 
-have_all() { [ -x "$ASSETS/etcd" ] && [ -x "$ASSETS/kube-apiserver" ] && [ -x "$ASSETS/kube-controller-manager" ] && [ -x "$ASSETS/kubectl" ]; }
+K8S_COMMANDS="kube-apiserver kube-controller-manager kubectl"
+NODE_COMMANDS="kube-scheduler kubelet kube-proxy"
+COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
+all_present() { for b in "$@"; do [ -x "$ASSETS/$b" ] || return 1; done; }
+have_all() {
+  all_present etcd $K8S_COMMANDS || return 1
+  [ -z "$NODES" ] || all_present $NODE_COMMANDS coredns
+}
 
 if have_all; then echo "$ASSETS"; exit 0; fi
 mkdir -p "$ASSETS"
@@ -54,10 +66,13 @@ GO
     && CGO_ENABLED=0 go build -o "$ASSETS/etcd" .)
 fi
 
-# 3. kube-apiserver, kube-controller-manager and kubectl from k8s.io/kubernetes, in a throw-away module that
-#    replaces every k8s.io/<staging> module with its published v0.x release.
-if [ ! -x "$ASSETS/kube-apiserver" ] || [ ! -x "$ASSETS/kube-controller-manager" ] || [ ! -x "$ASSETS/kubectl" ]; then
-  log "building kube-apiserver, kube-controller-manager and kubectl v$K8S_VERSION (~7 min cold, cached after)"
+# 3. The Kubernetes commands from k8s.io/kubernetes, in a throw-away module that replaces every k8s.io/<staging>
+#    module with its published v0.x release; with --nodes, the node's commands and CoreDNS (a reduced plugin list)
+#    join the same module and the same go build.
+if ! all_present $K8S_COMMANDS || { [ -n "$NODES" ] && ! all_present $NODE_COMMANDS coredns; }; then
+  commands=$K8S_COMMANDS
+  [ -z "$NODES" ] || commands="$commands $NODE_COMMANDS"
+  log "building $commands${NODES:+ coredns} v$K8S_VERSION (~7 min cold, cached after)"
   staging_version="v0.${K8S_VERSION#1.}"
   gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   mkdir -p "$WORK/k8s"
@@ -67,24 +82,44 @@ if [ ! -x "$ASSETS/kube-apiserver" ] || [ ! -x "$ASSETS/kube-controller-manager"
     echo "go $(go env GOVERSION | sed 's/^go//' | cut -d. -f1,2)"
     echo
     echo "require k8s.io/kubernetes v$K8S_VERSION"
+    [ -z "$NODES" ] || echo "require github.com/coredns/coredns v$COREDNS_VERSION"
     echo
     grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
   } >"$WORK/k8s/go.mod"
-  cat >"$WORK/k8s/tools.go" <<'GO'
-//go:build tools
-
-package tools
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in $commands; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } >"$WORK/k8s/tools.go"
+  pkgs=""
+  for c in $commands; do pkgs="$pkgs k8s.io/kubernetes/cmd/$c"; done
+  if [ -n "$NODES" ]; then
+    mkdir -p "$WORK/k8s/coredns"
+    cat >"$WORK/k8s/coredns/main.go" <<'GO'
+// Command coredns is CoreDNS with the plugins a cluster's DNS needs.
+package main
 
 import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/hosts"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/reload"
 )
+
+func main() { coremain.Run() }
 GO
+    pkgs="$pkgs ./coredns"
+  fi
+  v="k8s.io/component-base/version"
+  ldflags="-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=${K8S_VERSION%%.*} -X $v.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $v.gitTreeState=clean"
   (cd "$WORK/k8s" && go mod tidy >/dev/null 2>&1 \
-    && CGO_ENABLED=0 go build -o "$ASSETS/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
-    && CGO_ENABLED=0 go build -o "$ASSETS/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager \
-    && CGO_ENABLED=0 go build -o "$ASSETS/kubectl" k8s.io/kubernetes/cmd/kubectl)
+    && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$ASSETS/" $pkgs)
 fi
 
 have_all || { log "failed to provide envtest assets in $ASSETS"; exit 1; }

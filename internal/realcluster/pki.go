@@ -1,0 +1,141 @@
+package realcluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/keyutil"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+)
+
+// certLifetime covers any run; the clusters are thrown away when it ends.
+const certLifetime = 7 * 24 * time.Hour
+
+// pki is a cluster's CA and the certificates of its components, written under <Dir>/pki.
+type pki struct {
+	ca *certs.KeyPair
+}
+
+// clientIdentity is a component's client certificate and the kubeconfig holding it.
+type clientIdentity struct {
+	file   string // config/<file>.kubeconfig
+	user   string
+	groups []string
+	local  bool // the component runs on the node: it dials 127.0.0.1
+}
+
+// newPKI issues every certificate the cluster needs and writes its kubeconfigs: admin.kubeconfig (cluster-admin,
+// for https://NodeIP:6443) and one per node component.
+func newPKI(c *Cluster) (*pki, error) {
+	now := time.Now()
+	dir := filepath.Join(c.opts.Dir, "pki")
+	ca, err := certs.NewCA(c.opts.Name+"-ca", certLifetime, now)
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{ca: ca}
+	if err := writePair(dir, "ca", ca); err != nil {
+		return nil, err
+	}
+	dnsNames := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}
+	ips := []net.IP{c.NodeIP, net.IPv4(127, 0, 0, 1), net.IPv4(100, 65, 0, 1)}
+	for _, san := range c.opts.APIServerSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, san)
+		}
+	}
+	servers := map[string]certs.LeafSpec{
+		"apiserver": {CommonName: "kube-apiserver", DNSNames: dnsNames, IPAddresses: ips, Usages: []certs.Usage{certs.UsageServerAuth}},
+		"kubelet":   {CommonName: c.opts.Name, DNSNames: []string{c.opts.Name}, IPAddresses: []net.IP{c.NodeIP}, Usages: []certs.Usage{certs.UsageServerAuth}},
+		// The kube-apiserver's identity towards kubelets (logs, exec, port-forward).
+		"apiserver-kubelet-client": {CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}, Usages: []certs.Usage{certs.UsageClientAuth}},
+	}
+	for name, spec := range servers {
+		spec.Duration = certLifetime
+		kp, err := certs.IssueLeaf(ca, spec, now)
+		if err != nil {
+			return nil, err
+		}
+		if err := writePair(dir, name, kp); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeServiceAccountKey(dir); err != nil {
+		return nil, err
+	}
+	identities := []clientIdentity{
+		{file: "admin", user: "kubernetes-admin", groups: []string{"system:masters"}},
+		{file: "kubelet", user: "system:node:" + c.opts.Name, groups: []string{"system:nodes"}, local: true},
+		{file: "kube-controller-manager", user: "system:kube-controller-manager", local: true},
+		{file: "kube-scheduler", user: "system:kube-scheduler", local: true},
+		{file: "kube-proxy", user: "system:kube-proxy", local: true},
+	}
+	for _, id := range identities {
+		kp, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: id.user, Organizations: id.groups,
+			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: certLifetime}, now)
+		if err != nil {
+			return nil, err
+		}
+		server := c.APIServer()
+		if id.local {
+			server = fmt.Sprintf("https://127.0.0.1:%d", APIServerPort)
+		}
+		path := filepath.Join(c.opts.Dir, "config", id.file+".kubeconfig")
+		if err := writeKubeconfig(path, c.opts.Name, server, ca.CertPEM, kp); err != nil {
+			return nil, err
+		}
+	}
+	c.Kubeconfig = filepath.Join(c.opts.Dir, "config", "admin.kubeconfig")
+	return p, nil
+}
+
+// writePair writes <name>.crt and <name>.key.
+func writePair(dir, name string, kp *certs.KeyPair) error {
+	if err := os.WriteFile(filepath.Join(dir, name+".crt"), kp.CertPEM, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".key"), kp.KeyPEM, 0o600)
+}
+
+// writeServiceAccountKey writes sa.key and sa.pub, the key that signs and verifies ServiceAccount tokens.
+func writeServiceAccountKey(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+// writeKubeconfig writes a kubeconfig for server with a client certificate; cluster, user and context are all name.
+func writeKubeconfig(path, name, server string, caPEM []byte, client *certs.KeyPair) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: client.CertPEM, ClientKeyData: client.KeyPEM}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	return clientcmd.WriteToFile(*kc, path)
+}

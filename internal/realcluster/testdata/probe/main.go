@@ -1,0 +1,45 @@
+// Command probe is the workload of realcluster's tests, run in a pod: it serves GET /healthz, GET /resolve?name=N
+// (a lookup through the pod's DNS), GET /dial?addr=A (a TCP dial from the pod's network), and logs each request.
+// 'probe echo WORDS' prints WORDS and exits, for kubectl exec.
+package main
+
+import (
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "echo" {
+		fmt.Println(strings.Join(os.Args[2:], " "))
+		return
+	}
+	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	http.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		addrs, err := net.LookupHost(name)
+		log.Printf("resolve %s: %v %v", name, addrs, err)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintln(w, strings.Join(addrs, " "))
+	})
+	http.HandleFunc("/dial", func(w http.ResponseWriter, r *http.Request) {
+		addr := r.URL.Query().Get("addr")
+		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		log.Printf("dial %s: %v", addr, err)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		conn.Close()
+		fmt.Fprintln(w, "connected")
+	})
+	log.Print("listening on :8080")
+	log.Fatal(http.ListenAndServe(":8080", nil))
+}
