@@ -16,4 +16,4 @@ fi
 echo "ocm-local: building $OUT (several minutes the first time)" >&2
 mkdir -p "$BIN_DIR"
 # sigs.k8s.io/about-api has no checksum-database entry; go.sum still pins it.
-cd "$SRC" && GONOSUMDB=sigs.k8s.io/about-api go build -trimpath -o "$OUT" .
+cd "$SRC" && CGO_ENABLED=0 GONOSUMDB=sigs.k8s.io/about-api go build -trimpath -o "$OUT" .

@@ -17,18 +17,16 @@ func newFlagSet(name string, kubeconfig *string) *pflag.FlagSet {
 	klogFlags := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
-	fs.StringVar(kubeconfig, "kubeconfig", "", "Admin kubeconfig of the cluster this component runs against (required).")
+	fs.StringVar(kubeconfig, "kubeconfig", "", "Admin kubeconfig of the cluster this component runs against; empty: the pod's in-cluster identity.")
 	return fs
 }
 
-// restConfig loads path with the QPS the upstream commands use (their controllercmd wrapper sets it likewise).
+// restConfig loads path, or the in-cluster identity when path is empty (a pod, as OCM runs its components), with the
+// QPS the upstream commands use (their controllercmd wrapper sets it likewise).
 func restConfig(path string, qps float32, burst int) (*rest.Config, error) {
-	if path == "" {
-		return nil, fmt.Errorf("--kubeconfig is required")
-	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
+		return nil, fmt.Errorf("load kubeconfig %q: %w", path, err)
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	return cfg, nil
