@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/multicluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 )
 
 const (
@@ -52,13 +52,13 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 	workDir := t.TempDir()
 
 	// The local system's forward proxy (internal/system), with no hosts of its own: the hub is 127.0.0.1.
-	squid, err := system.StartSquid(filepath.Join(workDir, "squid"), nil)
+	proxy, err := squid.Start(filepath.Join(workDir, "squid"), squid.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = squid.Stop() })
+	t.Cleanup(func() { _ = proxy.Stop() })
 	begin := time.Now()
 	env, err := multicluster.Start(ctx, multicluster.Options{
 		Clusters: []multicluster.ClusterSpec{
-			{Name: proxiedCluster, Proxy: squid.TLSURL(), ProxyCA: squid.CA()},
+			{Name: proxiedCluster, Proxy: proxy.TLSURL(), ProxyCA: proxy.CA()},
 			{Name: digitCluster},
 		},
 		WorkDir: filepath.Join(workDir, "env"),
@@ -180,11 +180,11 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 		// The hub kubeconfig the klusterlet was issued keeps the route and the proxy's CA, so its traffic after the
 		// join is proxied too. Squid logs a tunnel only when it closes: the CONNECTs are checked after the stop.
 		proxyURL, caData := issuedRoute(t, env.Cluster(proxiedCluster))
-		g.Expect(proxyURL).To(Equal(squid.TLSURL()))
-		g.Expect(string(caData)).To(HaveSuffix(string(squid.CA())), "the hub's CA, then squid's")
+		g.Expect(proxyURL).To(Equal(proxy.TLSURL()))
+		g.Expect(string(caData)).To(HaveSuffix(string(proxy.CA())), "the hub's CA, then squid's")
 		proxyURL, caData = issuedRoute(t, env.Cluster(digitCluster))
 		g.Expect(proxyURL).To(BeEmpty())
-		g.Expect(string(caData)).NotTo(ContainSubstring(string(squid.CA())))
+		g.Expect(string(caData)).NotTo(ContainSubstring(string(proxy.CA())))
 	})
 
 	g.Expect(env.Err()).NotTo(HaveOccurred(), "no process of the environment died")
@@ -194,15 +194,15 @@ func TestJoinsClustersThroughRealOCM(t *testing.T) {
 	g.Expect(env.Stop()).To(Succeed())
 	stopped = true
 	t.Logf("TIMING stop: %.1fs", time.Since(stopBegin).Seconds())
-	g.Expect(squid.Stop()).To(Succeed(), "a graceful stop, which writes the access log")
+	g.Expect(proxy.Stop()).To(Succeed(), "a graceful stop, which writes the access log")
 
 	t.Run("cluster1's klusterlet reached the hub through squid's TLS port", func(t *testing.T) {
 		g := NewWithT(t)
 		hubURL, err := url.Parse(env.Hub.Host)
 		g.Expect(err).NotTo(HaveOccurred())
-		tunnels, err := squid.Tunnels()
+		tunnels, err := proxy.Tunnels()
 		g.Expect(err).NotTo(HaveOccurred())
-		viaTLS := system.Tunnel{Target: hubURL.Host, TLS: true}
+		viaTLS := squid.Tunnel{Target: hubURL.Host, TLS: true}
 		g.Expect(tunnels).To(ContainElement(viaTLS), "squid logged CONNECTs to the hub apiserver on its TLS port")
 		g.Expect(tunnels).To(HaveEach(viaTLS), "and nothing else (the plain-HTTP port was not used)")
 		t.Logf("squid logged %d CONNECTs to the hub, all on its TLS port", len(tunnels))

@@ -26,6 +26,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/launcher"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/multicluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -80,7 +81,7 @@ type Ports struct {
 type System struct {
 	Env       *multicluster.Env
 	Launcher  *launcher.Launcher
-	Squid     *Squid
+	Squid     *squid.Squid
 	Ports     Ports
 	HubClient client.Client
 	// Resolve maps the hub's in-cluster service addresses to loopback (--resolve host:port=addr:port), for hub
@@ -133,7 +134,7 @@ func (s *System) start(ctx context.Context) error {
 	s.Ports = Ports{Frontend: freePort(), Agent: freePort(), Health: freePort(), Admin: freePort(), HTTPConnect: freePort(), UserServer: freePort()}
 
 	s.logf("starting the forward proxy (squid, over TLS with its own CA) that %s reaches the hub through", ProxiedCluster)
-	if s.Squid, err = StartSquid(filepath.Join(s.opts.WorkDir, "squid"), map[string]string{EntrypointHost: "127.0.0.1"}); err != nil {
+	if s.Squid, err = squid.Start(filepath.Join(s.opts.WorkDir, "squid"), squid.Options{Hosts: map[string]string{EntrypointHost: "127.0.0.1"}}); err != nil {
 		return err
 	}
 

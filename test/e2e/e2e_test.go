@@ -31,6 +31,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -155,10 +156,10 @@ var _ = Describe("The local system", Ordered, func() {
 		tunnels := must(sys.Squid.Tunnels())
 		entrypoint := system.EntrypointHost + ":" + itoa(sys.Ports.Agent)
 		hub := must(url.Parse(sys.Env.Hub.Host)).Host
-		Expect(tunnels).To(ContainElement(system.Tunnel{Target: entrypoint, TLS: true}), "squid's TLS port carried the agent's tunnel")
-		Expect(tunnels).To(ContainElement(system.Tunnel{Target: hub, TLS: true}),
+		Expect(tunnels).To(ContainElement(squid.Tunnel{Target: entrypoint, TLS: true}), "squid's TLS port carried the agent's tunnel")
+		Expect(tunnels).To(ContainElement(squid.Tunnel{Target: hub, TLS: true}),
 			"squid's TLS port carried the klusterlet's connection to the hub kube-apiserver")
-		Expect(tunnels).NotTo(ContainElement(system.Tunnel{Target: hub, TLS: false}), "nothing reached the hub through the plain-HTTP port")
+		Expect(tunnels).NotTo(ContainElement(squid.Tunnel{Target: hub, TLS: false}), "nothing reached the hub through the plain-HTTP port")
 	})
 
 	It("reports a bad proxy URL by its field and keeps the running agent", func() {
@@ -180,7 +181,7 @@ var _ = Describe("The local system", Ordered, func() {
 	})
 
 	It("takes a new proxy route to the running agent: it reconnects through the new proxy", func() {
-		second := must(system.StartSquid(filepath.Join(workDir, "squid-2"), map[string]string{system.EntrypointHost: "127.0.0.1"}))
+		second := must(squid.Start(filepath.Join(workDir, "squid-2"), squid.Options{Hosts: map[string]string{system.EntrypointHost: "127.0.0.1"}}))
 		defer func() { Expect(second.Stop()).To(Succeed()) }()
 		// The new route is plain HTTP to the proxy, the other way an agent reaches one.
 		setProxy(second.URL())
@@ -196,7 +197,7 @@ var _ = Describe("The local system", Ordered, func() {
 		setProxy(sys.Squid.TLSURL())
 		expectAgentRunsWithProxy(sys.Squid.TLSURL())
 		Expect(second.Stop()).To(Succeed())
-		Expect(second.Tunnels()).To(ContainElement(system.Tunnel{Target: system.EntrypointHost + ":" + itoa(sys.Ports.Agent), TLS: false}),
+		Expect(second.Tunnels()).To(ContainElement(squid.Tunnel{Target: system.EntrypointHost + ":" + itoa(sys.Ports.Agent), TLS: false}),
 			"the second squid carried the agent's tunnel on its plain-HTTP port")
 	})
 

@@ -13,10 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 )
 
 // The agent reaches the proxy-server only through a real forward proxy. The direct agent is stopped first, so the
@@ -52,28 +51,28 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 	})
 
 	It("connects through squid over TLS to the proxy, trusting the proxy's own CA from the bundle", func() {
-		squid := must(system.StartSquid(filepath.Join(workDir, "squid-trusted"), nil))
-		DeferCleanup(squid.Stop)
-		bundle := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), squid.CA()...))
+		sq := must(squid.Start(filepath.Join(workDir, "squid-trusted"), squid.Options{}))
+		DeferCleanup(sq.Stop)
+		bundle := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), sq.CA()...))
 
-		agent := world.proxiedAgent("agent-via-squid", squid.TLSURL(), bundle)
+		agent := world.proxiedAgent("agent-via-squid", sq.TLSURL(), bundle)
 		agent.start()
 		defer agent.stop(true)
 		expectServedBy("agent-via-squid")
 
 		By("the tunnel runs through squid: stopping squid drops it (gracefully, so squid logs the tunnel it closes)")
-		Expect(squid.Stop()).To(Succeed())
+		Expect(sq.Stop()).To(Succeed())
 		Eventually(func(g Gomega) { g.Expect(world.connectedAgents(g)).To(BeEmpty()) }).Should(Succeed())
-		Expect(squid.Tunnels()).To(ContainElement(system.Tunnel{Target: addr(world.ports.agent), TLS: true}),
+		Expect(sq.Tunnels()).To(ContainElement(squid.Tunnel{Target: addr(world.ports.agent), TLS: true}),
 			"squid's TLS port carried the agent's CONNECT to the agent port")
 	})
 
 	It("does not connect through an HTTPS proxy whose CA it does not trust", func() {
-		squid := must(system.StartSquid(filepath.Join(workDir, "squid-untrusted"), nil))
-		DeferCleanup(squid.Stop)
-		proxyAddress := strings.TrimPrefix(squid.TLSURL(), "https://")
+		sq := must(squid.Start(filepath.Join(workDir, "squid-untrusted"), squid.Options{}))
+		DeferCleanup(sq.Stop)
+		proxyAddress := strings.TrimPrefix(sq.TLSURL(), "https://")
 		waitListening(proxyAddress)
-		agent := world.proxiedAgent("agent-untrusted-proxy", squid.TLSURL(), world.bundlePath)
+		agent := world.proxiedAgent("agent-untrusted-proxy", sq.TLSURL(), world.bundlePath)
 		agent.start()
 		defer agent.stop(true)
 
@@ -88,7 +87,7 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 
 		By("the proxy itself works for a client that trusts its CA: only the trust was missing")
 		pool := x509.NewCertPool()
-		Expect(pool.AppendCertsFromPEM(squid.CA())).To(BeTrue())
+		Expect(pool.AppendCertsFromPEM(sq.CA())).To(BeTrue())
 		conn, err := tls.Dial("tcp", proxyAddress, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(conn.Close()).To(Succeed())

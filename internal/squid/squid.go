@@ -1,4 +1,6 @@
-package system
+// Package squid runs the real squid as a forward proxy for the local system and the tests: a private configuration,
+// a hosts file of its own, a plain-HTTP port and a TLS port with a throw-away CA, and its access log read back.
+package squid
 
 import (
 	"fmt"
@@ -23,11 +25,12 @@ const squidCAValidity = 365 * 24 * time.Hour
 // line tells which of the proxy's ports (URL or TLSURL) carried the request.
 const squidLogFormat = "%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt %>la:%>lp"
 
-// Squid is a forward proxy on 127.0.0.1 with its own hosts file, standing in for a corporate proxy that resolves
-// the hub's public name. It listens on two ports, plain HTTP (URL) and TLS (TLSURL, serving a certificate of its own
-// throw-away CA), and allows CONNECT from loopback only.
+// Squid is a forward proxy with its own hosts file, standing in for a corporate proxy that resolves the hub's public
+// name. It listens on two ports of one address, plain HTTP (URL) and TLS (TLSURL, serving a certificate of its own
+// throw-away CA), and allows CONNECT only from the networks it is told.
 type Squid struct {
 	dir     string
+	ip      net.IP
 	port    int
 	tlsPort int
 	caPEM   []byte
@@ -36,8 +39,26 @@ type Squid struct {
 	proc *testenv.Process
 }
 
-// StartSquid writes a private configuration under dir and starts squid in the foreground.
-func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
+// Options of Start.
+type Options struct {
+	// Listen is the address of both ports; default 127.0.0.1. Ports are free ones unless set.
+	Listen        net.IP
+	Port, TLSPort int
+	// Hosts are name → address entries squid resolves (its hosts_file).
+	Hosts map[string]string
+	// AllowFrom are the networks (CIDR) whose clients may use the proxy; default loopback only.
+	AllowFrom []string
+}
+
+// Start writes a private configuration under dir and starts squid in the foreground.
+func Start(dir string, opts Options) (*Squid, error) {
+	hosts := opts.Hosts
+	if opts.Listen == nil {
+		opts.Listen = net.IPv4(127, 0, 0, 1)
+	}
+	if len(opts.AllowFrom) == 0 {
+		opts.AllowFrom = []string{"127.0.0.0/8"}
+	}
 	if _, err := squidBinary(); err != nil {
 		return nil, err
 	}
@@ -65,7 +86,7 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 		return nil, fmt.Errorf("squid CA: %w", err)
 	}
 	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "local-forward-proxy", DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: squidCAValidity}, time.Now())
+		IPAddresses: []net.IP{opts.Listen}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: squidCAValidity}, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("squid serving certificate: %w", err)
 	}
@@ -79,14 +100,20 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 	if err := os.WriteFile(keyFile, leaf.KeyPEM, 0o644); err != nil { //nolint:gosec // squid's user must read it
 		return nil, err
 	}
-	s := &Squid{dir: dir, port: freePort(), tlsPort: freePort(), caPEM: ca.CertPEM}
+	s := &Squid{dir: dir, ip: opts.Listen, port: opts.Port, tlsPort: opts.TLSPort, caPEM: ca.CertPEM}
+	if s.port == 0 {
+		s.port = freePort(opts.Listen)
+	}
+	if s.tlsPort == 0 {
+		s.tlsPort = freePort(opts.Listen)
+	}
 	conf := strings.Join([]string{
-		fmt.Sprintf("http_port 127.0.0.1:%d", s.port),
-		fmt.Sprintf("https_port 127.0.0.1:%d tls-cert=%s tls-key=%s", s.tlsPort, certFile, keyFile),
+		fmt.Sprintf("http_port %s", s.address(s.port)),
+		fmt.Sprintf("https_port %s tls-cert=%s tls-key=%s", s.address(s.tlsPort), certFile, keyFile),
 		"hosts_file " + filepath.Join(dir, "hosts"),
-		"acl loopback src 127.0.0.0/8",
+		"acl clients src " + strings.Join(opts.AllowFrom, " "),
 		"acl CONNECT method CONNECT",
-		"http_access allow loopback",
+		"http_access allow clients",
 		"http_access deny all",
 		"cache deny all",
 		"pid_filename " + filepath.Join(dir, "squid.pid"),
@@ -109,10 +136,12 @@ func StartSquid(dir string, hosts map[string]string) (*Squid, error) {
 }
 
 // URL is the proxy's plain-HTTP address for HTTPS_PROXY and a kubeconfig's proxy-url.
-func (s *Squid) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.port) }
+func (s *Squid) URL() string { return "http://" + s.address(s.port) }
 
 // TLSURL is the proxy's address over TLS for HTTPS_PROXY and a kubeconfig's proxy-url: clients must trust CA.
-func (s *Squid) TLSURL() string { return fmt.Sprintf("https://127.0.0.1:%d", s.tlsPort) }
+func (s *Squid) TLSURL() string { return "https://" + s.address(s.tlsPort) }
+
+func (s *Squid) address(port int) string { return net.JoinHostPort(s.ip.String(), strconv.Itoa(port)) }
 
 // CA is the PEM of the CA that issued the certificate TLSURL serves, for an AddOnDeploymentConfig's
 // proxyConfig.caBundle and a kubeconfig's certificate-authority-data.
@@ -140,7 +169,7 @@ func (s *Squid) Tunnels() ([]Tunnel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read squid's access log: %w", err)
 	}
-	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+	tlsAddr := s.address(s.tlsPort)
 	var tunnels []Tunnel
 	for _, line := range strings.Split(string(raw), "\n") {
 		// time elapsed client code/status bytes method URL user hierarchy/peer type local-address
@@ -180,7 +209,7 @@ func (s *Squid) Start() error {
 	s.proc = p
 	deadline := time.Now().Add(30 * time.Second)
 	for _, port := range []int{s.port, s.tlsPort} {
-		address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		address := s.address(port)
 		for {
 			c, err := net.DialTimeout("tcp", address, time.Second)
 			if err == nil {
@@ -209,7 +238,17 @@ func (s *Squid) Stop() error {
 	s.proc = nil
 	s.mu.Unlock()
 	if p != nil {
-		p.Terminate(stopGrace)
+		p.Terminate(15 * time.Second)
 	}
 	return nil
+}
+
+// freePort is a port of ip that nothing listens on now.
+func freePort(ip net.IP) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		panic(err) // a local address always has a free port; failing here is an environment problem
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

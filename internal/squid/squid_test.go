@@ -1,6 +1,6 @@
 //go:build e2e
 
-package system
+package squid
 
 import (
 	"crypto/tls"
@@ -23,7 +23,7 @@ func TestSquidTunnelsOverTLSAndPlainHTTP(t *testing.T) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	defer target.Close()
-	squid, err := StartSquid(filepath.Join(t.TempDir(), "squid"), nil)
+	squid, err := Start(filepath.Join(t.TempDir(), "squid"), Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = squid.Stop() }()
 	g.Expect(squid.URL()).To(HavePrefix("http://127.0.0.1:"))
