@@ -102,6 +102,10 @@ test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes
 e2e: build ocm-local envtest-assets squid curl ## The whole system with real OCM: hub + two managed clusters (one behind squid over TLS, one digit-named), manager, proxy-server, agents; real clients.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 40m -v -ginkgo.v
 
+.PHONY: e2e-nodes
+e2e-nodes: node-assets image ocm-local helm ## The product on real clusters (internal/localsystem): hub and two managed clusters with pods, OCM as pods, helm install with 3 proxy-server replicas, squid as cluster1's only route.
+	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2enodes/... -count=1 -timeout 40m -v -ginkgo.v
+
 ##@ Build
 
 .PHONY: build

@@ -21,14 +21,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
-// extraHubCRDs are the OCM v1.0.0 hub CRDs that the operator itself does not use (testenv.CRDPaths has those), by
-// path inside the open-cluster-management.io/api module: the add-on manager watches AddOnTemplates and the work hub
-// manager ManifestWorkReplicaSets. ClusterProfiles are not needed: their controller is behind a disabled gate.
-var extraHubCRDs = []string{
-	"addon/v1alpha1/0000_03_addon.open-cluster-management.io_addontemplates.crd.yaml",
-	"work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
-}
-
 // Namespaces the klusterlet expects on its managed cluster; the klusterlet operator would create them.
 var managedNamespaces = []string{agentNamespace, "open-cluster-management-agent-addon"}
 
@@ -41,15 +33,11 @@ const (
 
 // hubCRDPaths are the operator's CRDs and every OCM hub CRD the OCM v1.0.0 hub components watch.
 func hubCRDPaths() ([]string, error) {
-	paths, err := testenv.CRDPaths()
+	ocm, err := testenv.OCMHubCRDFiles()
 	if err != nil {
 		return nil, err
 	}
-	extra, err := testenv.OCMAPIFiles(extraHubCRDs...)
-	if err != nil {
-		return nil, err
-	}
-	return append(paths, extra...), nil
+	return append([]string{filepath.Join(testenv.RepoRoot(), "config", "crd", "bases")}, ocm...), nil
 }
 
 // controlPlane describes one envtest control plane to start.

@@ -139,3 +139,10 @@ func writeKubeconfig(path, name, server string, caPEM []byte, client *certs.KeyP
 	kc.CurrentContext = name
 	return clientcmd.WriteToFile(*kc, path)
 }
+
+// IssueClient issues a client certificate of the cluster's CA for user in groups: an identity its kube-apiserver
+// authenticates (e.g. a bootstrap identity for another cluster's agent).
+func (c *Cluster) IssueClient(user string, groups ...string) (*certs.KeyPair, error) {
+	return certs.IssueLeaf(c.pki.ca, certs.LeafSpec{CommonName: user, Organizations: groups,
+		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: certLifetime}, time.Now())
+}

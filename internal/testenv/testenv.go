@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,20 @@ var ocmHubCRDs = []string{
 	"addon/v1alpha1/0000_00_addon.open-cluster-management.io_clustermanagementaddons.crd.yaml",
 	"addon/v1alpha1/0000_01_addon.open-cluster-management.io_managedclusteraddons.crd.yaml",
 	"addon/v1alpha1/0000_02_addon.open-cluster-management.io_addondeploymentconfigs.crd.yaml",
+}
+
+// extraOCMHubCRDs are the OCM v1.0.0 hub CRDs that the operator itself does not use, by path inside the
+// open-cluster-management.io/api module: the add-on manager watches AddOnTemplates and the work hub manager
+// ManifestWorkReplicaSets. ClusterProfiles are not needed: their controller is behind a disabled gate.
+var extraOCMHubCRDs = []string{
+	"addon/v1alpha1/0000_03_addon.open-cluster-management.io_addontemplates.crd.yaml",
+	"work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
+}
+
+// OCMHubCRDFiles are every OCM hub CRD the OCM v1.0.0 hub components watch (the operator's own CRDs are not among
+// them).
+func OCMHubCRDFiles() ([]string, error) {
+	return OCMAPIFiles(append(slices.Clone(ocmHubCRDs), extraOCMHubCRDs...)...)
 }
 
 // RepoRoot is the root of this repository, found from this source file.
