@@ -139,7 +139,8 @@ func removeCluster(netns string) error {
 // Each running cluster's /24 through its veth is more specific and wins.
 func guardRoute(op string) error {
 	out, err := exec.Command("ip", "route", op, "blackhole", "100.66.0.0/16").CombinedOutput()
-	if err != nil && !(op == "del" && strings.Contains(string(out), "No such process")) {
+	gone := op == "del" && strings.Contains(string(out), "No such process")
+	if err != nil && !gone {
 		return fmt.Errorf("ip route %s blackhole 100.66.0.0/16: %w: %s", op, err, out)
 	}
 	return nil

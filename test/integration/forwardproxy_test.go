@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 )
 
 // The agent reaches the proxy-server only through a real forward proxy. The direct agent is stopped first, so the
