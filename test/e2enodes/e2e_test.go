@@ -3,12 +3,16 @@
 package e2enodes
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,6 +24,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 var _ = Describe("The product on real clusters", Ordered, func() {
@@ -91,3 +96,55 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		}).Should(Succeed())
 	})
 })
+
+var _ = Describe("High availability on real clusters", Ordered, func() {
+	ctx := context.Background()
+
+	It("connects every agent of every cluster to each of the 3 proxy-server replicas", func() {
+		pods, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "pods", "-n", localsystem.Namespace, "-l",
+			proxyv1alpha1.ComponentLabel+"="+proxyv1alpha1.ComponentProxyServer, "-o", "jsonpath={.items[*].metadata.name}")
+		Expect(err).NotTo(HaveOccurred())
+		names := strings.Fields(pods)
+		Expect(names).To(HaveLen(3))
+		for _, pod := range names {
+			// Each replica answers /agents on its own HTTP-CONNECT port, reached through kubectl port-forward.
+			port := portForward(pod, 8094)
+			proxies, err := clusterproxy.New(ctx, sys.Hub.Config, clusterproxy.Options{Resolve: mustResolve(
+				fmt.Sprintf("proxy-entrypoint.%s.svc:8094=127.0.0.1:%d", localsystem.Namespace, port))})
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(func(g Gomega) {
+				agents, err := proxies.ConnectedAgents(ctx)
+				g.Expect(err).NotTo(HaveOccurred())
+				for _, cluster := range sys.Clusters() {
+					g.Expect(agents[cluster]).To(HaveLen(3), "replica %s: the agents of %s", pod, cluster)
+				}
+			}).Should(Succeed())
+		}
+	})
+})
+
+// portForward runs kubectl port-forward to the hub pod's port for the rest of the suite and returns the local port.
+func portForward(pod string, port int) int {
+	cmd := exec.Command(filepath.Join(os.Getenv("NODE_ASSETS"), "kubectl"), "--kubeconfig", sys.Hub.Kubeconfig,
+		"port-forward", "-n", localsystem.Namespace, "pod/"+pod, fmt.Sprintf(":%d", port))
+	stdout, err := cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(cmd.Start()).To(Succeed())
+	DeferCleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n') // "Forwarding from 127.0.0.1:NNNNN -> 8094"
+	Expect(err).NotTo(HaveOccurred())
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	var local int
+	_, err = fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d ->", &local)
+	Expect(err).NotTo(HaveOccurred(), line)
+	return local
+}
+
+func mustResolve(values ...string) clusterproxy.Resolver {
+	r, err := clusterproxy.ParseResolve(values)
+	Expect(err).NotTo(HaveOccurred())
+	return r
+}
