@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -30,7 +31,16 @@ type LeaseRenewer struct {
 	Check time.Duration
 	// DurationSeconds is leaseDurationSeconds (60 when zero).
 	DurationSeconds int32
-	Log             logr.Logger
+	// Clock times Interval and Check and stamps renewTime; default the real clock.
+	Clock clock.WithTicker
+	Log   logr.Logger
+}
+
+func (r *LeaseRenewer) clock() clock.WithTicker {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
 }
 
 // Run renews the Lease until ctx ends.
@@ -38,14 +48,15 @@ func (r *LeaseRenewer) Run(ctx context.Context) {
 	interval, check := r.Interval, r.Check
 	setDefault(&interval, 10*time.Second)
 	setDefault(&check, time.Second)
-	ticker := time.NewTicker(check)
+	clk := r.clock()
+	ticker := clk.NewTicker(check)
 	defer ticker.Stop()
 	var last time.Time
 	wasConnected, failing := false, false
 	for {
 		connected := r.Connected()
-		if connected && (!wasConnected || time.Since(last) >= interval) {
-			last = time.Now()
+		if connected && (!wasConnected || clk.Since(last) >= interval) {
+			last = clk.Now()
 			if err := r.Renew(ctx); err != nil {
 				if !failing {
 					r.Log.Error(err, "Cannot renew the add-on lease", "namespace", r.Namespace, "name", r.Name)
@@ -60,7 +71,7 @@ func (r *LeaseRenewer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 	}
 }
@@ -70,7 +81,7 @@ func (r *LeaseRenewer) Renew(ctx context.Context) error {
 	leases := r.Client.CoordinationV1().Leases(r.Namespace)
 	duration := r.DurationSeconds
 	setDefault(&duration, 60)
-	now := metav1.NewMicroTime(time.Now())
+	now := metav1.NewMicroTime(r.clock().Now())
 	lease, err := leases.Get(ctx, r.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
