@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	anpserver "sigs.k8s.io/apiserver-network-proxy/pkg/server"
 	"sigs.k8s.io/apiserver-network-proxy/pkg/server/proxystrategies"
@@ -62,6 +63,8 @@ type Options struct {
 	XfrChannelSize        int
 	FrontendKeepaliveTime time.Duration
 	AgentKeepaliveTime    time.Duration
+	// Clock times ShutdownTimeout; default the real clock.
+	Clock clock.WithDelayedExecution
 
 	Log logr.Logger
 }
@@ -84,6 +87,9 @@ func (o *Options) defaults() {
 	}
 	if o.AgentKeepaliveTime <= 0 {
 		o.AgentKeepaliveTime = DefaultKeepaliveTime
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 }
 
@@ -344,8 +350,10 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	}
 	s.ready.Store(false)
 
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	bound := s.opts.Clock.AfterFunc(s.opts.ShutdownTimeout, cancel)
+	defer bound.Stop()
 	var stopping sync.WaitGroup
 	stopping.Go(func() {
 		// The user-server bounds its own drain; the in-process tunnels it uses stay up until it returns.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
 )
@@ -261,9 +262,11 @@ func TestProbeReadsTheClusterHealthThroughTheInProcessAndTheFrontendDialers(t *t
 	}
 }
 
-func TestShutdownEndsWithinItsBoundWhileTunnelsAreOpen(t *testing.T) {
+func TestShutdownEndsAtItsBoundWhileTunnelsAreOpen(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, func(o *Options) { o.ShutdownTimeout = time.Second })
+	const bound = time.Minute
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startFixture(t, false, nil, func(o *Options) { o.ShutdownTimeout, o.Clock = bound, clk })
 	target := httpTarget(t, "c1-apiserver")
 	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -276,10 +279,14 @@ func TestShutdownEndsWithinItsBoundWhileTunnelsAreOpen(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = connectConn.Close() }()
 
-	start := time.Now()
-	g.Expect(f.stop()).To(Succeed())
-	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.stop() }()
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "the shutdown started its bound")
 	g.Expect(f.srv.Ready()).To(BeFalse())
+	clk.Step(bound - time.Nanosecond)
+	g.Consistently(stopped, 100*time.Millisecond).ShouldNot(Receive(), "the open tunnels hold the shutdown until its bound")
+	clk.Step(time.Nanosecond)
+	g.Eventually(stopped).WithTimeout(10*time.Second).Should(Receive(BeNil()), "the bound cuts the open tunnels")
 	_, err = net.Dial("tcp", f.addrs.Frontend)
 	g.Expect(err).To(HaveOccurred(), "the frontend no longer listens")
 }
