@@ -39,7 +39,7 @@ type reviewer struct {
 	cache   *reviewCache // nil: no caching
 }
 
-func newReviewer(cluster string, cfg *rest.Config, ttl time.Duration) (*reviewer, error) {
+func newReviewer(cluster string, cfg *rest.Config, ttl time.Duration, now func() time.Time) (*reviewer, error) {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.QPS == 0 {
 		// Every uncached request makes a review; client-go's default of 5 per second would queue them.
@@ -54,7 +54,7 @@ func newReviewer(cluster string, cfg *rest.Config, ttl time.Duration) (*reviewer
 	}
 	r := &reviewer{cluster: cluster, client: c.TokenReviews()}
 	if ttl > 0 {
-		r.cache = newReviewCache(ttl, time.Now)
+		r.cache = newReviewCache(ttl, now)
 	}
 	return r, nil
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyhttp"
 )
@@ -176,7 +177,9 @@ var _ = Describe("kube-apiserver requests", func() {
 	})
 
 	It("caches TokenReview results, successes and rejections, for the TTL", func(ctx SpecContext) {
-		p := startProxy(nil)
+		// The clock moves only when the test moves it: how long the requests take decides nothing.
+		clk := clocktesting.NewFakePassiveClock(time.Now())
+		p := startProxy(func(o *Options) { o.now = clk.Now })
 		get := func(token string) int {
 			code, _ := rawRequest(ctx, p, http.MethodGet, "/api/v1/namespaces",
 				map[string][]string{"Authorization": {"Bearer " + token}})
@@ -199,16 +202,19 @@ var _ = Describe("kube-apiserver requests", func() {
 		Expect(reviews()).To(Equal([]int64{3, 2}), "rejections are cached too")
 
 		By("asking again once the TTL has passed")
-		short := startProxy(func(o *Options) { o.TokenCacheTTL = 300 * time.Millisecond })
-		code, _ := rawRequest(ctx, short, http.MethodGet, "/api/v1/namespaces", map[string][]string{"Authorization": {"Bearer " + reader}})
-		Expect(code).To(Equal(http.StatusOK))
-		code, _ = rawRequest(ctx, short, http.MethodGet, "/api/v1/namespaces", map[string][]string{"Authorization": {"Bearer " + reader}})
-		Expect(code).To(Equal(http.StatusOK))
-		Expect(short.managedReviews.Load()).To(Equal(int64(1)))
-		time.Sleep(400 * time.Millisecond)
-		code, _ = rawRequest(ctx, short, http.MethodGet, "/api/v1/namespaces", map[string][]string{"Authorization": {"Bearer " + reader}})
-		Expect(code).To(Equal(http.StatusOK))
-		Expect(short.managedReviews.Load()).To(Equal(int64(2)))
+		const ttl = time.Minute
+		short := startProxy(func(o *Options) { o.TokenCacheTTL, o.now = ttl, clk.Now })
+		getShort := func() int {
+			code, _ := rawRequest(ctx, short, http.MethodGet, "/api/v1/namespaces", map[string][]string{"Authorization": {"Bearer " + reader}})
+			return code
+		}
+		Expect(getShort()).To(Equal(http.StatusOK))
+		clk.SetTime(clk.Now().Add(ttl - time.Nanosecond))
+		Expect(getShort()).To(Equal(http.StatusOK))
+		Expect(short.managedReviews.Load()).To(Equal(int64(1)), "kept for the whole TTL")
+		clk.SetTime(clk.Now().Add(time.Nanosecond))
+		Expect(getShort()).To(Equal(http.StatusOK))
+		Expect(short.managedReviews.Load()).To(Equal(int64(2)), "asked again once the TTL has passed")
 
 		By("asking every time when the cache is disabled")
 		uncached := startProxy(func(o *Options) { o.TokenCacheTTL = -1 })

@@ -57,6 +57,8 @@ type Options struct {
 
 	// systemRoots replaces x509.SystemCertPool in tests.
 	systemRoots func() (*x509.CertPool, error)
+	// now replaces time.Now in tests: it decides when cached TokenReviews expire.
+	now func() time.Time
 }
 
 // New returns the service-proxy handler.
@@ -82,12 +84,17 @@ func New(opts Options) (http.Handler, error) {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
 
+	now := opts.now
+	if now == nil {
+		now = time.Now
+	}
+
 	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain}
-	if p.managed, err = newReviewer("managed cluster", opts.Kube, ttl); err != nil {
+	if p.managed, err = newReviewer("managed cluster", opts.Kube, ttl, now); err != nil {
 		return nil, err
 	}
 	if opts.Hub != nil {
-		if p.hub, err = newReviewer("hub", opts.Hub, ttl); err != nil {
+		if p.hub, err = newReviewer("hub", opts.Hub, ttl, now); err != nil {
 			return nil, err
 		}
 		if p.agentToken, err = newAgentToken(opts.Kube); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // serving runs s.Serve on a loopback listener until the returned cancel is called; done yields Serve's result.
@@ -89,17 +90,24 @@ func TestServeDrainsInFlightRequestsAndRefusesNewConnections(t *testing.T) {
 func TestServeWaitsForUpgradedConnectionsUntilTheDrainTimeout(t *testing.T) {
 	t.Run("closes them when the drain times out", func(t *testing.T) {
 		g := NewWithT(t)
-		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: 300 * time.Millisecond}, "c1")
+		const drainTimeout = time.Minute
+		clk := clocktesting.NewFakeClock(time.Now())
+		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: drainTimeout, Clock: clk}, "c1")
 		addr, cancel, done := serving(t, e.server)
 		g.Eventually(e.server.Ready).Should(BeTrue())
 		conn, r := dialUpgrade(t, addr, "/c1/exec", "SPDY/3.1")
 		_, err := r.ReadString('\n')
 		g.Expect(err).NotTo(HaveOccurred())
 
-		start := time.Now()
 		cancel()
+		g.Eventually(clk.HasWaiters).Should(BeTrue(), "the drain started its bound")
+		clk.Step(drainTimeout - time.Nanosecond)
+		_, err = io.WriteString(conn, "still here\n")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.ReadString('\n')).To(Equal("echo still here\n"), "the upgraded connection has the whole drain")
+		g.Expect(done).NotTo(Receive(), "Serve waits for it")
+		clk.Step(time.Nanosecond)
 		g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
-		g.Expect(time.Since(start)).To(BeNumerically(">=", 300*time.Millisecond), "the upgraded connection had the drain")
 		g.Expect(conn.SetReadDeadline(time.Now().Add(5 * time.Second))).To(Succeed())
 		_, err = r.ReadString('\n')
 		g.Expect(err).To(MatchError(io.EOF), "the upgraded connection was closed, not left to the deadline")
@@ -107,7 +115,9 @@ func TestServeWaitsForUpgradedConnectionsUntilTheDrainTimeout(t *testing.T) {
 
 	t.Run("returns as soon as they end by themselves", func(t *testing.T) {
 		g := NewWithT(t)
-		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: time.Minute}, "c1")
+		// The clock never moves, so only the connection ending can end the drain.
+		clk := clocktesting.NewFakeClock(time.Now())
+		e := newEnv(t, http.HandlerFunc(upgradeBackend), Options{DrainTimeout: time.Minute, Clock: clk}, "c1")
 		addr, cancel, done := serving(t, e.server)
 		g.Eventually(e.server.Ready).Should(BeTrue())
 		conn, r := dialUpgrade(t, addr, "/c1/exec", "websocket")
@@ -128,13 +138,15 @@ func TestServeWaitsForUpgradedConnectionsUntilTheDrainTimeout(t *testing.T) {
 func TestServeKeepsAcceptingDuringMinDrainDuration(t *testing.T) {
 	g := NewWithT(t)
 	const minDrain = time.Second
-	e := newEnv(t, http.HandlerFunc((&seen{}).handler), Options{MinDrainDuration: minDrain}, "c1")
+	clk := clocktesting.NewFakeClock(time.Now())
+	e := newEnv(t, http.HandlerFunc((&seen{}).handler), Options{MinDrainDuration: minDrain, Clock: clk}, "c1")
 	addr, cancel, done := serving(t, e.server)
 	g.Eventually(e.server.Ready).Should(BeTrue())
 
-	start := time.Now()
 	cancel()
 	g.Eventually(e.server.Ready).Should(BeFalse())
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "the minimum drain started")
+	clk.Step(minDrain - time.Nanosecond)
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/c1/api", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Authorization", testToken)
@@ -142,6 +154,7 @@ func TestServeKeepsAcceptingDuringMinDrainDuration(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "load balancers get time to notice Ready turned false")
+	g.Expect(done).NotTo(Receive(), "still in the minimum drain")
+	clk.Step(time.Nanosecond)
 	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
-	g.Expect(time.Since(start)).To(BeNumerically(">=", minDrain))
 }

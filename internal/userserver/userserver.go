@@ -20,6 +20,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/copybuf"
@@ -57,6 +58,8 @@ type Options struct {
 	// DrainTimeout bounds the drain after Serve's context ends, default 30s. MinDrainDuration is how long the server
 	// keeps accepting with Ready false first, so load balancers notice, default 0.
 	DrainTimeout, MinDrainDuration time.Duration
+	// Clock times the drain (MinDrainDuration and DrainTimeout); default the real clock.
+	Clock clock.WithDelayedExecution
 }
 
 const (
@@ -106,6 +109,9 @@ func New(opts Options) *Server {
 		opts.DrainTimeout = defaultDrainTimeout
 	}
 	opts.MinDrainDuration = max(opts.MinDrainDuration, 0)
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 
 	s := &Server{
 		opts: opts,
@@ -251,16 +257,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.ready.Store(false)
 	log.Info("Draining the user-server", "minDrainDuration", s.opts.MinDrainDuration, "drainTimeout", s.opts.DrainTimeout)
 	if s.opts.MinDrainDuration > 0 {
-		wait := time.NewTimer(s.opts.MinDrainDuration)
+		wait := s.opts.Clock.NewTimer(s.opts.MinDrainDuration)
 		select {
-		case <-wait.C:
+		case <-wait.C():
 		case err := <-served: // the listener failed meanwhile; drain what is left
 			log.Error(err, "User-server stopped accepting before the drain")
 		}
 		wait.Stop()
 	}
-	drainCtx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
+	drainCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	bound := s.opts.Clock.AfterFunc(s.opts.DrainTimeout, cancel)
+	defer bound.Stop()
 	// Shutdown stops accepting, closes idle connections and waits for active ones; upgraded (hijacked) connections
 	// are ours to wait for.
 	if err := srv.Shutdown(drainCtx); err != nil {
