@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ocmjoin"
 )
 
 // startClusters starts every managed cluster at once: their control planes take a few seconds each to start.
@@ -51,7 +53,7 @@ func (e *Env) startCluster(ctx context.Context, c *Cluster, crdDir string) error
 		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
 	bootstrapKubeconfig := filepath.Join(dir, "bootstrap.kubeconfig")
-	bootstrap := envtest.User{Name: bootstrapUser(c.Name), Groups: []string{bootstrapGroup}}
+	bootstrap := envtest.User{Name: ocmjoin.BootstrapUser(c.Name), Groups: []string{ocmjoin.BootstrapGroup}}
 	if _, err := addUser(e.HubEnv, "hub", bootstrap, bootstrapKubeconfig, c.Proxy, c.proxyCA); err != nil {
 		return err
 	}

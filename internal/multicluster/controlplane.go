@@ -13,11 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -99,34 +96,10 @@ func addUser(env *envtest.Environment, contextName string, user envtest.User, pa
 		return nil, fmt.Errorf("add user %s: %w", user.Name, err)
 	}
 	cfg := u.Config()
-	if err := writeKubeconfig(path, contextName, cfg, proxyURL, proxyCA); err != nil {
+	if err := testenv.WriteKubeconfig(path, contextName, cfg, proxyURL, proxyCA); err != nil {
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// writeKubeconfig writes cfg (client certificate authentication) as a kubeconfig whose cluster, user and context
-// are all called name. proxyURL, when set, is the cluster's proxy-url; proxyCA, when set, follows the server's CA in
-// certificate-authority-data, which is how a client trusts an HTTPS proxy too.
-func writeKubeconfig(path, name string, cfg *rest.Config, proxyURL string, proxyCA []byte) error {
-	kc := clientcmdapi.NewConfig()
-	caData := cfg.CAData
-	if len(proxyCA) > 0 {
-		caData = proxyenv.TrustBundle(cfg.CAData, proxyenv.Settings{HTTPSProxy: proxyURL, CABundle: proxyCA})
-	}
-	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: caData, ProxyURL: proxyURL}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	kc.CurrentContext = name
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		return fmt.Errorf("render kubeconfig %s: %w", path, err)
-	}
-	// It holds a private key; Chmod also covers a file left by an earlier run in a reused work folder.
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", path, err)
-	}
-	return os.Chmod(path, 0o600)
 }
 
 // createNamespaces creates the namespaces, tolerating ones that exist.

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ocmjoin"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
@@ -51,7 +52,7 @@ func (e *Env) startHub(context.Context) error {
 // startHubProcesses grants the bootstrap group its role, then starts kube-controller-manager, which signs the
 // klusterlets' CSRs with the hub's client CA, and the OCM hub components.
 func (e *Env) startHubProcesses(ctx context.Context) error {
-	if err := createBootstrapRBAC(ctx, e.hubClient); err != nil {
+	if err := testenv.CreateAll(ctx, e.hubClient, ocmjoin.BootstrapRBAC()...); err != nil {
 		return err
 	}
 	kcmKubeconfig := e.path("hub", "kube-controller-manager.kubeconfig")

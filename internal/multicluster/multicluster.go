@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ocmjoin"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
@@ -241,7 +242,13 @@ func (e *Env) joinClusters(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[i] = e.acceptAndWait(ctx, c); errs[i] == nil {
+			check := func() error {
+				if p := e.deadProcess(); p != nil {
+					return p.diedError()
+				}
+				return nil
+			}
+			if errs[i] = ocmjoin.Accept(ctx, e.hubClient, c.Name, check, e.logf); errs[i] == nil {
 				e.logf("    cluster %s joined (Available)", c.Name)
 			}
 		}()

@@ -1,25 +1,19 @@
 package multicluster
 
 import (
-	"bytes"
 	"crypto/x509"
 	"encoding/pem"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ocmjoin"
 )
 
 func TestValidateClustersRejectsWhatCannotBecomeAManagedCluster(t *testing.T) {
@@ -52,52 +46,6 @@ func TestValidateClustersRejectsWhatCannotBecomeAManagedCluster(t *testing.T) {
 	}
 }
 
-func TestAwaitsAcceptanceApprovesOnlyTheClustersOwnBootstrapRequest(t *testing.T) {
-	registration := func(mutate func(*certificatesv1.CertificateSigningRequest)) *certificatesv1.CertificateSigningRequest {
-		csr := &certificatesv1.CertificateSigningRequest{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{clusterNameLabel: "cluster1"}},
-			Spec: certificatesv1.CertificateSigningRequestSpec{
-				Username:   bootstrapUser("cluster1"),
-				SignerName: certificatesv1.KubeAPIServerClientSignerName,
-			},
-		}
-		if mutate != nil {
-			mutate(csr)
-		}
-		return csr
-	}
-	tests := []struct {
-		name string
-		csr  *certificatesv1.CertificateSigningRequest
-		want bool
-	}{
-		{name: "pending registration", csr: registration(nil), want: true},
-		{name: "add-on CSR", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Labels[addonNameLabel] = "cluster-proxy"
-		})},
-		{name: "another cluster's bootstrap identity", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Spec.Username = bootstrapUser("cluster2")
-		})},
-		{name: "labelled for another cluster", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Labels[clusterNameLabel] = "cluster2"
-		})},
-		{name: "another signer", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Spec.SignerName = "example.io/signer"
-		})},
-		{name: "already approved", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue}}
-		})},
-		{name: "denied", csr: registration(func(c *certificatesv1.CertificateSigningRequest) {
-			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue}}
-		})},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			NewWithT(t).Expect(awaitsAcceptance(tt.csr, "cluster1")).To(Equal(tt.want))
-		})
-	}
-}
-
 func TestClientCAAuthnSignsUsersWithTheCAItWroteToDisk(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
@@ -111,7 +59,7 @@ func TestClientCAAuthnSignsUsersWithTheCAItWroteToDisk(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "kube-controller-manager signs with the key file")
 	g.Expect(keyInfo.Mode().Perm()).To(Equal(os.FileMode(0o600)))
 
-	cfg, err := a.AddUser(envtest.User{Name: "boot", Groups: []string{bootstrapGroup}}, &rest.Config{Host: "https://127.0.0.1:6443"})
+	cfg, err := a.AddUser(envtest.User{Name: "boot", Groups: []string{ocmjoin.BootstrapGroup}}, &rest.Config{Host: "https://127.0.0.1:6443"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.Host).To(Equal("https://127.0.0.1:6443"))
 	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
@@ -124,60 +72,7 @@ func TestClientCAAuthnSignsUsersWithTheCAItWroteToDisk(t *testing.T) {
 	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cert.Subject.CommonName).To(Equal("boot"))
-	g.Expect(cert.Subject.Organization).To(ConsistOf(bootstrapGroup))
-}
-
-func TestWriteKubeconfigCarriesTheProxyURL(t *testing.T) {
-	g := NewWithT(t)
-	path := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
-	cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{
-		CAData: []byte("ca"), CertData: []byte("cert"), KeyData: []byte("key")}}
-	g.Expect(writeKubeconfig(path, "hub", cfg, "http://127.0.0.1:8888", nil)).To(Succeed())
-
-	info, err := os.Stat(path)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
-	kc, err := clientcmd.LoadFromFile(path)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(kc.CurrentContext).To(Equal("hub"))
-	g.Expect(kc.Clusters["hub"].ProxyURL).To(Equal("http://127.0.0.1:8888"))
-	g.Expect(kc.Clusters["hub"].Server).To(Equal("https://127.0.0.1:6443"))
-	g.Expect(kc.Clusters["hub"].CertificateAuthorityData).To(Equal([]byte("ca")), "a plain-HTTP proxy adds no CA")
-	restCfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(restCfg.Proxy).NotTo(BeNil(), "client-go honours proxy-url")
-}
-
-func TestWriteKubeconfigAppendsTheHTTPSProxysCAToTheHubs(t *testing.T) {
-	g := NewWithT(t)
-	hubCA, err := certs.NewCA("hub-ca", time.Hour, time.Now())
-	g.Expect(err).NotTo(HaveOccurred())
-	proxyCA, err := certs.NewCA("proxy-ca", time.Hour, time.Now())
-	g.Expect(err).NotTo(HaveOccurred())
-	path := filepath.Join(t.TempDir(), "bootstrap.kubeconfig")
-	cfg := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{
-		// Without its final line break, which appending must not glue the next BEGIN line to.
-		CAData: bytes.TrimRight(hubCA.CertPEM, "\n"), CertData: []byte("cert"), KeyData: []byte("key")}}
-	g.Expect(writeKubeconfig(path, "hub", cfg, "https://127.0.0.1:3129", proxyCA.CertPEM)).To(Succeed())
-
-	kc, err := clientcmd.LoadFromFile(path)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(kc.Clusters["hub"].ProxyURL).To(Equal("https://127.0.0.1:3129"))
-	caData := kc.Clusters["hub"].CertificateAuthorityData
-	g.Expect(string(caData)).To(Equal(string(hubCA.CertPEM)+string(proxyCA.CertPEM)), "the hub's CA PEM, then the proxy's")
-	parsed, err := certs.ParseCertificates(caData)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(parsed).To(HaveLen(2))
-	g.Expect(parsed[0].Equal(hubCA.Cert)).To(BeTrue(), "the hub's CA first")
-	g.Expect(parsed[1].Equal(proxyCA.Cert)).To(BeTrue(), "the proxy's CA second")
-	g.Expect(cfg.CAData).To(Equal(bytes.TrimRight(hubCA.CertPEM, "\n")), "the caller's config is left alone")
-
-	restCfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(restCfg.CAData).To(Equal(caData), "client-go trusts both, for the proxy and for the hub")
-	proxyURL, err := restCfg.Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "127.0.0.1:6443"}})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(proxyURL.String()).To(Equal("https://127.0.0.1:3129"))
+	g.Expect(cert.Subject.Organization).To(ConsistOf(ocmjoin.BootstrapGroup))
 }
 
 func TestValidateClustersChecksTheProxyCA(t *testing.T) {

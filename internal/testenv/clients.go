@@ -11,9 +11,11 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Kubectl runs kubectl from KUBEBUILDER_ASSETS with a kubeconfig and a 15 s request timeout; it returns stdout, or
@@ -54,4 +56,14 @@ func Shell(command, kubeconfig string, path ...string) *exec.Cmd {
 	dirs := append(slices.Clone(path), os.Getenv("KUBEBUILDER_ASSETS"), os.Getenv("PATH"))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+strings.Join(dirs, string(os.PathListSeparator)))
 	return cmd
+}
+
+// CreateAll creates objs in order, tolerating ones that already exist.
+func CreateAll(ctx context.Context, c client.Client, objs ...client.Object) error {
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	return nil
 }
