@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -96,8 +95,7 @@ func buildImage(binaries string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The programs are built by 'make build-static' on this machine, for its platform.
-	return ociimage.Build(v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}, config,
+	return ociimage.Build(config,
 		ociimage.Step{Files: baseFiles(caCerts), CreatedBy: "hack/image: the files of gcr.io/distroless/static:nonroot we use"},
 		ociimage.Step{Files: programs, CreatedBy: "COPY --from=build /out/ /"},
 	)

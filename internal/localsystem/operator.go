@@ -85,7 +85,7 @@ func (s *System) installOperator(ctx context.Context) error {
 			Ports: []corev1.ServicePort{{Name: "agent", Port: 8091, TargetPort: intstr.FromInt32(8091), NodePort: EntrypointPort}},
 		},
 	}
-	return createAll(ctx, s.HubClient, []client.Object{nodePort})
+	return testenv.CreateAll(ctx, s.HubClient, nodePort)
 }
 
 // installAddOns creates cluster1's AddOnDeploymentConfig (squid over TLS, with its CA) and the add-on on both
@@ -108,7 +108,7 @@ func (s *System) installAddOns(ctx context.Context) error {
 		}
 		objs = append(objs, mca)
 	}
-	return createAll(ctx, s.HubClient, objs)
+	return testenv.CreateAll(ctx, s.HubClient, objs...)
 }
 
 // ClusterState is one managed cluster's tunnel as the hub reports it.
@@ -122,11 +122,16 @@ type ClusterState struct {
 
 // States reads every managed cluster's ClusterProxyStatus and ManagedClusterAddOn.
 func (s *System) States(ctx context.Context) ([]ClusterState, error) {
+	return ClusterStates(ctx, s.HubClient, s.Clusters())
+}
+
+// ClusterStates reads the ClusterProxyStatus and ManagedClusterAddOn of each of clusters from the hub, sorted by name.
+func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([]ClusterState, error) {
 	var out []ClusterState
-	for _, name := range s.Clusters() {
+	for _, name := range clusters {
 		st := ClusterState{Name: name, AddOnAvailable: metav1.ConditionUnknown}
 		cps := &proxyv1alpha1.ClusterProxyStatus{}
-		switch err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: name, Name: proxyv1alpha1.AddonName}, cps); {
+		switch err := hub.Get(ctx, client.ObjectKey{Namespace: name, Name: proxyv1alpha1.AddonName}, cps); {
 		case err == nil:
 			var parts []string
 			for _, t := range []string{proxyv1alpha1.ConditionAgentDeployed, proxyv1alpha1.ConditionCertificateReady,
@@ -143,7 +148,7 @@ func (s *System) States(ctx context.Context) ([]ClusterState, error) {
 			return nil, err
 		}
 		mca := &addonv1alpha1.ManagedClusterAddOn{}
-		if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: name, Name: proxyv1alpha1.AddonName}, mca); client.IgnoreNotFound(err) != nil {
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: name, Name: proxyv1alpha1.AddonName}, mca); client.IgnoreNotFound(err) != nil {
 			return nil, err
 		}
 		if cond := meta.FindStatusCondition(mca.Status.Conditions, addonv1alpha1.ManagedClusterAddOnConditionAvailable); cond != nil {
@@ -155,13 +160,27 @@ func (s *System) States(ctx context.Context) ([]ClusterState, error) {
 	return out, nil
 }
 
-// waitAvailable waits until every cluster's ClusterProxyStatus and ManagedClusterAddOn are Available, logging each
-// cluster's state when it changes.
+// waitAvailable waits until every cluster's tunnel is Available.
 func (s *System) waitAvailable(ctx context.Context) error {
-	deadline := time.Now().Add(s.opts.ReadyTimeout)
+	if err := WaitAvailable(ctx, s.HubClient, s.Clusters(), s.opts.ReadyTimeout, s.opts.Log, nil); err != nil {
+		return fmt.Errorf("%w; logs are in %s", err, s.opts.WorkDir)
+	}
+	return nil
+}
+
+// WaitAvailable waits, up to timeout, until the ClusterProxyStatus and ManagedClusterAddOn of each of clusters are
+// Available, writing each cluster's state to log when it changes. check, when set, is called every round and ends
+// the wait with its error (a component that died).
+func WaitAvailable(ctx context.Context, hub client.Client, clusters []string, timeout time.Duration, log io.Writer, check func() error) error {
+	deadline := time.Now().Add(timeout)
 	last := map[string]string{}
 	for {
-		states, err := s.States(ctx)
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		states, err := ClusterStates(ctx, hub, clusters)
 		if err != nil {
 			return err
 		}
@@ -169,7 +188,7 @@ func (s *System) waitAvailable(ctx context.Context) error {
 		for _, st := range states {
 			line := fmt.Sprintf("%s; ManagedClusterAddOn Available=%s", st.Status, st.AddOnAvailable)
 			if last[st.Name] != line {
-				fmt.Fprintf(s.opts.Log, "    %s: %s\n", st.Name, line)
+				fmt.Fprintf(log, "    %s: %s\n", st.Name, line)
 				last[st.Name] = line
 			}
 			ready = ready && st.Available && st.AddOnAvailable == metav1.ConditionTrue
@@ -178,7 +197,7 @@ func (s *System) waitAvailable(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not every cluster is Available after %s; logs are in %s", s.opts.ReadyTimeout, s.opts.WorkDir)
+			return fmt.Errorf("not every cluster is Available after %s", timeout)
 		}
 		select {
 		case <-ctx.Done():

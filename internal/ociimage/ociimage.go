@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -94,8 +95,9 @@ type Step struct {
 	CreatedBy string
 }
 
-// Build is the image of steps, bottom first, with config, for this machine's platform (os/arch given).
-func Build(platform v1.Platform, config v1.Config, steps ...Step) (v1.Image, error) {
+// Build is the image of steps, bottom first, with config, for this machine's platform: its programs are built here,
+// for here.
+func Build(config v1.Config, steps ...Step) (v1.Image, error) {
 	adds := make([]mutate.Addendum, 0, len(steps))
 	for _, s := range steps {
 		l, err := Layer(s.Files)
@@ -112,8 +114,17 @@ func Build(platform v1.Platform, config v1.Config, steps ...Step) (v1.Image, err
 	if err != nil {
 		return nil, err
 	}
-	cf.OS, cf.Architecture, cf.Config = platform.OS, platform.Architecture, config
+	cf.OS, cf.Architecture, cf.Config = runtime.GOOS, runtime.GOARCH, config
 	return mutate.ConfigFile(img, cf)
+}
+
+// Program is the image of one static program of this machine at /name, its entrypoint, run as user ("uid:gid").
+func Program(program, name, user string) (v1.Image, error) {
+	f, err := Copy(name, 0o755, program)
+	if err != nil {
+		return nil, err
+	}
+	return Build(v1.Config{User: user, Entrypoint: []string{"/" + name}}, Step{Files: []File{f}, CreatedBy: "the program " + program})
 }
 
 // WriteArchive writes img as a docker-archive tarball tagged ref.

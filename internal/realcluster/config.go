@@ -75,7 +75,7 @@ const (
 // containerdSocket is a short path on the machine to the node's containerd socket (ctr images import): a symlink to
 // where node.sh's /run really is.
 func (c *Cluster) containerdSocket() string {
-	return filepath.Join(ownerDir, c.netns+".sock")
+	return filepath.Join(ownerDir, c.name+".sock")
 }
 
 // cniConfig is a bridge with host-local addresses; pods are masqueraded to the node's address when they leave the
@@ -101,7 +101,7 @@ func (c *Cluster) cniConfig() string {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, c.netns, PodCIDR, podGateway, filepath.Join(c.opts.Dir, "cni", "ipam"))
+`, c.name, PodCIDR, podGateway, filepath.Join(c.opts.Dir, "cni", "ipam"))
 }
 
 func (c *Cluster) kubeletConfig() string {
@@ -134,7 +134,7 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
-`, c.cgroup, nodeContainerdSocket, c.NodeIP, pki, DNSServiceIP, filepath.Join(c.opts.Dir, "config", "resolv.conf"),
+`, c.name, nodeContainerdSocket, c.NodeIP, pki, DNSServiceIP, filepath.Join(c.opts.Dir, "config", "resolv.conf"),
 		filepath.Join(nodeKubeletRoot, "volume-plugins"))
 }
 

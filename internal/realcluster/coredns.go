@@ -10,11 +10,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // corefile serves the cluster's names and hosts (name → address); nothing is forwarded: there is no upstream.
@@ -35,8 +36,8 @@ func corefile(hosts map[string]string) string {
 
 // deployCoreDNS creates kube-dns as kubeadm would: a ServiceAccount with read access to services and endpoints, the
 // Corefile, a Deployment and the Service at DNSServiceIP.
-func (c *Cluster) deployCoreDNS(ctx context.Context, image string) error {
-	cs, err := kubernetes.NewForConfig(c.Config)
+func (c *Cluster) deployCoreDNS(ctx context.Context) error {
+	cl, err := client.New(c.Config, client.Options{})
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func (c *Cluster) deployCoreDNS(ctx context.Context, image string) error {
 			DNSPolicy:          corev1.DNSDefault,
 			PriorityClassName:  "system-cluster-critical",
 			Containers: []corev1.Container{{
-				Name: "coredns", Image: image, ImagePullPolicy: corev1.PullNever,
+				Name: "coredns", Image: coreDNSImage, ImagePullPolicy: corev1.PullNever,
 				Args: []string{"-conf", "/etc/coredns/Corefile"},
 				Ports: []corev1.ContainerPort{
 					{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
@@ -87,36 +88,8 @@ func (c *Cluster) deployCoreDNS(ctx context.Context, image string) error {
 			{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP},
 		},
 	}}
-	creates := []func() error{
-		func() error {
-			_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, config, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := cs.CoreV1().Services(ns).Create(ctx, service, metav1.CreateOptions{})
-			return err
-		},
-	}
-	for _, create := range creates {
-		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("deploy CoreDNS: %w", err)
-		}
+	if err := testenv.CreateAll(ctx, cl, &corev1.ServiceAccount{ObjectMeta: meta}, role, binding, config, deploy, service); err != nil {
+		return fmt.Errorf("deploy CoreDNS: %w", err)
 	}
 	return nil
 }

@@ -6,60 +6,61 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"sync"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 )
 
 // coreDNSImage is CoreDNS from Binaries, loaded from a local archive, never pulled.
-const coreDNSImage = "registry.local/cluster-proxy-operator/coredns:" + "1.15.0"
+const coreDNSImage = "registry.local/cluster-proxy-operator/coredns:1.15.0"
 
-// Platform is this machine's, the only one its nodes run.
-var Platform = v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
+// archiveMu serialises the writing of the node images' archives by the clusters of one process.
+var archiveMu sync.Mutex
 
-// loadedImages names the node's own images.
-type loadedImages struct{ coreDNS string }
-
-// programImage is an image of one static program at /<name>, run as user.
-func programImage(program, name, user string, args ...string) (v1.Image, error) {
-	f, err := ociimage.Copy(name, 0o755, program)
+// nodeImageArchive is the archive of the image of one node program, kept in <Binaries>/images and written again only
+// when the program is newer: every cluster, and every run, loads the same file.
+func (c *Cluster) nodeImageArchive(program, name, ref, user string) (string, error) {
+	archiveMu.Lock()
+	defer archiveMu.Unlock()
+	dir := filepath.Join(c.opts.Binaries, "images")
+	path := filepath.Join(dir, name+".tar")
+	prog, err := os.Stat(program)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	return ociimage.Build(Platform, v1.Config{User: user, Entrypoint: append([]string{"/" + name}, args...)},
-		ociimage.Step{Files: []ociimage.File{f}, CreatedBy: "realcluster: " + program})
+	if archive, err := os.Stat(path); err == nil && archive.ModTime().After(prog.ModTime()) {
+		return path, nil
+	}
+	img, err := ociimage.Program(program, name, user)
+	if err != nil {
+		return "", fmt.Errorf("build the %s image: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := ociimage.WriteArchive(tmp, ref, img); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
 }
 
-// loadImages writes the pause and CoreDNS images and imports them, then Options.Images, into the node's containerd.
-func (c *Cluster) loadImages(ctx context.Context) (loadedImages, error) {
-	dir := filepath.Join(c.opts.Dir, "images")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return loadedImages{}, err
+// loadImages imports the pause and CoreDNS images, then Options.Images, into the node's containerd.
+func (c *Cluster) loadImages(ctx context.Context) error {
+	pause, err := c.nodeImageArchive(c.opts.Pause, "pause", pauseImage, "65535:65535")
+	if err != nil {
+		return err
 	}
-	own := []struct{ ref, program, name, user string }{
-		{pauseImage, c.opts.Pause, "pause", "65535:65535"},
-		{coreDNSImage, filepath.Join(c.opts.Binaries, "coredns"), "coredns", "0:0"},
+	coreDNS, err := c.nodeImageArchive(filepath.Join(c.opts.Binaries, "coredns"), "coredns", coreDNSImage, "0:0")
+	if err != nil {
+		return err
 	}
-	archives := []string{}
-	for _, img := range own {
-		image, err := programImage(img.program, img.name, img.user)
-		if err != nil {
-			return loadedImages{}, fmt.Errorf("build the %s image: %w", img.name, err)
-		}
-		path := filepath.Join(dir, img.name+".tar")
-		if err := ociimage.WriteArchive(path, img.ref, image); err != nil {
-			return loadedImages{}, err
-		}
-		archives = append(archives, path)
-	}
-	for _, archive := range append(archives, c.opts.Images...) {
+	for _, archive := range append([]string{pause, coreDNS}, c.opts.Images...) {
 		if err := c.ImportImage(ctx, archive); err != nil {
-			return loadedImages{}, err
+			return err
 		}
 	}
-	return loadedImages{coreDNS: coreDNSImage}, nil
+	return nil
 }
 
 // ImportImage loads an image archive into the node's containerd, where pods with imagePullPolicy IfNotPresent or

@@ -12,20 +12,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 // certLifetime covers any run; the clusters are thrown away when it ends.
 const certLifetime = 7 * 24 * time.Hour
-
-// pki is a cluster's CA and the certificates of its components, written under <Dir>/pki.
-type pki struct {
-	ca *certs.KeyPair
-}
 
 // clientIdentity is a component's client certificate and the kubeconfig holding it.
 type clientIdentity struct {
@@ -35,16 +30,15 @@ type clientIdentity struct {
 	local  bool // the component runs on the node: it dials 127.0.0.1
 }
 
-// newPKI issues every certificate the cluster needs and writes its kubeconfigs: admin.kubeconfig (cluster-admin,
-// for https://NodeIP:6443) and one per node component.
-func newPKI(c *Cluster) (*pki, error) {
+// issueCertificates makes the cluster's CA, issues every certificate the cluster needs under <Dir>/pki and writes its
+// kubeconfigs: admin.kubeconfig (cluster-admin, for https://NodeIP:6443) and one per node component. It returns the CA.
+func (c *Cluster) issueCertificates() (*certs.KeyPair, error) {
 	now := time.Now()
 	dir := filepath.Join(c.opts.Dir, "pki")
 	ca, err := certs.NewCA(c.opts.Name+"-ca", certLifetime, now)
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{ca: ca}
 	if err := writePair(dir, "ca", ca); err != nil {
 		return nil, err
 	}
@@ -94,12 +88,13 @@ func newPKI(c *Cluster) (*pki, error) {
 			server = fmt.Sprintf("https://127.0.0.1:%d", APIServerPort)
 		}
 		path := filepath.Join(c.opts.Dir, "config", id.file+".kubeconfig")
-		if err := writeKubeconfig(path, c.opts.Name, server, ca.CertPEM, kp); err != nil {
+		cfg := &rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM, CertData: kp.CertPEM, KeyData: kp.KeyPEM}}
+		if err := testenv.WriteKubeconfig(path, c.opts.Name, cfg, "", nil); err != nil {
 			return nil, err
 		}
 	}
 	c.Kubeconfig = filepath.Join(c.opts.Dir, "config", "admin.kubeconfig")
-	return p, nil
+	return ca, nil
 }
 
 // writePair writes <name>.crt and <name>.key.
@@ -130,19 +125,9 @@ func writeServiceAccountKey(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
 }
 
-// writeKubeconfig writes a kubeconfig for server with a client certificate; cluster, user and context are all name.
-func writeKubeconfig(path, name, server string, caPEM []byte, client *certs.KeyPair) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: client.CertPEM, ClientKeyData: client.KeyPEM}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	kc.CurrentContext = name
-	return clientcmd.WriteToFile(*kc, path)
-}
-
 // IssueClient issues a client certificate of the cluster's CA for user in groups: an identity its kube-apiserver
 // authenticates (e.g. a bootstrap identity for another cluster's agent).
 func (c *Cluster) IssueClient(user string, groups ...string) (*certs.KeyPair, error) {
-	return certs.IssueLeaf(c.pki.ca, certs.LeafSpec{CommonName: user, Organizations: groups,
+	return certs.IssueLeaf(c.ca, certs.LeafSpec{CommonName: user, Organizations: groups,
 		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: certLifetime}, time.Now())
 }

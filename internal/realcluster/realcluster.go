@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
 //go:embed node.sh
@@ -84,11 +86,11 @@ type Cluster struct {
 	// Config is the same, for clients in this process.
 	Config *rest.Config
 
-	netns  string
-	cgroup string
-	node   *exec.Cmd
-	done   chan struct{}
-	pki    *pki
+	// name names the cluster's network namespace, its machine-side veth and its cgroups: cpo-<Index>.
+	name string
+	node *exec.Cmd
+	done chan struct{}
+	ca   *certs.KeyPair
 }
 
 // Name is the cluster's name.
@@ -98,7 +100,7 @@ func (c *Cluster) Name() string { return c.opts.Name }
 func (c *Cluster) Dir() string { return c.opts.Dir }
 
 // NetNS is the path of the cluster's network namespace, for nsenter --net.
-func (c *Cluster) NetNS() string { return "/run/netns/" + c.netns }
+func (c *Cluster) NetNS() string { return "/run/netns/" + c.name }
 
 // APIServer is the kube-apiserver's URL.
 func (c *Cluster) APIServer() string {
@@ -106,7 +108,7 @@ func (c *Cluster) APIServer() string {
 }
 
 // CA is the PEM of the cluster's CA: it signs the kube-apiserver's certificate and every client certificate.
-func (c *Cluster) CA() []byte { return c.pki.ca.CertPEM }
+func (c *Cluster) CA() []byte { return c.ca.CertPEM }
 
 // Start brings a cluster up and returns once its node is Ready, its images are loaded and CoreDNS answers. A cluster
 // that fails to start is stopped and removed before Start returns.
@@ -118,8 +120,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		opts:   opts,
 		NodeIP: net.IPv4(100, 66, byte(opts.Index), 2).To4(),
 		HostIP: net.IPv4(100, 66, byte(opts.Index), 1).To4(),
-		netns:  prefix + strconv.Itoa(opts.Index),
-		cgroup: prefix + strconv.Itoa(opts.Index),
+		name:   prefix + strconv.Itoa(opts.Index),
 		done:   make(chan struct{}),
 	}
 	if err := c.start(ctx); err != nil {
@@ -137,14 +138,14 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := writeOwner(c.netns); err != nil {
+	if err := writeOwner(c.name); err != nil {
 		return err
 	}
 	if err := os.Symlink(filepath.Join(c.opts.Dir, "root", "run", "containerd", "containerd.sock"), c.containerdSocket()); err != nil {
 		return err
 	}
 	var err error
-	if c.pki, err = newPKI(c); err != nil {
+	if c.ca, err = c.issueCertificates(); err != nil {
 		return err
 	}
 	if err := c.writeConfig(); err != nil {
@@ -153,7 +154,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.createNetwork(); err != nil {
 		return err
 	}
-	if err := createCgroups(c.cgroup); err != nil {
+	if err := createCgroups(c.name); err != nil {
 		return err
 	}
 	if err := c.startNode(); err != nil {
@@ -169,11 +170,10 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.waitAPIServer(ctx, cs); err != nil {
 		return err
 	}
-	images, err := c.loadImages(ctx)
-	if err != nil {
+	if err := c.loadImages(ctx); err != nil {
 		return err
 	}
-	if err := c.deployCoreDNS(ctx, images.coreDNS); err != nil {
+	if err := c.deployCoreDNS(ctx); err != nil {
 		return err
 	}
 	return c.waitReady(ctx, cs)
@@ -181,19 +181,19 @@ func (c *Cluster) start(ctx context.Context) error {
 
 // createNetwork makes the namespace and its veth pair.
 func (c *Cluster) createNetwork() error {
-	host, node := c.netns, c.netns+"n"
+	host, node := c.name, c.name+"n"
 	if err := guardRoute("replace"); err != nil {
 		return err
 	}
 	steps := [][]string{
-		{"netns", "add", c.netns},
+		{"netns", "add", c.name},
 		{"link", "add", host, "type", "veth", "peer", "name", node},
-		{"link", "set", node, "netns", c.netns},
+		{"link", "set", node, "netns", c.name},
 		{"addr", "add", c.HostIP.String() + "/24", "dev", host},
 		{"link", "set", host, "up"},
-		{"-n", c.netns, "link", "set", node, "name", "eth0"},
-		{"-n", c.netns, "addr", "add", c.NodeIP.String() + "/24", "dev", "eth0"},
-		{"-n", c.netns, "link", "set", "eth0", "up"},
+		{"-n", c.name, "link", "set", node, "name", "eth0"},
+		{"-n", c.name, "addr", "add", c.NodeIP.String() + "/24", "dev", "eth0"},
+		{"-n", c.name, "link", "set", "eth0", "up"},
 	}
 	for _, args := range steps {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -216,7 +216,7 @@ func (c *Cluster) startNode() error {
 	cmd := exec.Command("nsenter", "--net="+c.NetNS(), "--",
 		"unshare", "--mount", "--propagation", "private", "--", "bash", script)
 	cmd.Env = append(os.Environ(),
-		"DIR="+c.opts.Dir, "BIN="+c.opts.Binaries, "CGROUP="+c.cgroup, "OWNER="+strconv.Itoa(os.Getpid()),
+		"DIR="+c.opts.Dir, "BIN="+c.opts.Binaries, "CGROUP="+c.name, "OWNER="+strconv.Itoa(os.Getpid()),
 		"NODE_NAME="+c.opts.Name, "NODE_IP="+c.NodeIP.String(), "SERVICE_CIDR="+ServiceCIDR, "POD_GATEWAY="+podGateway)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's Ctrl-C reaches only us, and Stop ends the node in order.
@@ -299,7 +299,7 @@ func (c *Cluster) Stop() error {
 		}
 	}
 	var errs []error
-	if err := removeCluster(c.netns); err != nil {
+	if err := removeCluster(c.name); err != nil {
 		errs = append(errs, err)
 	}
 	if !c.opts.KeepDir && c.opts.Dir != "" {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,11 +53,7 @@ func buildProbe(t *testing.T) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the probe: %v: %s", err, out)
 	}
-	f, err := ociimage.Copy("probe", 0o755, filepath.Join(dir, "probe"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ociimage.Build(realcluster.Platform, v1.Config{User: "65532:65532", Entrypoint: []string{"/probe"}}, ociimage.Step{Files: []ociimage.File{f}})
+	img, err := ociimage.Program(filepath.Join(dir, "probe"), "probe", "65532:65532")
 	if err != nil {
 		t.Fatal(err)
 	}
