@@ -24,27 +24,22 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/launcher"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/multicluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
+// The names of the local system are the real-cluster system's (internal/localsystem), so both read alike.
 const (
-	// ProxiedCluster reaches the hub only through the forward proxy, over TLS to the proxy (Squid.TLSURL): its
-	// klusterlet trusts the proxy's CA from its bootstrap kubeconfig, its proxy-agent from the AddOnDeploymentConfig.
-	ProxiedCluster = "cluster1"
-	// DigitCluster has a name that starts with a digit, which the existing addon cannot serve.
-	DigitCluster = "1st-cluster"
-	// Namespace holds the proxy-server and its secrets on the hub.
-	Namespace = "open-cluster-management-addon"
-	// EntrypointHost is the name agents dial the proxy-server's agent port by. It is deliberately not under .svc,
-	// which agents reach directly: the proxied cluster's agent must go through the forward proxy, which resolves the
-	// name to the loopback hub (squid's hosts_file), as a corporate proxy resolves the hub's public name.
-	EntrypointHost = "proxy-entrypoint.hub.internal"
-	// ProxyConfigName is the AddOnDeploymentConfig with the forward proxy (httpsProxy and caBundle), in the proxied
-	// cluster's namespace.
-	ProxyConfigName = "proxy-config"
+	ProxiedCluster = localsystem.ProxiedCluster
+	DigitCluster   = localsystem.DigitCluster
+	Namespace      = localsystem.Namespace
+	// EntrypointHost is the name agents dial the proxy-server's agent port by: squid resolves it to the loopback hub
+	// (its hosts_file), as a corporate proxy resolves the hub's public name.
+	EntrypointHost  = localsystem.EntrypointHost
+	ProxyConfigName = localsystem.ProxyConfigName
 )
 
 // Binaries are the programs the system runs.
