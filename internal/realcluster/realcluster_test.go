@@ -138,17 +138,23 @@ func TestTwoClustersRunPodsSideBySideAndLeaveNothing(t *testing.T) {
 	g.Expect(a.Dir()).NotTo(BeADirectory())
 }
 
-// TestAKilledRunIsCleanedByTheNext starts a cluster in a child process, SIGKILLs it once a pod runs, and proves that
-// CleanStale leaves nothing of it.
+// TestMain runs the child of TestAKilledRunIsCleanedByTheNext when this binary is started as it.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("REALCLUSTER_CHILD_DIR"); dir != "" {
+		startClusterUntilKilled(dir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// TestAKilledRunIsCleanedByTheNext starts a cluster in a child process (this test binary, see TestMain), SIGKILLs it
+// once the cluster is Ready, and proves that CleanStale leaves nothing of it.
 func TestAKilledRunIsCleanedByTheNext(t *testing.T) {
 	g := NewWithT(t)
-	if os.Getenv("REALCLUSTER_CHILD_DIR") != "" {
-		return // the child's copy of this test: see TestChildStartsACluster
-	}
-	nodeAssets(t)
+	binaries, pause := nodeAssets(t)
 	dir := filepath.Join(t.TempDir(), "killed")
-	child := exec.Command(os.Args[0], "-test.run=^TestChildStartsACluster$", "-test.v")
-	child.Env = append(os.Environ(), "REALCLUSTER_CHILD_DIR="+dir)
+	child := exec.Command(os.Args[0])
+	child.Env = append(os.Environ(), "REALCLUSTER_CHILD_DIR="+dir, "NODE_ASSETS="+binaries, "PAUSE="+pause)
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := child.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -177,17 +183,13 @@ func TestAKilledRunIsCleanedByTheNext(t *testing.T) {
 	g.Expect(realcluster.Leftovers(indexKilled, dir)).To(BeEmpty())
 }
 
-// TestChildStartsACluster is the child of TestAKilledRunIsCleanedByTheNext; alone it does nothing.
-func TestChildStartsACluster(t *testing.T) {
-	dir := os.Getenv("REALCLUSTER_CHILD_DIR")
-	if dir == "" {
-		return
-	}
-	binaries, pause := nodeAssets(t)
+// startClusterUntilKilled is the child: it starts a cluster, says so, and waits to be killed.
+func startClusterUntilKilled(dir string) {
 	c, err := realcluster.Start(context.Background(), realcluster.Options{Name: "killed", Index: indexKilled, Dir: dir,
-		Binaries: binaries, Pause: pause})
+		Binaries: os.Getenv("NODE_ASSETS"), Pause: os.Getenv("PAUSE")})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	fmt.Println("CLUSTER READY", c.Name())
 	select {} // until killed
