@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,17 +35,21 @@ func serving(t *testing.T, s *Server) (addr string, cancel context.CancelFunc, d
 
 func TestServeDrainsInFlightRequestsAndRefusesNewConnections(t *testing.T) {
 	g := NewWithT(t)
-	arrived, release := make(chan struct{}), make(chan struct{})
+	arrived, released := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(released) })
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			close(arrived)
-			<-release
+			<-released
 		}
 		_, _ = io.WriteString(w, "done "+r.URL.Path)
 	})
 	e := newEnv(t, backend, Options{DrainTimeout: time.Minute}, "c1")
 	g.Expect(e.server.Ready()).To(BeFalse(), "not ready before Serve")
 	addr, cancel, done := serving(t, e.server)
+	// Registered after the server's cleanups, so it runs first: a failed assertion must not leave the slow request,
+	// and so those cleanups, waiting forever.
+	t.Cleanup(release)
 	g.Eventually(e.server.Ready).Should(BeTrue())
 
 	type result struct {
@@ -78,7 +83,7 @@ func TestServeDrainsInFlightRequestsAndRefusesNewConnections(t *testing.T) {
 	}).WithTimeout(5*time.Second).Should(HaveOccurred(), "the listener is closed while draining")
 	g.Consistently(done).WithTimeout(100*time.Millisecond).ShouldNot(Receive(), "Serve waits for the slow request")
 
-	close(release)
+	release()
 	var r result
 	g.Eventually(slow).WithTimeout(5 * time.Second).Should(Receive(&r))
 	g.Expect(r.err).NotTo(HaveOccurred())
