@@ -195,11 +195,7 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string) error {
 	for n, spec := range specs {
 		spec.Dir, spec.Binaries, spec.Pause = s.path("clusters", spec.Name), s.opts.NodeAssets, s.opts.Pause
 		spec.Images, spec.KeepDir = []string{s.opts.Image, ocmArchive}, true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			clusters[n], errs[n] = realcluster.Start(ctx, spec)
-		}()
+		wg.Go(func() { clusters[n], errs[n] = realcluster.Start(ctx, spec) })
 	}
 	wg.Wait()
 	s.Hub, s.Managed = clusters[0], []*realcluster.Cluster{clusters[1], clusters[2]}
@@ -225,12 +221,17 @@ func (s *System) Stop() error {
 	if s.Squid != nil {
 		errs = append(errs, s.Squid.Stop())
 	}
-	for _, c := range append([]*realcluster.Cluster{s.Hub}, s.Managed...) {
+	// The clusters are independent: they stop side by side.
+	clusters := append([]*realcluster.Cluster{s.Hub}, s.Managed...)
+	stopped := make([]error, len(clusters))
+	var wg sync.WaitGroup
+	for i, c := range clusters {
 		if c != nil {
-			errs = append(errs, c.Stop())
+			wg.Go(func() { stopped[i] = c.Stop() })
 		}
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(append(errs, stopped...)...)
 }
 
 // Leftovers lists what of the system is still on the machine; empty after Stop.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -42,10 +43,15 @@ func ownerAlive(netns string) (int, bool) {
 	return pid, pid == os.Getpid() || syscall.Kill(pid, 0) == nil
 }
 
+var cleanMu sync.Mutex
+
 // CleanStale removes what a run that was killed left of the clusters it owned: every cpo-* network namespace,
 // cgroup and owner record whose owner is gone. index, when not zero, must be free afterwards: a cluster with that
 // index that another live run owns is an error naming it.
 func CleanStale(index int) error {
+	// Clusters of one process start side by side: one of them at a time removes what is stale.
+	cleanMu.Lock()
+	defer cleanMu.Unlock()
 	names, err := staleCandidates()
 	if err != nil {
 		return err
