@@ -16,19 +16,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
-
-const probeImage = "registry.local/cluster-proxy-operator/realcluster-probe:test"
 
 // Indexes far from the local system's, so this suite and 'make run' can share a machine.
 const indexA, indexB, indexKilled = 201, 202, 203
@@ -45,20 +38,10 @@ func nodeAssets(t *testing.T) (binaries, pause string) {
 	return binaries, pause
 }
 
-// buildProbe packs testdata/probe into an image archive, as a non-root pod would run it.
+// buildProbe packs the probe program into an image archive, as a non-root pod would run it.
 func buildProbe(t *testing.T) string {
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "probe"), "./internal/realcluster/testdata/probe")
-	cmd.Dir, cmd.Env = testenv.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v: %s", err, out)
-	}
-	img, err := ociimage.Program(filepath.Join(dir, "probe"), "probe", "65532:65532")
+	archive, err := testenv.ProbeImage(t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	archive := filepath.Join(dir, "probe.tar")
-	if err := ociimage.WriteArchive(archive, probeImage, img); err != nil {
 		t.Fatal(err)
 	}
 	return archive
@@ -196,27 +179,9 @@ func startClusterUntilKilled(dir string) {
 }
 
 func deployProbe(ctx context.Context, g Gomega, cs kubernetes.Interface) {
-	labels := map[string]string{"app": "probe"}
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
-		Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullNever,
-				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}},
-					PeriodSeconds: 1},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-			}},
-		}},
-	}}
+	deploy, svc := testenv.ProbeWorkload("default")
 	_, err := cs.AppsV1().Deployments("default").Create(ctx, deploy, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}, Spec: corev1.ServiceSpec{
-		Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
 	_, err = cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func(g Gomega) {

@@ -119,6 +119,7 @@ func TestRenderedValues(t *testing.T) {
 		entrypoint, hostname, lbName string
 		replicas                     int64
 		userServer                   bool
+		allowedServices              int // entries of spec.userServer.allowedServices
 		strategy                     string
 		placement                    string // namespace/name, "" for Manual
 		chartPlacement               bool   // the chart renders Placement cluster-proxy-placement and the set binding
@@ -129,7 +130,7 @@ func TestRenderedValues(t *testing.T) {
 			chartPlacement: true, managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0",
 			agentImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0"},
 		"hostname": {entrypoint: "Hostname", hostname: "proxy-entrypoint.open-cluster-management-addon.svc", replicas: 3, userServer: true,
-			strategy: "Placements", placement: namespace + "/cluster-proxy-placement", chartPlacement: true,
+			allowedServices: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement", chartPlacement: true,
 			managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0",
 			agentImage:   "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0-agent"},
 		"loadbalancer": {entrypoint: "LoadBalancerService", lbName: "proxy-agent-entrypoint", replicas: 1, strategy: "Placements",
@@ -166,6 +167,8 @@ func TestRenderedValues(t *testing.T) {
 			g.Expect(str(mpc, "spec", "proxyAgent", "image")).To(Equal(w.agentImage))
 			_, hasUserServer, _ := unstructured.NestedMap(mpc.Object, "spec", "userServer")
 			g.Expect(hasUserServer).To(Equal(w.userServer))
+			allowed, _, _ := unstructured.NestedSlice(mpc.Object, "spec", "userServer", "allowedServices")
+			g.Expect(allowed).To(HaveLen(w.allowedServices))
 
 			cma := find(objs, "ClusterManagementAddOn", "", "cluster-proxy")
 			g.Expect(cma).NotTo(BeNil())
@@ -329,6 +332,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"port not a number", []string{"--set-string", "proxyServer.port=http"}, "at '/proxyServer/port'"},
 		{"load balancer flag not a boolean", []string{"--set-string", "proxyServer.entrypointLoadBalancer=yes"}, "at '/proxyServer/entrypointLoadBalancer'"},
 		{"user server flag not a boolean", []string{"--set-string", "userServer.enabled=yes"}, "at '/userServer/enabled'"},
+		{"allowed service without a name", []string{"--set", "userServer.allowedServices[0].namespace=monitoring"}, "at '/userServer/allowedServices/0': missing property 'name'"},
+		{"allowed service port out of range", []string{"--set", "userServer.allowedServices[0].namespace=m", "--set", "userServer.allowedServices[0].name=p",
+			"--set", "userServer.allowedServices[0].port=0"}, "at '/userServer/allowedServices/0/port': minimum"},
 		{"unknown pull policy", []string{"--set", "image.pullPolicy=Sometimes"}, "at '/image/pullPolicy'"},
 		{"bad placement name", []string{"--set", "installByPlacement.placementName=Not_A_Name"}, "at '/installByPlacement/placementName'"},
 		{"misspelled value", []string{"--set", "proxyServer.entrypointAdress=x.example.com"}, "additional properties 'entrypointAdress' not allowed"},

@@ -1,6 +1,6 @@
-// Command probe is the workload of realcluster's tests, run in a pod: it serves GET /healthz, GET /resolve?name=N
-// (a lookup through the pod's DNS), GET /dial?addr=A (a TCP dial from the pod's network), and logs each request.
-// 'probe echo WORDS' prints WORDS and exits, for kubectl exec.
+// Command probe is the workload of the tests on real clusters, run in a pod (testenv.ProbeImage): it serves GET
+// /healthz, GET /resolve?name=N (a lookup through the pod's DNS), GET /dial?addr=A (a TCP dial from the pod's
+// network), and logs each request ("GET /healthz" first). 'probe echo WORDS' prints WORDS and exits, for kubectl exec.
 package main
 
 import (
@@ -19,6 +19,10 @@ func main() {
 		return
 	}
 	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	logged := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.Printf("%s %s", r.Method, r.URL.RequestURI())
+		http.DefaultServeMux.ServeHTTP(w, r)
+	})
 	http.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Query().Get("name")
 		addrs, err := net.LookupHost(name)
@@ -41,5 +45,5 @@ func main() {
 		fmt.Fprintln(w, "connected")
 	})
 	log.Print("listening on :8080")
-	log.Fatal(http.ListenAndServe(":8080", nil))
+	log.Fatal(http.ListenAndServe(":8080", logged)) //nolint:gosec // a test workload
 }
