@@ -631,6 +631,16 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		expectGone(&workv1.ManifestWork{ObjectMeta: metav1.ObjectMeta{Namespace: b, Name: agentWork}})
 		get(Default, &addonv1alpha1.ManagedClusterAddOn{}, a, "cluster-proxy")
 		get(Default, &addonv1alpha1.ManagedClusterAddOn{}, manual, "cluster-proxy")
+
+		By("every add-on, the one a user created too, is owned by the ClusterManagementAddOn, so it goes with it")
+		cma := get(Default, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
+		Eventually(func(g Gomega) {
+			for _, c := range []string{a, manual} {
+				owners := get(g, &addonv1alpha1.ManagedClusterAddOn{}, c, "cluster-proxy").OwnerReferences
+				g.Expect(owners).To(ContainElement(And(
+					HaveField("Kind", "ClusterManagementAddOn"), HaveField("Name", "cluster-proxy"), HaveField("UID", cma.UID))), c)
+			}
+		}, timeout, interval).Should(Succeed())
 	})
 
 	It("re-enrolls agents after a CA rotation, keeping the old CA trusted until their new certificates are signed", func() {

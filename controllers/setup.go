@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -60,6 +61,9 @@ func CacheOptions() cache.Options {
 		&rbacv1.Role{}:               owned,
 		&rbacv1.RoleBinding{}:        owned,
 		&rbacv1.ClusterRoleBinding{}: owned,
+		// The proxy-servers' endpoints (the EndpointSlice controller copies the Service's labels): tunnel health
+		// asks every replica.
+		&discoveryv1.EndpointSlice{}: owned,
 		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: clusteragent.TrimCachedWork},
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},

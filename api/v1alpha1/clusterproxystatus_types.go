@@ -84,7 +84,8 @@ type ClusterProxyStatusStatus struct {
 	// agentImage is the image the agent runs.
 	// +optional
 	AgentImage string `json:"agentImage,omitempty"`
-	// connectedAgents is the number of agent replicas the proxy-servers see connected.
+	// connectedAgents is the number of agent replicas of the cluster that every proxy-server replica holds (the
+	// replica holding the fewest counts): zero while one proxy-server has none.
 	// +optional
 	ConnectedAgents int32 `json:"connectedAgents,omitempty"`
 	// probe is the last health probe through the tunnel.

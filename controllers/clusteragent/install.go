@@ -3,6 +3,7 @@ package clusteragent
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ const InstalledByLabel = "proxy.open-cluster-management.io/installed-by"
 
 // InstallReconciler installs the add-on on the clusters that the ClusterManagementAddOn's placements select, and
 // removes it from clusters that leave them. With the Manual strategy users create ManagedClusterAddOns themselves.
+// Either way every add-on of the name is owned by the ClusterManagementAddOn, and goes with it.
 type InstallReconciler struct {
 	Client ctrl.Client
 }
@@ -40,15 +42,18 @@ func (r *InstallReconciler) Reconcile(ctx context.Context, req runtimectrl.Reque
 	if err := r.Client.Get(ctx, req.NamespacedName, cma); err != nil {
 		return runtimectrl.Result{}, ctrl.IgnoreNotFound(err)
 	}
+	existing := &addonv1alpha1.ManagedClusterAddOnList{}
+	if err := r.Client.List(ctx, existing /* the cache holds only the add-ons named cluster-proxy */); err != nil {
+		return runtimectrl.Result{}, err
+	}
+	if err := r.ownAddOns(ctx, cma, existing.Items); err != nil {
+		return runtimectrl.Result{}, err
+	}
 	if cma.Spec.InstallStrategy.Type != addonv1alpha1.AddonInstallStrategyPlacements {
 		return runtimectrl.Result{}, nil
 	}
 	wanted, err := r.decidedClusters(ctx, cma)
 	if err != nil {
-		return runtimectrl.Result{}, err
-	}
-	existing := &addonv1alpha1.ManagedClusterAddOnList{}
-	if err := r.Client.List(ctx, existing /* the cache holds only the add-ons named cluster-proxy */); err != nil {
 		return runtimectrl.Result{}, err
 	}
 	for i := range existing.Items {
@@ -77,6 +82,30 @@ func (r *InstallReconciler) Reconcile(ctx context.Context, req runtimectrl.Reque
 	return runtimectrl.Result{}, nil
 }
 
+// ownAddOns makes the ClusterManagementAddOn an owner of every add-on of its name, those users created too, as OCM's
+// addon-owner controller does for the add-ons OCM's addon-manager runs: deleting the ClusterManagementAddOn ('helm
+// uninstall', or the deletion of the configuration) then removes the add-on, its agent and its status from every
+// cluster through the garbage collector.
+func (r *InstallReconciler) ownAddOns(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn, addons []addonv1alpha1.ManagedClusterAddOn) error {
+	for i := range addons {
+		mca := &addons[i]
+		if !mca.DeletionTimestamp.IsZero() || slices.ContainsFunc(mca.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == cma.UID }) {
+			continue
+		}
+		mca.OwnerReferences = append(mca.OwnerReferences, cmaOwner(cma))
+		if err := r.Client.Update(ctx, mca); ctrl.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("make ClusterManagementAddOn %s an owner of the add-on of cluster %s: %w", cma.Name, mca.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// cmaOwner is the owner reference of an add-on to its ClusterManagementAddOn.
+func cmaOwner(cma *addonv1alpha1.ClusterManagementAddOn) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
+		BlockOwnerDeletion: ptr.To(true)}
+}
+
 // decidedClusters are the clusters the placements selected, with the configs of the first placement that did.
 func (r *InstallReconciler) decidedClusters(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn) (map[string][]addonv1alpha1.AddOnConfig, error) {
 	wanted := map[string][]addonv1alpha1.AddOnConfig{}
@@ -100,11 +129,8 @@ func installedAddOn(cma *addonv1alpha1.ClusterManagementAddOn, cluster string, c
 	return &addonv1alpha1.ManagedClusterAddOn{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: proxyv1alpha1.AddonName, Namespace: cluster,
-			Labels: map[string]string{InstalledByLabel: "placement"},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
-				BlockOwnerDeletion: ptr.To(true),
-			}},
+			Labels:          map[string]string{InstalledByLabel: "placement"},
+			OwnerReferences: []metav1.OwnerReference{cmaOwner(cma)},
 		},
 		Spec: addonv1alpha1.ManagedClusterAddOnSpec{Configs: configs},
 	}

@@ -43,6 +43,7 @@ const (
 	ReasonProxyServerUnreachable = "ProxyServerUnreachable"
 	ReasonAgentConnected         = "AgentConnected"
 	ReasonNoAgentConnected       = "NoAgentConnected"
+	ReasonAgentNotOnEveryReplica = "AgentNotOnEveryReplica"
 	ReasonProbeSucceeded         = "ProbeSucceeded"
 	ReasonProbeFailed            = "ProbeFailed"
 	ReasonTunnelAvailable        = "TunnelAvailable"

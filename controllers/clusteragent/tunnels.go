@@ -16,6 +16,8 @@ import (
 // The tunnel health source (internal/tunnelhealth) reads the proxy-client and proxy-server-ca Secrets of the default
 // configuration through the manager's cache, which already lists and watches the operator's Secrets.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// It asks every proxy-server replica, found by the EndpointSlices of their Service (cached, only the operator's).
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 
 // TunnelSource reports what the proxy-servers see of each cluster's tunnel; internal/tunnelhealth implements it in
 // the manager. Observations are made outside the reconciler, which only reads the latest one: a reconcile never
@@ -83,9 +85,14 @@ func setAgentConnected(st *proxyv1alpha1.ClusterProxyStatusStatus, obs tunnelObs
 	st.ConnectedAgents = int32(obs.ConnectedAgents)
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionAgentConnected, Status: metav1.ConditionFalse,
 		Reason: ReasonNoAgentConnected, Message: msgNoAgent}
-	if obs.ConnectedAgents > 0 {
+	switch {
+	case obs.ConnectedAgents > 0:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonAgentConnected
-		c.Message = fmt.Sprintf("%d agent(s) of the cluster connected to the proxy-servers", obs.ConnectedAgents)
+		c.Message = fmt.Sprintf("%d agent(s) of the cluster connected to each of %d proxy-server(s)", obs.ConnectedAgents, max(obs.Replicas, 1))
+	case obs.ReplicasWithAgents > 0:
+		c.Reason = ReasonAgentNotOnEveryReplica
+		c.Message = fmt.Sprintf("agents of the cluster are connected to %d of %d proxy-servers: requests that reach the others "+
+			"fail until the agents connect to them too", obs.ReplicasWithAgents, obs.Replicas)
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }
@@ -163,7 +170,7 @@ func probeChanged(have *proxyv1alpha1.ProbeStatus, next tunnelhealth.State) bool
 	if have == nil {
 		return true
 	}
-	prev := tunnelhealth.State{ConnectedAgents: next.ConnectedAgents}
+	prev := tunnelhealth.State{ConnectedAgents: next.ConnectedAgents, Replicas: next.Replicas, ReplicasWithAgents: next.ReplicasWithAgents}
 	switch {
 	case have.Health == probeUnknown:
 		prev.Unreachable, prev.ConnectedAgents = true, 0

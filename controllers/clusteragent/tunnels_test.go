@@ -67,6 +67,12 @@ func TestSetAgentConnected(t *testing.T) {
 			metav1.ConditionFalse, ReasonNoAgentConnected, 0, "cluster-proxy-proxy-agent"},
 		{"two agents", &proxyv1alpha1.ClusterProxyStatusStatus{}, healthy(2, time.Millisecond),
 			metav1.ConditionTrue, ReasonAgentConnected, 2, "2 agent(s)"},
+		{"two agents on each of three replicas", &proxyv1alpha1.ClusterProxyStatusStatus{},
+			observed(tunnelhealth.State{ConnectedAgents: 2, Replicas: 3, ReplicasWithAgents: 3, Probe: &tunnelhealth.Probe{Healthy: true}}),
+			metav1.ConditionTrue, ReasonAgentConnected, 2, "each of 3 proxy-server(s)"},
+		{"agents on two of three replicas", &proxyv1alpha1.ClusterProxyStatusStatus{},
+			observed(tunnelhealth.State{ConnectedAgents: 0, Replicas: 3, ReplicasWithAgents: 2, Probe: &tunnelhealth.Probe{Healthy: true}}),
+			metav1.ConditionFalse, ReasonAgentNotOnEveryReplica, 0, "2 of 3 proxy-servers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setAgentConnected(tc.st, tc.obs)

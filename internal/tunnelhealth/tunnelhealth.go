@@ -1,6 +1,6 @@
-// Package tunnelhealth watches every managed cluster's tunnel from the hub, for the manager. Every interval it asks a
-// proxy-server which agents are connected (GET /agents) and probes GET /healthz through the tunnel of each connected
-// cluster, a few at a time. It keeps one observation per cluster and replaces it only when it changes in a way the
+// Package tunnelhealth watches every managed cluster's tunnel from the hub, for the manager. Every interval it asks
+// each proxy-server replica which agents it holds (GET /agents) and probes GET /healthz through the tunnel of each
+// connected cluster, a few at a time. It keeps one observation per cluster and replaces it only when it changes in a way the
 // status shows (see Significant), and it tells the reconciler which clusters changed, so a steady state costs no API
 // writes and no reconciles.
 //
@@ -74,8 +74,12 @@ type State struct {
 	// Unreachable is true when the proxy-servers could not be asked for longer than StaleAfter; the other fields
 	// are then empty. The manager's log says why.
 	Unreachable bool
-	// ConnectedAgents is the number of agents of the cluster connected to the proxy-server asked.
+	// ConnectedAgents is the number of agents of the cluster that every proxy-server replica holds: the count of the
+	// replica holding the fewest, so zero while one replica has none.
 	ConnectedAgents int
+	// Replicas is the number of proxy-server replicas that answered; ReplicasWithAgents how many of them hold at
+	// least one agent of the cluster. A request reaches the cluster only through a replica that holds one.
+	Replicas, ReplicasWithAgents int
 	// Probe is the GET /healthz through the tunnel; nil when no agent is connected (nothing to probe).
 	Probe *Probe
 }
@@ -96,7 +100,8 @@ func Significant(prev, next State) bool { return significant(prev, next, Latency
 
 func significant(prev, next State, latencyChanged func(reported, measured time.Duration) bool) bool {
 	switch {
-	case prev.Unreachable != next.Unreachable, prev.ConnectedAgents != next.ConnectedAgents, (prev.Probe == nil) != (next.Probe == nil):
+	case prev.Unreachable != next.Unreachable, prev.ConnectedAgents != next.ConnectedAgents, (prev.Probe == nil) != (next.Probe == nil),
+		prev.Replicas != next.Replicas, prev.ReplicasWithAgents != next.ReplicasWithAgents:
 		return true
 	case prev.Probe == nil:
 		return false
@@ -192,11 +197,12 @@ func (s *Source) Start(ctx context.Context) error {
 // Round asks the proxy-servers once and probes every connected cluster, then reports what changed.
 func (s *Source) Round(ctx context.Context) {
 	now := s.opts.Clock.Now()
-	agents, proxies, err := s.connectedAgents(ctx)
+	replicas, proxies, err := s.connectedAgents(ctx)
 	if err != nil {
 		s.failed(ctx, now, err)
 		return
 	}
+	agents := byCluster(replicas)
 	results := s.probeAll(ctx, proxies, agents)
 	if ctx.Err() != nil {
 		return // shutting down: the results are cut short, not real
@@ -204,7 +210,38 @@ func (s *Source) Round(ctx context.Context) {
 	s.update(ctx, now, agents, results)
 }
 
-func (s *Source) connectedAgents(ctx context.Context) (map[string][]string, *clusterproxy.Client, error) {
+// held is what the proxy-server replicas hold of one cluster's agents.
+type held struct {
+	fewest   int // agents on the replica holding the fewest
+	replicas int // replicas that answered
+	holding  int // replicas holding at least one
+}
+
+// byCluster turns the replicas' answers into what they hold of each cluster that has an agent on any of them.
+func byCluster(replicas map[string]map[string][]string) map[string]held {
+	out := map[string]held{}
+	for _, agents := range replicas {
+		for cluster := range agents {
+			out[cluster] = held{replicas: len(replicas)}
+		}
+	}
+	for cluster, h := range out {
+		h.fewest = -1
+		for _, agents := range replicas {
+			n := len(agents[cluster])
+			if n > 0 {
+				h.holding++
+			}
+			if h.fewest < 0 || n < h.fewest {
+				h.fewest = n
+			}
+		}
+		out[cluster] = h
+	}
+	return out
+}
+
+func (s *Source) connectedAgents(ctx context.Context) (map[string]map[string][]string, *clusterproxy.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
 	defer cancel()
 	if s.proxies == nil {
@@ -214,7 +251,7 @@ func (s *Source) connectedAgents(ctx context.Context) (map[string][]string, *clu
 		}
 		s.proxies = proxies
 	}
-	agents, err := s.proxies.ConnectedAgents(ctx)
+	agents, err := s.proxies.ReplicaAgents(ctx)
 	if err != nil {
 		s.proxies = nil
 		return nil, nil, err
@@ -223,7 +260,7 @@ func (s *Source) connectedAgents(ctx context.Context) (map[string][]string, *clu
 }
 
 // probeAll probes every cluster with a connected agent, Concurrency at a time.
-func (s *Source) probeAll(ctx context.Context, proxies *clusterproxy.Client, agents map[string][]string) map[string]Probe {
+func (s *Source) probeAll(ctx context.Context, proxies *clusterproxy.Client, agents map[string]held) map[string]Probe {
 	clusters := slices.Collect(maps.Keys(agents))
 	probed := make([]Probe, len(clusters))
 	started := make([]bool, len(clusters))
@@ -291,7 +328,7 @@ func (s *Source) failed(ctx context.Context, now time.Time, err error) {
 }
 
 // update records a round's observations and reports the clusters whose state changed significantly.
-func (s *Source) update(ctx context.Context, now time.Time, agents map[string][]string, results map[string]Probe) {
+func (s *Source) update(ctx context.Context, now time.Time, agents map[string]held, results map[string]Probe) {
 	s.mu.Lock()
 	first := !s.observed
 	if first {
@@ -300,16 +337,16 @@ func (s *Source) update(ctx context.Context, now time.Time, agents map[string][]
 	was := s.unreachable
 	s.unreachable, s.lastGood, s.lastErr = false, now, ""
 	var changed []string
-	for cluster, ids := range agents {
+	for cluster, h := range agents {
 		p := results[cluster]
-		next := State{Time: now, ConnectedAgents: len(ids), Probe: &p}
+		next := State{Time: now, ConnectedAgents: h.fewest, Replicas: h.replicas, ReplicasWithAgents: h.holding, Probe: &p}
 		if prev, ok := s.clusters[cluster]; !ok || significant(prev, next, s.opts.LatencyChanged) {
 			s.clusters[cluster] = next
 			changed = append(changed, cluster)
 		}
 	}
 	for cluster, prev := range s.clusters {
-		if _, ok := agents[cluster]; !ok && prev.ConnectedAgents > 0 {
+		if _, ok := agents[cluster]; !ok && prev.ReplicasWithAgents > 0 {
 			s.clusters[cluster] = State{Time: now}
 			changed = append(changed, cluster)
 		}

@@ -3,16 +3,21 @@ package clusterproxy_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -25,6 +30,7 @@ import (
 func scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = corev1.AddToScheme(s)
+	_ = discoveryv1.AddToScheme(s)
 	_ = proxyv1alpha1.AddToScheme(s)
 	return s
 }
@@ -174,4 +180,72 @@ func TestParseResolve(t *testing.T) {
 		_, err := clusterproxy.ParseResolve([]string{bad})
 		g.Expect(err).To(HaveOccurred(), bad)
 	}
+}
+
+func TestReplicaAgentsAsksEveryReadyEndpointOfTheProxyServersService(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
+	hub.StartAgent(t, "c1", api)
+	ctx := context.Background()
+	_, port, err := net.SplitHostPort(hub.Server.Addrs().HTTPConnect)
+	g.Expect(err).NotTo(HaveOccurred())
+	portNumber, err := strconv.Atoi(port)
+	g.Expect(err).NotTo(HaveOccurred())
+	closed := freeClosedPort(t)
+
+	// Four endpoints of Service proxy-entrypoint: two replicas that answer (the same local proxy-server, dialed at
+	// its address, not by the Service's name), one not ready, and, in a second slice, one that does not answer.
+	slice := func(name string, port int32, endpoints ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "proxy-ns", Labels: map[string]string{discoveryv1.LabelServiceName: "proxy-entrypoint"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http-connect"), Port: ptr.To(port)}},
+			Endpoints:   endpoints,
+		}
+	}
+	endpoint := func(pod, ip string, ready bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: pod}}
+	}
+	objs := append(hub.Objects(),
+		slice("a", int32(portNumber), endpoint("proxy-a", "127.0.0.1", true), endpoint("proxy-b", "127.0.0.1", true), endpoint("proxy-c", "127.0.0.3", false)),
+		slice("b", int32(closed), endpoint("proxy-gone", "127.0.0.1", true)))
+	reader := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).Build()
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: reader})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	replicas, err := proxies.ReplicaAgents(ctx)
+	g.Expect(err).NotTo(HaveOccurred(), "one replica that does not answer is left out")
+	want := map[string][]string{"c1": {"c1-agent-1"}}
+	g.Expect(replicas).To(Equal(map[string]map[string][]string{"proxy-a": want, "proxy-b": want}))
+
+	// With Resolve, the Service is asked once, standing for one replica.
+	resolved, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: reader, Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+	replicas, err = resolved.ReplicaAgents(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(replicas).To(HaveLen(1))
+	for _, agents := range replicas {
+		g.Expect(agents).To(Equal(want))
+	}
+
+	// No replica answers: the error names them.
+	none := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(append(hub.Objects(),
+		slice("b", int32(closed), endpoint("proxy-gone", "127.0.0.1", true)))...).Build()
+	down, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: none})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = down.ReplicaAgents(ctx)
+	g.Expect(err).To(MatchError(ContainSubstring("proxy-gone")))
+}
+
+// freeClosedPort is a loopback port nothing listens on.
+func freeClosedPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
 }

@@ -2,10 +2,16 @@ package clusterproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
 )
@@ -43,4 +49,81 @@ func (c *Client) ConnectedAgents(ctx context.Context) (map[string][]string, erro
 		return nil, fmt.Errorf("connected agents from %s: %w", c.describe(c.addrs.HTTPConnect), err)
 	}
 	return agents, nil
+}
+
+// ReplicaAgents asks each proxy-server replica which agents it holds (GET /agents, as ConnectedAgents), and returns
+// the answers by replica (its pod name, else its address). The replicas are the ready endpoints of the proxy-servers'
+// Service, read with the Client's hub reader; each is dialed at its own address and verified by the Service's name.
+// Where no endpoint is known (a hub without the EndpointSlice controller) or the Service's address is resolved
+// elsewhere (Options.Resolve), the Service is asked once and its answer stands for one replica. A replica that does
+// not answer is left out, and named in the error when none answers.
+func (c *Client) ReplicaAgents(ctx context.Context) (map[string]map[string][]string, error) {
+	replicas, err := c.replicas(ctx)
+	if err != nil || len(replicas) == 0 || c.resolve.Address(c.addrs.HTTPConnect) != c.addrs.HTTPConnect {
+		agents, err := c.ConnectedAgents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]map[string][]string{c.addrs.HTTPConnect: agents}, nil
+	}
+	host, _, _ := net.SplitHostPort(c.addrs.HTTPConnect)
+	tlsCfg, err := c.tlsConfig(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("connected agents: %w", err)
+	}
+	out := map[string]map[string][]string{}
+	var errs []error
+	for name, addr := range replicas {
+		transport := &http.Transport{TLSClientConfig: tlsCfg, Proxy: nil}
+		agents, err := tunnelclient.ConnectedAgents(ctx, &http.Client{Transport: transport}, "https://"+addr)
+		transport.CloseIdleConnections()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("connected agents from proxy-server %s (%s): %w", name, addr, err))
+			continue
+		}
+		out[name] = agents
+	}
+	if len(out) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// httpConnectPortName names the HTTP-CONNECT port of the proxy-servers' Service (render.InClusterService).
+const httpConnectPortName = "http-connect"
+
+// replicas are the ready endpoints of the proxy-servers' Service on its HTTP-CONNECT port, address by replica name.
+func (c *Client) replicas(ctx context.Context) (map[string]string, error) {
+	host, port, err := net.SplitHostPort(c.addrs.HTTPConnect)
+	if err != nil {
+		return nil, err
+	}
+	service := strings.TrimSuffix(host, "."+c.addrs.Namespace+".svc")
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.creds.reader.List(ctx, slices, client.InNamespace(c.addrs.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		return nil, fmt.Errorf("the endpoints of Service %s/%s: %w", c.addrs.Namespace, service, err)
+	}
+	out := map[string]string{}
+	for _, s := range slices.Items {
+		port := port
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == httpConnectPortName && p.Port != nil {
+				port = strconv.Itoa(int(*p.Port))
+			}
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, ip := range ep.Addresses {
+				name := ip
+				if ep.TargetRef != nil && ep.TargetRef.Name != "" {
+					name = ep.TargetRef.Name
+				}
+				out[name] = net.JoinHostPort(ip, port)
+			}
+		}
+	}
+	return out, nil
 }
