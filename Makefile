@@ -90,28 +90,20 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 test: manifests generate vet envtest-assets helm kustomize ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 30m
 
-.PHONY: test-multicluster
-test-multicluster: envtest-assets ocm-local squid ## Hub and two managed clusters joined through real OCM (one behind squid over TLS, one digit-named): join, ManifestWork, add-on CSR, clean stop; squid's TLS and plain ports.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./internal/multicluster/... ./internal/system/... -v -count=1 -timeout 20m
-
 .PHONY: test-integration
 test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags integration ./test/integration/... -count=1 -timeout 30m -v -ginkgo.v
 
 .PHONY: e2e
-e2e: build ocm-local envtest-assets squid curl ## The whole system with real OCM: hub + two managed clusters (one behind squid over TLS, one digit-named), manager, proxy-server, agents; real clients.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 40m -v -ginkgo.v
-
-.PHONY: e2e-nodes
-e2e-nodes: node-assets image ocm-local helm ## The product on real clusters (internal/localsystem): hub and two managed clusters with pods, OCM as pods, helm install with 3 proxy-server replicas, squid as cluster1's only route.
-	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2enodes/... -count=1 -timeout 40m -v -ginkgo.v
+e2e: build node-assets image ocm-local helm squid curl ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients.
+	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
+	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
 ##@ Build
 
 .PHONY: build
 build: generate ## Build the binaries into bin/.
 	go build -o $(BIN_DIR)/manager ./cmd/manager
-	go build -o $(BIN_DIR)/localhub ./cmd/localhub
 	go build -o $(BIN_DIR)/proxy-server ./cmd/proxy-server
 	go build -o $(BIN_DIR)/proxy-agent ./cmd/proxy-agent
 	go build -o $(BIN_DIR)/kubectl-cluster_proxy ./cmd/kubectl-cluster_proxy
@@ -122,12 +114,8 @@ ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as proc
 	@hack/ocm-build.sh
 
 .PHONY: run
-run: build ocm-local envtest-assets squid ## Start the whole system: hub + two managed clusters joined through real OCM, the operator, proxy-server, agents, squid (Ctrl-C stops it).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(BIN_DIR)/localsystem
-
-.PHONY: run-hub
-run-hub: build envtest-assets ## Start a hub control plane only, with the operator and the sample configuration (Ctrl-C stops it).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(BIN_DIR)/localhub --manager $(BIN_DIR)/manager
+run: build node-assets image ocm-local helm squid ## Start the whole product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run, OCM as pods, helm install, squid as cluster1's only route (Ctrl-C stops and removes everything).
+	NODE_ASSETS="$(NODE_ASSETS)" $(BIN_DIR)/localsystem
 
 OUT ?= $(BIN_DIR)/static
 .PHONY: build-static
@@ -151,7 +139,7 @@ APT_INSTALL = { echo "installing $(1) with apt-get"; S=""; [ "$$(id -u)" = 0 ] |
 	$$S apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q $(1) >/dev/null; }
 
 .PHONY: squid
-squid: ## Install squid-openssl (the forward proxy of make run, e2e and test-multicluster) when it is missing.
+squid: ## Install squid-openssl (the forward proxy of make run and make e2e) when it is missing.
 	@command -v squid >/dev/null || [ -x /usr/sbin/squid ] || $(call APT_INSTALL,squid-openssl)
 
 .PHONY: tinyproxy

@@ -1,8 +1,10 @@
-// Command localsystem runs the whole product locally ('make run'): a hub and two managed clusters joined through
-// the real OCM controllers and klusterlet agents, the operator's manager, the proxy-server and proxy-agents started
-// from the Deployments it renders, and squid as the forward proxy of cluster1 (over TLS). When every tunnel is
-// Available it prints the health table and ready-to-paste commands, then stays up until Ctrl-C. The logic lives in
-// internal/system.
+// Command localsystem runs the whole product on real Kubernetes clusters of this machine ('make run'): a hub and two
+// managed clusters whose pods run, OCM's hub controllers and klusterlets as pods, the operator installed by the
+// README's helm install from the image of 'make image' with three proxy-server replicas, and squid as cluster1's
+// only route to the hub (over TLS). When every tunnel is Available it prints the health table and ready-to-paste
+// commands, then stays up until Ctrl-C, SIGTERM, or the close of the pipe its output goes to; then it stops and
+// removes everything (processes, mounts, network namespaces, routes, cgroups). The logic lives in
+// internal/localsystem.
 package main
 
 import (
@@ -10,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
-
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,27 +30,25 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
+
+// firstIndex is the hub's cluster index of 'make run'; the test suites use others, so both can share a machine.
+const firstIndex = 1
 
 func main() {
 	var workDir string
 	var exitWhenReady bool
-	binaries := system.DefaultBinaries()
-	flag.StringVar(&workDir, "workdir", "", "folder for kubeconfigs, certificates and logs, kept at exit (default: a new temporary folder, removed at exit)")
-	flag.BoolVar(&exitWhenReady, "exit-when-ready", false, "stop and exit 0 once every tunnel is Available, after the summary")
-	flag.StringVar(&binaries.OCMLocal, "ocm-local", binaries.OCMLocal, "the ocm-local binary ('make ocm-local')")
+	flag.StringVar(&workDir, "workdir", "", "folder for the clusters, kubeconfigs, certificates and logs, kept at exit (default: a new temporary folder, removed at exit)")
+	flag.BoolVar(&exitWhenReady, "exit-when-ready", false, "stop, remove everything and exit 0 once every tunnel is Available, after the summary")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "localsystem: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard))) // envtest logs through controller-runtime; progress is printed
-
+	ctrllog.SetLogger(logr.Discard()) // the clients log through controller-runtime; progress is printed
 	removeWorkDir := workDir == ""
 	if removeWorkDir {
 		var err error
@@ -59,7 +58,9 @@ func main() {
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, workDir, binaries, exitWhenReady)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stopWhenReaderLeaves(cancel)
+	err := run(ctx, workDir, exitWhenReady)
 	stop()
 	if removeWorkDir {
 		_ = os.RemoveAll(workDir)
@@ -74,91 +75,120 @@ func main() {
 	os.Exit(1)
 }
 
-func run(ctx context.Context, workDir string, binaries system.Binaries, exitWhenReady bool) (err error) {
+// errReaderLeft ends the run when the pipe stdout writes to has no reader any more.
+var errReaderLeft = errors.New("the reader of the output went away")
+
+// stopWhenReaderLeaves cancels the run when stdout is a pipe and its reader closes it ('make run | head'): writes to
+// it then fail instead of killing the program (SIGPIPE), so the system is stopped and removed as at Ctrl-C.
+func stopWhenReaderLeaves(cancel context.CancelCauseFunc) {
+	var st unix.Stat_t
+	if unix.Fstat(1, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	go func() {
+		fds := []unix.PollFd{{Fd: 1}}
+		for {
+			// A pipe's write end reports POLLERR once no reader is left; nothing else is asked for.
+			if _, err := unix.Poll(fds, -1); err == nil && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+				cancel(errReaderLeft)
+				return
+			} else if err != nil && !errors.Is(err, unix.EINTR) {
+				return
+			}
+		}
+	}()
+}
+
+func run(ctx context.Context, workDir string, exitWhenReady bool) (err error) {
 	start := time.Now()
-	fmt.Printf("==> starting the local system in %s (a few minutes the first time)\n", workDir)
-	sys, err := system.Start(ctx, system.Options{WorkDir: workDir, Binaries: binaries, Log: os.Stdout})
+	fmt.Printf("==> starting the local system on real clusters in %s (minutes the first time)\n", workDir)
+	opts := localsystem.DefaultOptions(workDir, firstIndex)
+	opts.Log = os.Stdout
+	sys, err := localsystem.Start(ctx, opts)
 	if err != nil {
-		return err
+		return cause(ctx, err)
 	}
 	defer func() {
-		fmt.Println("==> stopping every process")
+		fmt.Println("==> stopping and removing the clusters, squid and the forwarders")
 		err = errors.Join(err, sys.Stop())
+		if left := sys.Leftovers(); len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("left on the machine: %s", strings.Join(left, "; ")))
+		}
 	}()
 	fmt.Printf("==> every cluster's tunnel is Available after %s\n\n", time.Since(start).Round(time.Second))
-	if err := summary(ctx, sys, workDir, binaries); err != nil {
-		return err
+	if err := summary(ctx, sys, workDir, opts.NodeAssets); err != nil {
+		return cause(ctx, err)
 	}
 	if exitWhenReady {
 		return nil
 	}
 	fmt.Println("\nUp until Ctrl-C.")
-	return watch(ctx, sys)
+	<-ctx.Done() // Ctrl-C, SIGTERM or the reader gone: a normal end
+	return nil
 }
 
-// watch returns nil at Ctrl-C, or the error of a process of the system that died, which leaves it unusable.
-func watch(ctx context.Context, sys *system.System) error {
-	ticker := time.NewTicker(time.Second) // the processes offer no one channel to wait on; a second is soon enough
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-			if err := sys.Err(); err != nil {
-				return err
-			}
-		}
+// cause is err, or why ctx ended when it did.
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil {
+		return fmt.Errorf("%w (%w)", err, c)
 	}
+	return err
 }
 
 // summary prints the health table and commands a user can paste.
-func summary(ctx context.Context, sys *system.System, workDir string, binaries system.Binaries) error {
-	bin := filepath.Dir(binaries.Manager)
-	pluginArgs := []string{"--kubeconfig", sys.Env.HubKubeconfig}
-	for _, r := range sys.Resolve {
+func summary(ctx context.Context, sys *localsystem.System, workDir, nodeAssets string) error {
+	plugin := filepath.Join(testenv.RepoRoot(), "bin", "kubectl-cluster_proxy")
+	pluginArgs := []string{"--kubeconfig", sys.Hub.Kubeconfig}
+	for _, r := range sys.Resolve() {
 		pluginArgs = append(pluginArgs, "--resolve", r)
 	}
-	health, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl-cluster_proxy"), append(pluginArgs, "health")...).CombinedOutput()
+	health, err := exec.CommandContext(ctx, plugin, append(pluginArgs, "health")...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl-cluster_proxy health: %w: %s", err, health)
 	}
 	fmt.Println(string(health))
 
-	fmt.Println("The hub:")
-	fmt.Printf("  export KUBECONFIG=%s\n", sys.Env.HubKubeconfig)
+	fmt.Println("The hub (kubectl of the node binaries):")
+	fmt.Printf("  export KUBECONFIG=%s PATH=%s:$PATH\n", sys.Hub.Kubeconfig, nodeAssets)
+	fmt.Println("  kubectl -n " + localsystem.Namespace + " get deploy,pods")
 	fmt.Println("  kubectl get managedclusters,clusterproxystatuses -A")
 	fmt.Println("  kubectl get managedproxyconfiguration cluster-proxy -o yaml")
-	fmt.Printf("  %s %s health\n\n", filepath.Join(bin, "kubectl-cluster_proxy"), strings.Join(pluginArgs, " "))
+	fmt.Printf("  %s %s health\n\n", plugin, strings.Join(pluginArgs, " "))
 
 	fmt.Println("Each managed cluster through the user-server (a cluster-admin ServiceAccount token of that cluster):")
-	for _, c := range sys.Env.Clusters {
+	for _, c := range sys.Managed {
 		token, err := adminToken(ctx, c.Config)
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(workDir, c.Name+".user-server.kubeconfig")
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl-cluster_proxy"),
-			append(pluginArgs, "kubeconfig", c.Name, "-o", path, "--token", token)...).CombinedOutput()
+		path := filepath.Join(workDir, c.Name()+".user-server.kubeconfig")
+		out, err := exec.CommandContext(ctx, plugin, append(pluginArgs, "kubeconfig", c.Name(), "-o", path, "--token", token)...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("kubectl-cluster_proxy kubeconfig %s: %w: %s", c.Name, err, out)
+			return fmt.Errorf("kubectl-cluster_proxy kubeconfig %s: %w: %s", c.Name(), err, out)
 		}
-		fmt.Printf("  kubectl --kubeconfig %s get namespaces\n", path)
+		fmt.Printf("  kubectl --kubeconfig %s get pods -A\n", path)
+	}
+	fmt.Println("Each managed cluster directly (its admin kubeconfig):")
+	for _, c := range sys.Managed {
+		fmt.Printf("  kubectl --kubeconfig %s get pods -A\n", c.Kubeconfig)
 	}
 
-	cert, key, ca, err := hubClientFiles(ctx, sys, workDir)
+	cert, key, ca, err := sys.HubClientFiles(ctx, filepath.Join(workDir, "hub-client"))
 	if err != nil {
 		return err
 	}
+	proxy := fmt.Sprintf("proxy-entrypoint.%s.svc:%d", localsystem.Namespace, localsystem.HTTPConnectNodePort)
 	fmt.Println("\nA managed kube-apiserver through the HTTP-CONNECT frontend (mTLS with the proxy-client certificate):")
-	fmt.Printf("  curl --proxytunnel -x https://127.0.0.1:%d --proxy-cacert %s --proxy-cert %s --proxy-key %s -k https://%s:443/healthz\n",
-		sys.Ports.HTTPConnect, ca, cert, key, system.DigitCluster)
+	fmt.Printf("  curl --proxytunnel --resolve %s:%s -x https://%s --proxy-cacert %s --proxy-cert %s --proxy-key %s -k https://%s:443/healthz\n",
+		proxy, sys.Hub.NodeIP, proxy, ca, cert, key, localsystem.DigitCluster)
 	fmt.Printf("\n%s reaches the hub only through squid over TLS, %s (its CA: %s), klusterlet and proxy-agent alike;\n",
-		system.ProxiedCluster, sys.Squid.TLSURL(), sys.Squid.CAFile())
+		localsystem.ProxiedCluster, sys.Squid.TLSURL(), sys.Squid.CAFile())
 	fmt.Printf("squid logs each CONNECT when the tunnel closes: %s\n", sys.Squid.AccessLog())
-	fmt.Printf("\nThe manager runs as deployed, as its ServiceAccount in %s with the RBAC of config/rbac: %s\n",
-		system.Namespace, sys.ManagerKubeconfig)
-	fmt.Printf("\nLogs: %s (manager.log, pods/, clusters/logs/, squid/)\n", workDir)
+	if m, err := sys.Memory(); err == nil {
+		fmt.Printf("\nThe three clusters hold %d MiB of memory (%d MiB resident, the rest page cache).\n", m.Usage>>20, m.RSS>>20)
+	}
+	fmt.Printf("\nLogs: %s (clusters/<name>/ holds each node's daemons and pods)\n", workDir)
 	return nil
 }
 
@@ -183,28 +213,4 @@ func adminToken(ctx context.Context, cfg *rest.Config) (string, error) {
 		return "", err
 	}
 	return testenv.ServiceAccountToken(ctx, cs, "default", "local-admin", 24*time.Hour)
-}
-
-// hubClientFiles writes the proxy-client pair and the CA bundle from the hub for curl.
-func hubClientFiles(ctx context.Context, sys *system.System, workDir string) (cert, key, ca string, err error) {
-	dir := filepath.Join(workDir, "hub-client")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", "", "", err
-	}
-	pair, bundle := &corev1.Secret{}, &corev1.Secret{}
-	mpc := sys.Configuration()
-	ns := render.Namespace(mpc)
-	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.SecretNamesOf(mpc).ProxyClient}, pair); err != nil {
-		return "", "", "", err
-	}
-	if err := sys.HubClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
-		return "", "", "", err
-	}
-	cert, key, ca = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-	for path, data := range map[string][]byte{cert: pair.Data["tls.crt"], key: pair.Data["tls.key"], ca: bundle.Data["ca.crt"]} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return "", "", "", err
-		}
-	}
-	return cert, key, ca, nil
 }

@@ -38,8 +38,6 @@ const (
 	// EntrypointHost is the name agents dial the proxy-servers' agent port by, as a public name of the hub: squid
 	// resolves it to the hub's node (its hosts_file), 1st-cluster's CoreDNS to its forwarder.
 	EntrypointHost = "proxy-entrypoint.hub.internal"
-	// EntrypointPort is the agent port's NodePort on the hub's node, and so the entrypoint's port.
-	EntrypointPort = 30091
 	// ProxyConfigName is the AddOnDeploymentConfig with the forward proxy (httpsProxy and caBundle), in cluster1's
 	// namespace.
 	ProxyConfigName = "proxy-config"
@@ -241,4 +239,17 @@ func (s *System) Leftovers() []string {
 		out = append(out, realcluster.Leftovers(s.opts.FirstIndex+n, "")...)
 	}
 	return out
+}
+
+// Memory is what the three clusters' processes hold now (daemons and pods), squid and the forwarders aside.
+func (s *System) Memory() (realcluster.Memory, error) {
+	var total realcluster.Memory
+	for _, c := range append([]*realcluster.Cluster{s.Hub}, s.Managed...) {
+		m, err := c.Memory()
+		if err != nil {
+			return realcluster.Memory{}, err
+		}
+		total = total.Add(m)
+	}
+	return total, nil
 }

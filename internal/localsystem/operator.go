@@ -56,11 +56,73 @@ func imageName(archive string) (name.Tag, error) {
 	return name.NewTag(manifest[0].RepoTags[0])
 }
 
-// installOperator runs the README's helm install with HelmValues, then exposes the proxy-servers' agent port on the
-// hub's node (EntrypointPort), where squid and 1st-cluster's forwarder send the agents.
+// Ports of the proxy-servers on the hub's node (NodePorts), for the agents and for programs on the machine.
+const (
+	// EntrypointPort is the agent port's, and so the entrypoint's port: squid and 1st-cluster's forwarder send the
+	// agents there.
+	EntrypointPort = 30091
+	// FrontendNodePort (gRPC), HTTPConnectNodePort and UserServerNodePort reach the proxy-servers' in-cluster
+	// Services from the machine; Resolve maps the Services' names to them.
+	FrontendNodePort, HTTPConnectNodePort, UserServerNodePort = 30090, 30094, 30092
+)
+
+// Resolve maps the proxy-servers' in-cluster Service addresses to the NodePorts on the hub's node, in the form of
+// the kubectl plugin's --resolve and clusterproxy.ParseResolve: hub programs on the machine reach the Services with
+// the names (and certificates) they have in the cluster.
+func (s *System) Resolve() []string {
+	node, ports := s.Hub.NodeIP.String(), defaultPorts()
+	entry := fmt.Sprintf("proxy-entrypoint.%s.svc", Namespace)
+	user := fmt.Sprintf("%s.%s.svc", proxyv1alpha1.UserServerServiceName, Namespace)
+	return []string{
+		fmt.Sprintf("%s:%d=%s:%d", entry, ports.ProxyServer, node, FrontendNodePort),
+		fmt.Sprintf("%s:%d=%s:%d", entry, ports.HTTPConnectServer, node, HTTPConnectNodePort),
+		fmt.Sprintf("%s:%d=%s:%d", user, proxyv1alpha1.UserServerPort, node, UserServerNodePort),
+	}
+}
+
+// defaultPorts are the proxy-servers' ports: the chart leaves them at their defaults.
+func defaultPorts() render.Ports { return render.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{}) }
+
+// Helm runs bin/helm against the hub, with a helm home of its own (no repositories, no plugins, nothing written to
+// the user's), and returns its output.
+func (s *System) Helm(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, s.opts.Helm, append(args, "--kubeconfig", s.Hub.Kubeconfig)...)
+	home := s.path("helm")
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// HubClientFiles writes the proxy-client pair and the proxy-servers' CA bundle from the hub into dir, as a hub
+// program mounts them (for curl through the HTTP-CONNECT frontend), and returns their paths.
+func (s *System) HubClientFiles(ctx context.Context, dir string) (cert, key, ca string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", "", err
+	}
+	pair, bundle := &corev1.Secret{}, &corev1.Secret{}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}
+	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: render.SecretNamesOf(mpc).ProxyClient}, pair); err != nil {
+		return "", "", "", err
+	}
+	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
+		return "", "", "", err
+	}
+	cert, key, ca = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	for path, data := range map[string][]byte{cert: pair.Data["tls.crt"], key: pair.Data["tls.key"], ca: bundle.Data["ca.crt"]} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return "", "", "", err
+		}
+	}
+	return cert, key, ca, nil
+}
+
+// installOperator runs the README's helm install with HelmValues, then exposes the proxy-servers on the hub's node:
+// the agent port at EntrypointPort, the frontends and the user-server at their NodePorts.
 func (s *System) installOperator(ctx context.Context) error {
-	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
-		"--kubeconfig", s.Hub.Kubeconfig}
+	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy")}
 	values, err := s.HelmValues()
 	if err != nil {
 		return err
@@ -68,24 +130,27 @@ func (s *System) installOperator(ctx context.Context) error {
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
-	cmd := exec.CommandContext(ctx, s.opts.Helm, args...)
-	// An isolated helm home: no repositories, no plugins, nothing written to the user's.
-	home := s.path("helm")
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("helm install: %w: %s", err, out)
+	if _, err := s.Helm(ctx, args...); err != nil {
+		return err
 	}
-	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}
-	nodePort := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "proxy-agent-nodeport", Namespace: Namespace},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeNodePort,
-			Selector: map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer,
-				render.ConfigurationLabel: mpc.Name},
-			Ports: []corev1.ServicePort{{Name: "agent", Port: 8091, TargetPort: intstr.FromInt32(8091), NodePort: EntrypointPort}},
-		},
+	selector := map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer,
+		render.ConfigurationLabel: proxyv1alpha1.DefaultConfigurationName}
+	nodePort := func(name string, ports ...corev1.ServicePort) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: selector, Ports: ports},
+		}
 	}
-	return testenv.CreateAll(ctx, s.HubClient, nodePort)
+	port := func(name string, port, nodePort int32) corev1.ServicePort {
+		return corev1.ServicePort{Name: name, Port: port, TargetPort: intstr.FromInt32(port), NodePort: nodePort}
+	}
+	ports := defaultPorts()
+	return testenv.CreateAll(ctx, s.HubClient,
+		nodePort("proxy-agent-nodeport", port("agent", ports.AgentServer, EntrypointPort)),
+		nodePort("proxy-machine-nodeports",
+			port("frontend", ports.ProxyServer, FrontendNodePort),
+			port("http-connect", ports.HTTPConnectServer, HTTPConnectNodePort),
+			port("user-server", proxyv1alpha1.UserServerPort, UserServerNodePort)))
 }
 
 // installAddOns creates cluster1's AddOnDeploymentConfig (squid over TLS, with its CA) and the add-on on both

@@ -3,12 +3,16 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
-	"net/url"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,17 +31,45 @@ import (
 	"k8s.io/client-go/rest"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
-var _ = Describe("The local system", Ordered, func() {
+var (
+	// managerLabels select the manager's pods (the chart's selector labels).
+	managerLabels     = map[string]string{"app.kubernetes.io/name": "cluster-proxy-operator"}
+	proxyServerLabels = map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}
+	agentLabels       = map[string]string{proxyv1alpha1.ComponentLabel: "proxy-agent"}
+)
+
+var _ = Describe("The product on real clusters", Ordered, func() {
+	It("runs the proxy-server 3/3 and the manager 1/1 on the hub and an agent on every cluster, all Ready", func() {
+		ready := func(c client.Client, ns, name string, replicas int32) {
+			Eventually(func(g Gomega) {
+				var d appsv1.Deployment
+				g.Expect(c.Get(ctx(), types(ns, name), &d)).To(Succeed())
+				g.Expect(d.Status.ReadyReplicas).To(Equal(replicas), "%s/%s ready replicas", ns, name)
+			}).Should(Succeed())
+		}
+		ready(sys.HubClient, localsystem.Namespace, "cluster-proxy", 3)
+		ready(sys.HubClient, localsystem.Namespace, "cluster-proxy-addon-manager", 1)
+		for _, cluster := range clusterNames() {
+			// cluster1's AddOnDeploymentConfig brings its own install namespace (the ADC's default): the status says where.
+			var cps proxyv1alpha1.ClusterProxyStatus
+			Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), &cps)).To(Succeed())
+			Expect(cps.Status.AgentNamespace).NotTo(BeEmpty())
+			ready(managedClient(cluster), cps.Status.AgentNamespace, render.AgentDeploymentName, 3)
+		}
+		GinkgoWriter.Println(shell("kubectl get deploy -n " + localsystem.Namespace))
+	})
+
 	It("joins every cluster through OCM and brings every tunnel up with certificates from klusterlet CSRs", func() {
 		states := must(sys.States(ctx()))
 		Expect(states).To(HaveLen(2))
@@ -63,36 +95,16 @@ var _ = Describe("The local system", Ordered, func() {
 		}
 	})
 
-	It("lets kubectl list, watch and act as a mapped hub user on every cluster through the user-server", func() {
-		hubToken := hubUserToken()
-		for _, cluster := range clusterNames() {
-			By(cluster)
-			viewer := userKubeconfig(cluster, "viewer", viewerToken(cluster))
-			out, err := testenv.Kubectl(viewer, "get", "namespaces", "-o", "name")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
-
-			expectWatchSees(viewer, cluster)
-
-			hub := userKubeconfig(cluster, "hub-user", hubToken)
-			out, err = testenv.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"))
-			_, err = testenv.Kubectl(hub, "get", "namespaces")
-			Expect(err).NotTo(HaveOccurred(), "the managed cluster's RBAC for the mapped user applies")
-		}
-	})
-
-	It("reaches every managed kube-apiserver with konnectivity-client over gRPC and with curl over HTTP CONNECT", func() {
-		for _, cluster := range clusterNames() {
-			Eventually(func() (string, error) { return grpcHealthz(cluster) }).Should(Equal("ok"), cluster)
-			Eventually(func() (string, error) { return curlHealthz(cluster) }).Should(Equal("ok"), cluster)
-		}
+	It("denies the manager nothing by RBAC", func() {
+		logs := shell("kubectl logs -n " + localsystem.Namespace + " deploy/cluster-proxy-addon-manager")
+		path := filepath.Join(workDir, "manager.log")
+		Expect(os.WriteFile(path, []byte(logs), 0o600)).To(Succeed())
+		Expect(testenv.CheckManagerRBAC(path)).To(Succeed())
 	})
 
 	It("answers the README's status commands on the hub", func() {
 		out := shell("kubectl get managedproxyconfiguration cluster-proxy -o yaml")
-		Expect(out).To(ContainSubstring("entrypoint: " + system.EntrypointHost))
+		Expect(out).To(ContainSubstring("entrypoint: " + localsystem.EntrypointHost))
 		Expect(out).To(MatchRegexp(`status: "True"\n\s+type: Ready\n`), "Ready=True:\n%s", out)
 		out = shell("kubectl get clusterproxystatuses -A")
 		Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(ContainElements("CLUSTER", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"))
@@ -102,111 +114,313 @@ var _ = Describe("The local system", Ordered, func() {
 		out = shell("kubectl get proxycertificates -A")
 		Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(ContainElements("READY", "SECRET", "ISSUER"))
 		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
-			Expect(out).To(MatchRegexp(`(?m)^`+system.Namespace+`\s+`+name+`\s+True\s+`), out)
+			Expect(out).To(MatchRegexp(`(?m)^`+localsystem.Namespace+`\s+`+name+`\s+True\s+`), out)
 		}
 		out = shell("kubectl get managedclusters,clusterproxystatuses -A")
-		Expect(out).To(ContainSubstring("managedcluster.cluster.open-cluster-management.io/" + system.ProxiedCluster))
+		Expect(out).To(ContainSubstring("managedcluster.cluster.open-cluster-management.io/" + localsystem.ProxiedCluster))
 	})
 
 	It("shows every cluster healthy with a latency in kubectl-cluster_proxy health", func() {
-		out, err := plugin("health")
-		Expect(err).NotTo(HaveOccurred())
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		Expect(strings.Fields(lines[0])).To(Equal([]string{"CLUSTER", "NAME", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"}))
+		// The probe of a round may have gone through a replica the agents had not reached yet: the next round's counts.
+		Eventually(func(g Gomega) {
+			out, err := plugin("health")
+			g.Expect(err).NotTo(HaveOccurred())
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			g.Expect(strings.Fields(lines[0])).To(Equal([]string{"CLUSTER", "NAME", "INSTALLED", "AVAILABLE", "PROBED", "HEALTH", "LATENCY"}))
+			for _, cluster := range clusterNames() {
+				g.Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+True\s+True\s+True\s+\S+`), out)
+			}
+		}).Should(Succeed())
+	})
+
+	It("holds the whole system in at most 4 GiB of memory", func() {
+		m := must(sys.Memory())
+		AddReportEntry("memory of the three clusters (daemons and pods)", fmt.Sprintf("%d MiB, %d MiB resident", m.Usage>>20, m.RSS>>20))
+		Expect(m.Usage).To(BeNumerically("<=", uint64(4)<<30))
+	})
+
+	It("reaches every managed kube-apiserver with konnectivity-client over gRPC and with curl over HTTP CONNECT", func() {
 		for _, cluster := range clusterNames() {
-			Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+True\s+True\s+True\s+\S+`), out)
+			Eventually(func() (string, error) { return grpcHealthz(cluster) }).Should(Equal("ok"), cluster)
+			Eventually(func() (string, error) { return curlHealthz(cluster) }).Should(Equal("ok"), cluster)
+		}
+	})
+
+	It("lets kubectl list, watch and act as a mapped hub user on every cluster through the user-server", func() {
+		hubToken := hubUserToken()
+		for _, cluster := range clusterNames() {
+			By(cluster)
+			viewer := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+			out, err := testenv.Kubectl(viewer, "get", "namespaces", "-o", "name")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
+
+			mc := managedClient(cluster)
+			create := func(c context.Context, name string) error {
+				return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			}
+			Expect(testenv.WatchSeesNamespace(ctx(), viewer, create, 3*time.Second, timeout)).To(Succeed())
+
+			hub := userKubeconfig(cluster, "hub-user", hubToken)
+			out, err = testenv.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+			Expect(err).NotTo(HaveOccurred())
+			Expect(out).To(Equal(hubUser))
+			_, err = testenv.Kubectl(hub, "get", "namespaces")
+			Expect(err).NotTo(HaveOccurred(), "the managed cluster's RBAC for the mapped user applies")
 		}
 	})
 
 	It("gives hub programs a rest.Config and a probe for each cluster by name (pkg/clusterproxy)", func() {
-		resolve := must(clusterproxy.ParseResolve(sys.Resolve))
-		proxies := must(clusterproxy.New(ctx(), sys.Env.Hub, clusterproxy.Options{Resolve: resolve}))
+		p := proxies()
 		for _, cluster := range clusterNames() {
 			base := rest.CopyConfig(managedConfig(cluster))
-			// A name that resolves nowhere: only the tunnel can reach the apiserver. Its certificate names localhost.
+			// A name that resolves nowhere on the machine: only the tunnel can reach the apiserver.
 			base.Host = "https://kubernetes.default.svc"
-			base.ServerName = "localhost"
-			cfg := must(proxies.RESTConfig(cluster, base))
-			ns := must(kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{}))
+			cfg := must(p.RESTConfig(cluster, base))
+			ns := must(must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{}))
 			Expect(ns.Name).To(Equal("open-cluster-management-agent"))
-			result := must(proxies.Probe(ctx(), cluster))
+			result := must(p.Probe(ctx(), cluster))
 			Expect(result.Healthy).To(BeTrue(), "%s: %s", cluster, result.Message)
 			Expect(result.Latency).To(BeNumerically(">", 0))
 		}
 	})
 
-	It("sends cluster1's agent and klusterlet through the forward proxy over TLS: stopping squid drops only its tunnel, and it comes back", func() {
+	Context("a pod on each managed cluster, through the user-server kubeconfig", func() {
+		It("follows its log with kubectl logs -f", func() {
+			for _, cluster := range clusterNames() {
+				By(cluster)
+				kc := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+				c, cancel := context.WithTimeout(ctx(), time.Minute)
+				cmd := exec.CommandContext(c, filepath.Join(os.Getenv("NODE_ASSETS"), "kubectl"), "--kubeconfig", kc,
+					"logs", "-f", "--tail=1", "-n", workloadNamespace, "deploy/probe")
+				stdout := must(cmd.StdoutPipe())
+				Expect(cmd.Start()).To(Succeed())
+				lines := make(chan string, 64)
+				go func() {
+					s := bufio.NewScanner(stdout)
+					for s.Scan() {
+						lines <- s.Text()
+					}
+					close(lines)
+				}()
+				// A request the pod logs after the stream began, sent on the managed cluster itself.
+				mark := fmt.Sprintf("/healthz?mark=%s-%d", cluster, time.Now().UnixNano())
+				cs := must(kubernetes.NewForConfig(managedConfig(cluster)))
+				Eventually(func(g Gomega) {
+					_, err := cs.CoreV1().Services(workloadNamespace).ProxyGet("http", "probe", "80", "/healthz",
+						map[string]string{"mark": strings.TrimPrefix(mark, "/healthz?mark=")}).DoRaw(ctx())
+					g.Expect(err).NotTo(HaveOccurred())
+					select {
+					case line, ok := <-lines:
+						g.Expect(ok).To(BeTrue(), "kubectl logs -f ended")
+						g.Expect(line).To(HaveSuffix("GET " + mark))
+					case <-time.After(2 * time.Second):
+						g.Expect("no line").To(Equal("a line"))
+					}
+				}).Should(Succeed())
+				cancel()
+				_ = cmd.Wait()
+			}
+		})
+
+		It("runs a command in it with kubectl exec, over websocket and over SPDY", func() {
+			for _, cluster := range clusterNames() {
+				kc := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+				for _, websockets := range []string{"true", "false"} {
+					By(cluster + " KUBECTL_REMOTE_COMMAND_WEBSOCKETS=" + websockets)
+					cmd := kubectl(kc, []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=" + websockets},
+						"exec", "-n", workloadNamespace, "deploy/probe", "--", "/probe", "echo", "through", "the", "tunnel")
+					out, err := testenv.Output(cmd, "kubectl exec")
+					Expect(err).NotTo(HaveOccurred())
+					Expect(out).To(Equal("through the tunnel\n"))
+				}
+			}
+		})
+
+		It("forwards a local port to it with kubectl port-forward, over websocket and over SPDY", func() {
+			for _, cluster := range clusterNames() {
+				kc := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+				for _, websockets := range []string{"true", "false"} {
+					By(cluster + " KUBECTL_PORT_FORWARD_WEBSOCKETS=" + websockets)
+					port := must(portForward(kc, []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=" + websockets}, workloadNamespace, "deploy/probe", 8080))
+					resp := must(http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)))
+					body := must(io.ReadAll(resp.Body))
+					resp.Body.Close()
+					Expect(string(body)).To(Equal("ok\n"))
+				}
+			}
+		})
+
+		It("reaches its Service through /proxy-service/ once a helm upgrade allows it, rolling the proxy-servers but not the manager", func() {
+			kc := userKubeconfig(localsystem.DigitCluster, "viewer", viewerToken(localsystem.DigitCluster))
+			path := "/api/v1/namespaces/" + workloadNamespace + "/services/http:probe:80/proxy-service/healthz"
+			_, err := testenv.Kubectl(kc, "get", "--raw", path)
+			Expect(err).To(MatchError(ContainSubstring("Forbidden")), "default deny")
+
+			manager := podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)
+			servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+				"--reuse-values", "--set", "userServer.allowedServices[0].namespace="+workloadNamespace,
+				"--set", "userServer.allowedServices[0].name=probe", "--set", "userServer.allowedServices[0].port=80"))
+			for _, cluster := range clusterNames() {
+				kc := userKubeconfig(cluster, "viewer", viewerToken(cluster))
+				Eventually(func() (string, error) { return testenv.Kubectl(kc, "get", "--raw", path) }).
+					WithTimeout(3*time.Minute).Should(Equal("ok\n"), cluster)
+			}
+			Eventually(func(g Gomega) {
+				d := &appsv1.Deployment{}
+				g.Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, "cluster-proxy"), d)).To(Succeed())
+				g.Expect(deploymentRolledOut(d)).To(BeTrue())
+			}).WithTimeout(3 * time.Minute).Should(Succeed())
+			Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).NotTo(ContainElements(servers), "every proxy-server pod was replaced")
+			Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).To(Equal(manager), "the manager pod stayed")
+			expectAgentsOnEveryReplica(3)
+		})
+	})
+
+	It("routes cluster1's klusterlet and agent through squid, its only way to the hub, and comes back within 10 s of a squid restart", func() {
+		hub := net.JoinHostPort(sys.Hub.NodeIP.String(), itoa(realcluster.APIServerPort))
+		entrypoint := net.JoinHostPort(localsystem.EntrypointHost, itoa(localsystem.EntrypointPort))
 		cps := &proxyv1alpha1.ClusterProxyStatus{}
-		Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, "cluster-proxy"), cps)).To(Succeed())
+		Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, proxyv1alpha1.AddonName), cps)).To(Succeed())
 		Expect(cps.Status.ProxySettings).NotTo(BeNil())
 		Expect(cps.Status.ProxySettings.HTTPSProxy).To(Equal(sys.Squid.TLSURL()))
 		caSum := sha256.Sum256(sys.Squid.CA())
 		Expect(cps.Status.ProxySettings.CABundleFingerprint).To(Equal("SHA256:"+hex.EncodeToString(caSum[:])), "the agent trusts squid's CA")
 
-		// Squid logs a tunnel when it closes: stopping it gracefully writes the agent's and the klusterlet's.
+		// Squid logs a CONNECT when it closes: stopping it writes the running tunnels; they come back by themselves.
 		Expect(sys.Squid.Stop()).To(Succeed())
 		Eventually(func(g Gomega) {
-			_, err := grpcHealthz(system.ProxiedCluster)
+			_, err := grpcHealthz(localsystem.ProxiedCluster)
 			g.Expect(err).To(HaveOccurred())
 		}).Should(Succeed())
-		Expect(grpcHealthz(system.DigitCluster)).To(Equal("ok"), "the direct cluster keeps its tunnel")
-		Expect(sys.Squid.Start()).To(Succeed())
-		Eventually(func() (string, error) { return grpcHealthz(system.ProxiedCluster) }).Should(Equal("ok"))
+		Expect(grpcHealthz(localsystem.DigitCluster)).To(Equal("ok"), "the direct cluster keeps its tunnel")
+		Expect(sys.Squid.Tunnels()).To(ContainElements(squid.Tunnel{Target: hub, TLS: true}, squid.Tunnel{Target: entrypoint, TLS: true}))
+		Expect(sys.Squid.Tunnels()).NotTo(ContainElement(squid.Tunnel{Target: hub, TLS: false}), "nothing reached the hub through the plain-HTTP port")
 
-		tunnels := must(sys.Squid.Tunnels())
-		entrypoint := system.EntrypointHost + ":" + itoa(sys.Ports.Agent)
-		hub := must(url.Parse(sys.Env.Hub.Host)).Host
-		Expect(tunnels).To(ContainElement(squid.Tunnel{Target: entrypoint, TLS: true}), "squid's TLS port carried the agent's tunnel")
-		Expect(tunnels).To(ContainElement(squid.Tunnel{Target: hub, TLS: true}),
-			"squid's TLS port carried the klusterlet's connection to the hub kube-apiserver")
-		Expect(tunnels).NotTo(ContainElement(squid.Tunnel{Target: hub, TLS: false}), "nothing reached the hub through the plain-HTTP port")
+		By("a direct dial from cluster1's network to the hub fails")
+		out, err := exec.Command("nsenter", "--net="+sys.Managed[0].NetNS(), "--", "curl", "-sk", "--max-time", "3", "https://"+hub+"/healthz").CombinedOutput()
+		Expect(err).To(HaveOccurred(), "cluster1 reached the hub directly: %s", out)
+
+		By("the tunnel comes back through the restarted squid")
+		Expect(sys.Squid.Start()).To(Succeed())
+		started := time.Now()
+		Eventually(func() (string, error) { return grpcHealthz(localsystem.ProxiedCluster) }).Should(Equal("ok"))
+		back := time.Since(started)
+		AddReportEntry("cluster1's tunnel back after squid restarted", back.Round(10*time.Millisecond).String())
+		Expect(back).To(BeNumerically("<=", 10*time.Second))
+	})
+
+	Context("high availability", func() {
+		It("connects every agent of every cluster to each of the 3 proxy-server replicas, as AgentConnected reports", func() {
+			expectAgentsOnEveryReplica(3)
+			Eventually(func(g Gomega) {
+				for _, cluster := range clusterNames() {
+					cps := &proxyv1alpha1.ClusterProxyStatus{}
+					g.Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), cps)).To(Succeed())
+					c := meta.FindStatusCondition(cps.Status.Conditions, proxyv1alpha1.ConditionAgentConnected)
+					g.Expect(c).NotTo(BeNil())
+					g.Expect(c.Message).To(Equal("3 agent(s) of the cluster connected to each of 3 proxy-server(s)"), cluster)
+					g.Expect(cps.Status.ConnectedAgents).To(BeEquivalentTo(3))
+				}
+			}).Should(Succeed())
+		})
+
+		It("answers 200 requests in a row through the user-server Service", func() {
+			for _, cluster := range clusterNames() {
+				rc := must(kubernetes.NewForConfig(userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))))).Discovery().RESTClient()
+				for i := range 200 {
+					_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx())
+					Expect(err).NotTo(HaveOccurred(), "%s request %d", cluster, i+1)
+				}
+			}
+		})
+
+		It("serves through the deletion of a proxy-server pod, and the agents reach its replacement by themselves", func() {
+			loop := startLoop(userRESTConfig(userKubeconfig(localsystem.DigitCluster, "viewer", viewerToken(localsystem.DigitCluster))), 100*time.Millisecond)
+			Eventually(loop.succeeded).Should(BeNumerically(">", 5))
+			victim := proxyServerPods(Default)[0]
+			deleted := time.Now()
+			shell("kubectl delete pod -n " + localsystem.Namespace + " " + victim)
+			expectAgentsOnEveryReplica(3)
+			AddReportEntry("every agent on the replacement proxy-server", time.Since(deleted).Round(10*time.Millisecond).String())
+			before := loop.succeeded()
+			Eventually(loop.succeeded).Should(BeNumerically(">", before+5))
+			ok, failures := loop.Stop()
+			report("requests while a proxy-server pod was deleted", ok, failures)
+			Expect(gap(failures)).To(BeNumerically("<=", 10*time.Second))
+		})
+
+		It("brings a deleted agent pod back, connected to every replica", func() {
+			cluster := localsystem.DigitCluster
+			namespace := agentNamespace(Default, cluster)
+			mc := managedClient(cluster)
+			victim := podUIDs(mc, namespace, agentLabels)[0]
+			pods := &corev1.PodList{}
+			Expect(mc.List(ctx(), pods, client.InNamespace(namespace), client.MatchingLabels(agentLabels))).To(Succeed())
+			deleted := time.Now()
+			for _, p := range pods.Items {
+				if string(p.UID) == victim {
+					Expect(mc.Delete(ctx(), &p)).To(Succeed())
+				}
+			}
+			Eventually(func(g Gomega) {
+				g.Expect(podUIDs(mc, namespace, agentLabels)).NotTo(ContainElement(victim))
+			}).Should(Succeed())
+			expectAgentsOnEveryReplica(3)
+			AddReportEntry("deleted agent pod replaced and connected to every replica", time.Since(deleted).Round(10*time.Millisecond).String())
+		})
 	})
 
 	It("reports a bad proxy URL by its field and keeps the running agent", func() {
-		setProxy("http//no-scheme")
+		setProxy("http//no-scheme", nil)
 		Eventually(func(g Gomega) {
 			cps := &proxyv1alpha1.ClusterProxyStatus{}
-			g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, "cluster-proxy"), cps)).To(Succeed())
+			g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, proxyv1alpha1.AddonName), cps)).To(Succeed())
 			c := meta.FindStatusCondition(cps.Status.Conditions, proxyv1alpha1.ConditionProxySettingsApplied)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Message).To(ContainSubstring("spec.proxyConfig.httpsProxy"))
 		}).Should(Succeed())
+		agents := podUIDs(managedClient(localsystem.ProxiedCluster), agentNamespace(Default, localsystem.ProxiedCluster), agentLabels)
 		Consistently(func(g Gomega) {
 			g.Expect(agentWorkHTTPSProxy(g)).To(Equal(sys.Squid.TLSURL()), "the agent ManifestWork keeps the last good proxy")
-			body, err := grpcHealthz(system.ProxiedCluster)
+			body, err := grpcHealthz(localsystem.ProxiedCluster)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(body).To(Equal("ok"))
-		}, "3s", "500ms").Should(Succeed())
+		}, "5s", "500ms").Should(Succeed())
+		Expect(podUIDs(managedClient(localsystem.ProxiedCluster), agentNamespace(Default, localsystem.ProxiedCluster), agentLabels)).
+			To(ConsistOf(agents), "the agent pods kept running")
+		setProxy(sys.Squid.TLSURL(), nil)
 	})
 
-	It("takes a new proxy route to the running agent: it reconnects through the new proxy", func() {
-		second := must(squid.Start(filepath.Join(workDir, "squid-2"), squid.Options{Hosts: map[string]string{system.EntrypointHost: "127.0.0.1"}}))
-		defer func() { Expect(second.Stop()).To(Succeed()) }()
+	It("takes a changed AddOnDeploymentConfig to the agent: it rolls and reconnects through the new proxy", func() {
+		proxied := sys.Managed[0]
+		second := must(squid.Start(filepath.Join(workDir, "squid-2"), squid.Options{
+			Listen: proxied.HostIP, Hosts: map[string]string{localsystem.EntrypointHost: sys.Hub.NodeIP.String()},
+			AllowFrom: []string{proxied.NodeIP.String() + "/32"},
+		}))
+		DeferCleanup(func() { _ = second.Stop() })
 		// The new route is plain HTTP to the proxy, the other way an agent reaches one.
-		setProxy(second.URL())
+		setProxy(second.URL(), nil)
 		expectAgentRunsWithProxy(second.URL())
 		Eventually(func(g Gomega) {
 			// The old route is gone: the agent now goes through the second proxy only.
 			g.Expect(sys.Squid.Stop()).To(Succeed())
-			body, err := grpcHealthz(system.ProxiedCluster)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(body).To(Equal("ok"))
+			g.Expect(grpcHealthz(localsystem.ProxiedCluster)).To(Equal("ok"))
 		}).Should(Succeed())
 		Expect(sys.Squid.Start()).To(Succeed())
-		setProxy(sys.Squid.TLSURL())
+		setProxy(sys.Squid.TLSURL(), nil)
 		expectAgentRunsWithProxy(sys.Squid.TLSURL())
 		Expect(second.Stop()).To(Succeed())
-		Expect(second.Tunnels()).To(ContainElement(squid.Tunnel{Target: system.EntrypointHost + ":" + itoa(sys.Ports.Agent), TLS: false}),
+		Expect(second.Tunnels()).To(ContainElement(squid.Tunnel{Target: net.JoinHostPort(localsystem.EntrypointHost, itoa(localsystem.EntrypointPort)), TLS: false}),
 			"the second squid carried the agent's tunnel on its plain-HTTP port")
 	})
 
 	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {
-		tokens := map[string]string{}
+		kubeconfigs := map[string]string{}
 		for _, cluster := range clusterNames() {
-			tokens[cluster] = userKubeconfig(cluster, "loop", viewerToken(cluster))
-		}
-		for _, cluster := range clusterNames() {
+			kubeconfigs[cluster] = userKubeconfig(cluster, "loop", viewerToken(cluster))
 			Eventually(func() (string, error) { return grpcHealthz(cluster) }).Should(Equal("ok"), "%s is up before the rotation", cluster)
 		}
 		oldCA := currentCA()
@@ -215,11 +429,9 @@ var _ = Describe("The local system", Ordered, func() {
 		var errs []string
 		loopCtx, stop := context.WithCancel(ctx())
 		var wg sync.WaitGroup
-		for cluster, kc := range tokens {
-			wg.Add(1)
-			go func() {
+		for cluster, kc := range kubeconfigs {
+			wg.Go(func() {
 				defer GinkgoRecover()
-				defer wg.Done()
 				for loopCtx.Err() == nil {
 					if _, err := testenv.Kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
 						failures.Add(1)
@@ -230,7 +442,7 @@ var _ = Describe("The local system", Ordered, func() {
 						ok.Add(1)
 					}
 				}
-			}()
+			})
 		}
 		Eventually(ok.Load).Should(BeNumerically(">", 4))
 
@@ -249,7 +461,7 @@ var _ = Describe("The local system", Ordered, func() {
 			}
 			for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
 				s := &corev1.Secret{}
-				g.Expect(sys.HubClient.Get(ctx(), types(system.Namespace, name), s)).To(Succeed())
+				g.Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, name), s)).To(Succeed())
 				leaf := must(certs.ParseCertificates(s.Data["tls.crt"]))[0]
 				g.Expect(leaf.CheckSignatureFrom(newCA)).To(Succeed(), name)
 			}
@@ -257,146 +469,84 @@ var _ = Describe("The local system", Ordered, func() {
 		Eventually(ok.Load).Should(BeNumerically(">", ok.Load()+4), "requests keep flowing after the rotation")
 		stop()
 		wg.Wait()
+		AddReportEntry("requests during the CA rotation", fmt.Sprintf("%d answered, %d failed", ok.Load(), failures.Load()))
 		Expect(errs).To(BeEmpty())
 		Expect(failures.Load()).To(BeZero())
 	})
 
+	It("rolls only the manager on a helm upgrade that changes only the manager's flags", func() {
+		manager := podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)
+		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+		agents := map[string][]string{}
+		for _, cluster := range clusterNames() {
+			agents[cluster] = podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)
+		}
+		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+			"--reuse-values", "--set", "manager.extraArgs={--tunnel-health-interval=4s}"))
+		Eventually(func(g Gomega) {
+			d := &appsv1.Deployment{}
+			g.Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, "cluster-proxy-addon-manager"), d)).To(Succeed())
+			g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--tunnel-health-interval=4s"))
+			g.Expect(deploymentRolledOut(d)).To(BeTrue())
+			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).To(HaveLen(1))
+		}).Should(Succeed())
+		Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).NotTo(ContainElements(manager), "a new manager pod")
+		Eventually(func(g Gomega) {
+			states, err := sys.States(ctx())
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, st := range states {
+				g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
+			}
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-server pods stay")
+			for _, cluster := range clusterNames() {
+				g.Expect(podUIDs(managedClient(cluster), agentNamespace(g, cluster), agentLabels)).To(ConsistOf(agents[cluster]), "%s's agent pods stay", cluster)
+			}
+		}, "10s", "1s").Should(Succeed())
+	})
+
 	It("removes the agent from a cluster and its status from the hub when its add-on is removed", func() {
-		cluster := system.DigitCluster
+		cluster := localsystem.DigitCluster
 		namespace := agentNamespace(Default, cluster)
 		Expect(namespace).NotTo(BeEmpty(), "the add-on reports where its agent is installed")
 		deployment := types(namespace, render.AgentDeploymentName)
-		Expect(managedClient(cluster).Get(ctx(), deployment, &appsv1.Deployment{})).To(Succeed(), "the agent Deployment is there before the removal")
-		Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})).To(Succeed())
-		Expect(sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})).To(Succeed())
+		mc := managedClient(cluster)
+		Expect(mc.Get(ctx(), deployment, &appsv1.Deployment{})).To(Succeed(), "the agent Deployment is there before the removal")
 
-		Expect(sys.HubClient.Delete(ctx(), &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: "cluster-proxy"}})).To(Succeed())
+		Expect(sys.HubClient.Delete(ctx(), &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Namespace: cluster, Name: proxyv1alpha1.AddonName}})).To(Succeed())
 		Eventually(func(g Gomega) {
-			err := managedClient(cluster).Get(ctx(), deployment, &appsv1.Deployment{})
+			err := mc.Get(ctx(), deployment, &appsv1.Deployment{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the agent Deployment is gone from the managed cluster: %v", err)
-			err = sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), &proxyv1alpha1.ClusterProxyStatus{})
+			g.Expect(podUIDs(mc, namespace, agentLabels)).To(BeEmpty(), "the agent pods are gone")
+			err = sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), &proxyv1alpha1.ClusterProxyStatus{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ClusterProxyStatus is gone: %v", err)
 			err = sys.HubClient.Get(ctx(), types(cluster, render.AgentWorkName), &workv1.ManifestWork{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the agent ManifestWork is gone: %v", err)
 		}).Should(Succeed())
-		Eventually(func() bool {
-			for _, p := range sys.Launcher.Pods() {
-				if p.Cluster == cluster && p.Running {
-					return true
-				}
-			}
-			return false
-		}).Should(BeFalse(), "the agent process stopped with its Deployment")
 	})
 
 	It("cleans the hub when the ManagedProxyConfiguration is deleted", func() {
 		Expect(sys.HubClient.Delete(ctx(), &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}})).To(Succeed())
 		Eventually(func(g Gomega) {
 			for _, name := range []string{"proxy-server-ca", "proxy-client", "proxy-server", "agent-server"} {
-				err := sys.HubClient.Get(ctx(), types(system.Namespace, name), &corev1.Secret{})
+				err := sys.HubClient.Get(ctx(), types(localsystem.Namespace, name), &corev1.Secret{})
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", name, err)
 			}
-			err := sys.HubClient.Get(ctx(), types("", "cluster-proxy"), &addonv1alpha1.ClusterManagementAddOn{})
-			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ClusterManagementAddOn is gone: %v", err)
+			err := sys.HubClient.Get(ctx(), types(localsystem.Namespace, "cluster-proxy"), &appsv1.Deployment{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the proxy-server Deployment: %v", err)
+			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(BeEmpty(), "the proxy-server pods")
 		}).Should(Succeed())
 	})
+
+	It("leaves nothing of the operator but its CRDs after helm uninstall", func() {
+		must(sys.Helm(ctx(), "uninstall", "-n", localsystem.Namespace, "cluster-proxy", "--wait"))
+		Eventually(func(g Gomega) {
+			g.Expect(leftAfterUninstall(g)).To(BeEmpty())
+		}).Should(Succeed())
+		crds := shell("kubectl get crds -o name")
+		for _, crd := range []string{"managedproxyconfigurations", "clusterproxystatuses", "proxycertificates"} {
+			Expect(crds).To(ContainSubstring(crd+"."+proxyv1alpha1.GroupVersion.Group), "Helm keeps CRDs by rule")
+		}
+	})
 })
-
-// expectWatchSees starts kubectl get --watch through the user-server and creates namespaces on the managed cluster
-// until the watch reports one.
-func expectWatchSees(kubeconfig, cluster string) {
-	GinkgoHelper()
-	mc := managedClient(cluster)
-	create := func(c context.Context, name string) error {
-		return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	}
-	Expect(testenv.WatchSeesNamespace(ctx(), kubeconfig, create, 3*time.Second, timeout)).To(Succeed())
-}
-
-// expectAgentRunsWithProxy waits until cluster1's agent Deployment carries proxyURL and the agent process started
-// from it has its tunnel up: the rollout is over, not merely begun.
-func expectAgentRunsWithProxy(proxyURL string) {
-	var since time.Time
-	Eventually(func(g Gomega) {
-		d := &appsv1.Deployment{}
-		g.Expect(managedClient(system.ProxiedCluster).Get(ctx(), types(agentNamespace(g, system.ProxiedCluster), render.AgentDeploymentName), d)).To(Succeed())
-		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
-		if since.IsZero() {
-			since = time.Now()
-		}
-	}).Should(Succeed())
-	Eventually(func(g Gomega) {
-		var started time.Time
-		for _, p := range sys.Launcher.Pods() {
-			if p.Cluster == system.ProxiedCluster && p.Running {
-				started = p.StartedAt
-			}
-		}
-		g.Expect(started).NotTo(BeZero())
-		body, err := grpcHealthz(system.ProxiedCluster)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(body).To(Equal("ok"))
-		// The process running now was started from the new template (or had already been when the Deployment
-		// changed, which the launcher answers with a restart).
-		g.Expect(started.After(since.Add(-5 * time.Second))).To(BeTrue())
-	}).Should(Succeed())
-}
-
-// httpsProxy is the HTTPS_PROXY of the agent container of d.
-func httpsProxy(d *appsv1.Deployment) string {
-	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == "HTTPS_PROXY" {
-			return e.Value
-		}
-	}
-	return ""
-}
-
-// agentWorkHTTPSProxy is the HTTPS_PROXY of the agent Deployment in cluster1's ManifestWork on the hub: what the
-// operator deploys, before the work agent applies it ("" without a Deployment).
-func agentWorkHTTPSProxy(g Gomega) string {
-	work := &workv1.ManifestWork{}
-	g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, render.AgentWorkName), work)).To(Succeed())
-	for _, m := range work.Spec.Workload.Manifests {
-		d := &appsv1.Deployment{}
-		g.Expect(json.Unmarshal(m.Raw, d)).To(Succeed())
-		if d.Kind == "Deployment" {
-			return httpsProxy(d)
-		}
-	}
-	return ""
-}
-
-// setProxy points cluster1's AddOnDeploymentConfig at proxyURL.
-func setProxy(proxyURL string) {
-	Eventually(func(g Gomega) {
-		adc := &addonv1alpha1.AddOnDeploymentConfig{}
-		g.Expect(sys.HubClient.Get(ctx(), types(system.ProxiedCluster, system.ProxyConfigName), adc)).To(Succeed())
-		adc.Spec.ProxyConfig.HTTPSProxy = proxyURL
-		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
-	}).Should(Succeed())
-}
-
-// currentCA is the signer's current CA.
-func currentCA() *x509.Certificate {
-	s := &corev1.Secret{}
-	Expect(sys.HubClient.Get(ctx(), types(system.Namespace, proxyv1alpha1.SignerSecretName), s)).To(Succeed())
-	return must(certs.ParseCertificates(s.Data["ca.crt"]))[0]
-}
-
-// agentNamespace is where the agent of cluster is installed, as its add-on reports (an AddOnDeploymentConfig
-// defaults agentInstallNamespace to open-cluster-management-agent-addon).
-func agentNamespace(g Gomega, cluster string) string {
-	mca := &addonv1alpha1.ManagedClusterAddOn{}
-	g.Expect(sys.HubClient.Get(ctx(), types(cluster, "cluster-proxy"), mca)).To(Succeed())
-	return mca.Status.Namespace
-}
-
-// agentCertificate is the agent certificate the klusterlet wrote on the managed cluster.
-func agentCertificate(g Gomega, cluster string) *x509.Certificate {
-	s := &corev1.Secret{}
-	g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentCertSecretName), s)).To(Succeed())
-	chain, err := certs.ParseCertificates(s.Data["tls.crt"])
-	g.Expect(err).NotTo(HaveOccurred())
-	return chain[0]
-}

@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,61 +24,98 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	workv1 "open-cluster-management.io/api/work/v1"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func must[T any](v T, err error) T {
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	GinkgoHelper()
+	Expect(err).NotTo(HaveOccurred())
 	return v
 }
 
 func ctx() context.Context { return context.Background() }
 
-func clusterNames() []string {
-	names := make([]string, 0, len(sys.Env.Clusters))
-	for _, c := range sys.Env.Clusters {
-		names = append(names, c.Name)
+func types(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+func clusterNames() []string { return sys.Clusters() }
+
+func managedConfig(cluster string) *rest.Config {
+	for _, c := range sys.Managed {
+		if c.Name() == cluster {
+			return c.Config
+		}
 	}
-	return names
+	Fail("no managed cluster " + cluster)
+	return nil
 }
 
-func managedConfig(cluster string) *rest.Config { return sys.Env.Cluster(cluster).Config }
+func managedKubeconfig(cluster string) string {
+	for _, c := range sys.Managed {
+		if c.Name() == cluster {
+			return c.Kubeconfig
+		}
+	}
+	Fail("no managed cluster " + cluster)
+	return ""
+}
 
 func managedClient(cluster string) client.Client {
-	return must(client.New(managedConfig(cluster), client.Options{}))
+	return must(client.New(managedConfig(cluster), client.Options{Scheme: controllers.NewScheme()}))
 }
 
 func createOrExists(c client.Client, o client.Object) {
+	GinkgoHelper()
 	if err := c.Create(ctx(), o); err != nil && !apierrors.IsAlreadyExists(err) {
-		ExpectWithOffset(1, err).NotTo(HaveOccurred())
+		Expect(err).NotTo(HaveOccurred())
 	}
 }
 
-// viewerToken is a managed-cluster ServiceAccount token allowed to get, list and watch namespaces; the same
-// ClusterRoleBinding grants that to the hub user team/hub-user as the service-proxy maps it.
+// hubUser is the hub ServiceAccount team/hub-user as the service-proxy maps it on a managed cluster.
+const hubUser = "cluster:hub:system:serviceaccount:team:hub-user"
+
+// viewerToken is a managed-cluster ServiceAccount token allowed to get, list and watch namespaces and to read, exec
+// into and port-forward to the probe workload; the same bindings grant that to the hub user team/hub-user as the
+// service-proxy maps it.
 func viewerToken(cluster string) string {
 	c := managedClient(cluster)
 	createOrExists(c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "viewer"}})
+	subjects := []rbacv1.Subject{
+		{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "viewer"},
+		{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: hubUser},
+	}
 	createOrExists(c, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "namespace-viewer"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}}})
 	createOrExists(c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "namespace-viewer"},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "namespace-viewer"},
-		Subjects: []rbacv1.Subject{
-			{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "viewer"},
-			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "cluster:hub:system:serviceaccount:team:hub-user"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "namespace-viewer"}, Subjects: subjects})
+	createOrExists(c, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: workloadNamespace, Name: "probe-operator"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "pods/log", "services"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/portforward"}, Verbs: []string{"get", "create"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list"}},
 		}})
+	createOrExists(c, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: workloadNamespace, Name: "probe-operator"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "probe-operator"}, Subjects: subjects})
 	return token(must(kubernetes.NewForConfig(managedConfig(cluster))), "default", "viewer")
 }
 
@@ -84,7 +123,7 @@ func viewerToken(cluster string) string {
 func hubUserToken() string {
 	createOrExists(sys.HubClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
 	createOrExists(sys.HubClient, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hub-user"}})
-	return token(must(kubernetes.NewForConfig(sys.Env.Hub)), "team", "hub-user")
+	return token(must(kubernetes.NewForConfig(sys.Hub.Config)), "team", "hub-user")
 }
 
 func token(cs kubernetes.Interface, ns, name string) string {
@@ -93,57 +132,61 @@ func token(cs kubernetes.Interface, ns, name string) string {
 
 func binary(name string) string { return filepath.Join(testenv.RepoRoot(), "bin", name) }
 
-// plugin runs kubectl-cluster_proxy against the hub, with the hub's in-cluster names mapped to loopback.
+// kubectl is kubectl of the node binaries, which the suite's clients share.
+func kubectl(kubeconfig string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(os.Getenv("NODE_ASSETS"), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// plugin runs kubectl-cluster_proxy against the hub, with the proxy-servers' Service names sent to their NodePorts.
 func plugin(args ...string) (string, error) {
-	full := []string{"--kubeconfig", sys.Env.HubKubeconfig}
-	for _, r := range sys.Resolve {
+	full := []string{"--kubeconfig", sys.Hub.Kubeconfig}
+	for _, r := range sys.Resolve() {
 		full = append(full, "--resolve", r)
 	}
 	cmd := exec.Command(binary("kubectl-cluster_proxy"), append(full, args...)...)
 	return testenv.Output(cmd, "kubectl-cluster_proxy "+strings.Join(args, " "))
 }
 
-// userKubeconfig writes, with the plugin, a kubeconfig that reaches cluster through the user-server with token.
+// userKubeconfig writes, with the plugin, a kubeconfig that reaches cluster through the user-server with tok.
 func userKubeconfig(cluster, name, tok string) string {
+	GinkgoHelper()
 	path := filepath.Join(workDir, "kubeconfigs", cluster+"-"+name)
 	Expect(os.MkdirAll(filepath.Dir(path), 0o700)).To(Succeed())
 	_, err := plugin("kubeconfig", cluster, "-o", path, "--token", tok)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	Expect(err).NotTo(HaveOccurred())
 	return path
+}
+
+// userRESTConfig is the rest.Config of a user-server kubeconfig.
+func userRESTConfig(kubeconfig string) *rest.Config {
+	return must(clientcmd.BuildConfigFromFlags("", kubeconfig))
 }
 
 // shell runs a command line as the README writes it (testenv.Shell) with the hub's admin kubeconfig; it fails the
 // spec when the command fails.
 func shell(command string) string {
 	GinkgoHelper()
-	out, err := testenv.Shell(command, sys.Env.HubKubeconfig).CombinedOutput()
+	out, err := testenv.Shell(command, sys.Hub.Kubeconfig).CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "%s:\n%s", command, out)
 	return string(out)
 }
 
 // hubClientFiles writes the proxy-client pair and the CA bundle from the hub, as a hub program mounts them.
 func hubClientFiles() (cert, key, ca string) {
-	dir := filepath.Join(workDir, "hub-client")
-	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
-	client := &corev1.Secret{}
-	Expect(sys.HubClient.Get(ctx(), types(system.Namespace, "proxy-client"), client)).To(Succeed())
-	bundle := &corev1.Secret{}
-	Expect(sys.HubClient.Get(ctx(), types(system.Namespace, "proxy-server-ca"), bundle)).To(Succeed())
-	cert, key, ca = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-	Expect(os.WriteFile(cert, client.Data["tls.crt"], 0o600)).To(Succeed())
-	Expect(os.WriteFile(key, client.Data["tls.key"], 0o600)).To(Succeed())
-	Expect(os.WriteFile(ca, bundle.Data["ca.crt"], 0o600)).To(Succeed())
+	GinkgoHelper()
+	cert, key, ca, err := sys.HubClientFiles(ctx(), filepath.Join(workDir, "hub-client"))
+	Expect(err).NotTo(HaveOccurred())
 	return cert, key, ca
 }
 
-func types(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
-
 // frontendServerName is the name the proxy-server's serving certificate carries for in-cluster clients.
-const frontendServerName = "proxy-entrypoint." + system.Namespace + ".svc"
+const frontendServerName = "proxy-entrypoint." + localsystem.Namespace + ".svc"
 
-// grpcHealthz dials <cluster>:443 with the upstream konnectivity-client through the gRPC frontend and GETs
-// /healthz. The kube-apiserver's certificate does not name the cluster, so its name is not verified, as every
-// konnectivity client of the existing addon does.
+// grpcHealthz dials <cluster>:443 with the upstream konnectivity-client through the gRPC frontend (its NodePort)
+// and GETs /healthz. The kube-apiserver's certificate does not name the cluster, so its name is not verified, as
+// every konnectivity client of the existing addon does.
 func grpcHealthz(cluster string) (string, error) {
 	cert, key, ca := hubClientFiles()
 	pair, err := tls.LoadX509KeyPair(cert, key)
@@ -154,7 +197,8 @@ func grpcHealthz(cluster string) (string, error) {
 	pool.AppendCertsFromPEM(must(os.ReadFile(ca)))
 	c, cancel := context.WithTimeout(ctx(), 15*time.Second)
 	defer cancel()
-	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(c, ctx(), fmt.Sprintf("127.0.0.1:%d", sys.Ports.Frontend),
+	frontend := net.JoinHostPort(sys.Hub.NodeIP.String(), itoa(localsystem.FrontendNodePort))
+	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(c, ctx(), frontend,
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: frontendServerName, MinVersion: tls.VersionTLS12})))
 	if err != nil {
 		return "", fmt.Errorf("create tunnel: %w", err)
@@ -176,11 +220,13 @@ func grpcHealthz(cluster string) (string, error) {
 	return string(body), err
 }
 
-// curlHealthz GETs https://<cluster>:443/healthz with curl through the HTTP-CONNECT frontend.
+// curlHealthz GETs https://<cluster>:443/healthz with curl through the HTTP-CONNECT frontend, by its in-cluster
+// name resolved to its NodePort (the serving certificate names the Service).
 func curlHealthz(cluster string) (string, error) {
 	cert, key, ca := hubClientFiles()
+	proxy := fmt.Sprintf("%s:%d", frontendServerName, localsystem.HTTPConnectNodePort)
 	cmd := exec.Command("curl", "-sS", "--max-time", "15", "--proxytunnel",
-		"-x", fmt.Sprintf("https://127.0.0.1:%d", sys.Ports.HTTPConnect), // the serving certificate names 127.0.0.1 too
+		"--resolve", proxy+":"+sys.Hub.NodeIP.String(), "-x", "https://"+proxy,
 		"--proxy-cacert", ca, "--proxy-cert", cert, "--proxy-key", key,
 		"-k", "https://"+cluster+":443/healthz")
 	out, err := cmd.Output()
@@ -189,4 +235,236 @@ func curlHealthz(cluster string) (string, error) {
 		return string(out), fmt.Errorf("curl: %w: %s", err, ee.Stderr)
 	}
 	return string(out), err
+}
+
+// proxies is pkg/clusterproxy for the hub, with the Services' names sent to the NodePorts.
+func proxies() *clusterproxy.Client {
+	resolve := must(clusterproxy.ParseResolve(sys.Resolve()))
+	return must(clusterproxy.New(ctx(), sys.Hub.Config, clusterproxy.Options{Resolve: resolve}))
+}
+
+// proxyServerPods are the names of the proxy-server pods on the hub that are not being deleted.
+func proxyServerPods(g Gomega) []string {
+	pods := &corev1.PodList{}
+	g.Expect(sys.HubClient.List(ctx(), pods, client.InNamespace(localsystem.Namespace),
+		client.MatchingLabels{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer})).To(Succeed())
+	var names []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+// podUIDs are the UIDs of the pods in namespace matching labels on the cluster c reaches.
+func podUIDs(c client.Client, namespace string, labels map[string]string) []string {
+	GinkgoHelper()
+	pods := &corev1.PodList{}
+	Expect(c.List(ctx(), pods, client.InNamespace(namespace), client.MatchingLabels(labels))).To(Succeed())
+	var uids []string
+	for _, p := range pods.Items {
+		uids = append(uids, string(p.UID))
+	}
+	return uids
+}
+
+// expectAgentsOnEveryReplica waits until each proxy-server replica's /agents lists replicas agents of every cluster.
+func expectAgentsOnEveryReplica(replicas int) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		pods := proxyServerPods(g)
+		g.Expect(pods).To(HaveLen(replicas))
+		for _, pod := range pods {
+			agents, err := replicaAgents(pod)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, cluster := range clusterNames() {
+				g.Expect(agents[cluster]).To(HaveLen(replicas), "replica %s: the agents of %s", pod, cluster)
+			}
+		}
+	}).WithTimeout(3 * time.Minute).Should(Succeed())
+}
+
+// forwarded are the running kubectl port-forwards to proxy-server pods' HTTP-CONNECT port, by pod.
+var forwarded = map[string]int{}
+
+// replicaAgents asks one proxy-server replica (through kubectl port-forward to its HTTP-CONNECT port) which agents
+// it holds, by cluster.
+func replicaAgents(pod string) (map[string][]string, error) {
+	port, ok := forwarded[pod]
+	if !ok {
+		p, err := portForward(sys.Hub.Kubeconfig, nil, localsystem.Namespace, "pod/"+pod, render.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{}).HTTPConnectServer)
+		if err != nil {
+			return nil, err
+		}
+		port, forwarded[pod] = p, p
+	}
+	p, err := clusterproxy.New(ctx(), sys.Hub.Config, clusterproxy.Options{Resolve: must(clusterproxy.ParseResolve([]string{
+		fmt.Sprintf("%s:8094=127.0.0.1:%d", frontendServerName, port)}))})
+	if err != nil {
+		return nil, err
+	}
+	agents, err := p.ConnectedAgents(ctx())
+	if err != nil {
+		delete(forwarded, pod) // the pod may be gone: a new forward next time
+	}
+	return agents, err
+}
+
+// portForward runs kubectl port-forward to target's port for the rest of the spec (or suite) and returns the local
+// port.
+func portForward(kubeconfig string, env []string, namespace, target string, port int32) (int, error) {
+	cmd := kubectl(kubeconfig, env, "port-forward", "-n", namespace, target, fmt.Sprintf(":%d", port))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	DeferCleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n') // "Forwarding from 127.0.0.1:NNNNN -> 8094"
+	if err != nil {
+		return 0, fmt.Errorf("kubectl port-forward %s: %w: %s", target, err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	var local int
+	if _, err := fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d ->", &local); err != nil {
+		return 0, fmt.Errorf("%q: %w", line, err)
+	}
+	return local, nil
+}
+
+// deploymentRolledOut is true when d's controller has seen its last change and every replica runs the template.
+func deploymentRolledOut(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.ReadyReplicas == want && s.Replicas == want
+}
+
+// httpsProxy is the HTTPS_PROXY of the agent container of d.
+func httpsProxy(d *appsv1.Deployment) string {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "HTTPS_PROXY" {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// agentWorkHTTPSProxy is the HTTPS_PROXY of the agent Deployment in cluster1's ManifestWork on the hub: what the
+// operator deploys, before the work agent applies it ("" without a Deployment).
+func agentWorkHTTPSProxy(g Gomega) string {
+	work := &workv1.ManifestWork{}
+	g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, render.AgentWorkName), work)).To(Succeed())
+	for _, m := range work.Spec.Workload.Manifests {
+		d := &appsv1.Deployment{}
+		g.Expect(json.Unmarshal(m.Raw, d)).To(Succeed())
+		if d.Kind == "Deployment" {
+			return httpsProxy(d)
+		}
+	}
+	return ""
+}
+
+// setProxy points cluster1's AddOnDeploymentConfig at proxyURL, trusting caBundle.
+func setProxy(proxyURL string, caBundle []byte) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		adc := &addonv1alpha1.AddOnDeploymentConfig{}
+		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
+		adc.Spec.ProxyConfig.HTTPSProxy = proxyURL
+		if caBundle != nil {
+			adc.Spec.ProxyConfig.CABundle = caBundle
+		}
+		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
+	}).Should(Succeed())
+}
+
+// expectAgentRunsWithProxy waits until cluster1's agent Deployment carries proxyURL, has rolled out, and its
+// tunnel is up.
+func expectAgentRunsWithProxy(proxyURL string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(managedClient(localsystem.ProxiedCluster).Get(ctx(), types(agentNamespace(g, localsystem.ProxiedCluster), render.AgentDeploymentName), d)).To(Succeed())
+		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
+		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
+		g.Expect(grpcHealthz(localsystem.ProxiedCluster)).To(Equal("ok"))
+	}).WithTimeout(3 * time.Minute).Should(Succeed())
+}
+
+// currentCA is the signer's current CA.
+func currentCA() *x509.Certificate {
+	GinkgoHelper()
+	s := &corev1.Secret{}
+	Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, proxyv1alpha1.SignerSecretName), s)).To(Succeed())
+	return must(certs.ParseCertificates(s.Data["ca.crt"]))[0]
+}
+
+// agentNamespace is where the agent of cluster is installed, as its add-on reports (an AddOnDeploymentConfig
+// defaults agentInstallNamespace to open-cluster-management-agent-addon).
+func agentNamespace(g Gomega, cluster string) string {
+	mca := &addonv1alpha1.ManagedClusterAddOn{}
+	g.Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), mca)).To(Succeed())
+	return mca.Status.Namespace
+}
+
+// agentCertificate is the agent certificate the klusterlet wrote on the managed cluster.
+func agentCertificate(g Gomega, cluster string) *x509.Certificate {
+	s := &corev1.Secret{}
+	g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentCertSecretName), s)).To(Succeed())
+	chain, err := certs.ParseCertificates(s.Data["tls.crt"])
+	g.Expect(err).NotTo(HaveOccurred())
+	return chain[0]
+}
+
+// leftAfterUninstall lists what of the operator is still there: on the hub the objects of the release namespace
+// (but the namespace's own ConfigMap and ServiceAccount, and the local system's NodePort Services), the
+// cluster-scoped objects named after the add-on, the objects of the operator's kinds, the add-ons and their
+// ManifestWorks; on the managed clusters the agents.
+func leftAfterUninstall(g Gomega) []string {
+	namespaced, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-n", localsystem.Namespace, "-o", "name",
+		"deployments,replicasets,pods,services,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,placements,managedclustersetbindings")
+	g.Expect(err).NotTo(HaveOccurred())
+	clusterScoped, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-o", "name",
+		"clusterroles,clusterrolebindings,clustermanagementaddons,mutatingwebhookconfigurations,validatingwebhookconfigurations")
+	g.Expect(err).NotTo(HaveOccurred())
+	ours, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-A", "-o", "name",
+		"managedproxyconfigurations,clusterproxystatuses,proxycertificates,managedclusteraddons,manifestworks")
+	g.Expect(err).NotTo(HaveOccurred())
+	keep := map[string]bool{"configmap/kube-root-ca.crt": true, "serviceaccount/default": true,
+		"service/proxy-agent-nodeport": true, "service/proxy-machine-nodeports": true}
+	var left []string
+	for _, name := range strings.Fields(namespaced) {
+		if !keep[name] {
+			left = append(left, localsystem.Namespace+": "+name)
+		}
+	}
+	for _, name := range strings.Fields(clusterScoped) {
+		if strings.Contains(name, "cluster-proxy") {
+			left = append(left, name)
+		}
+	}
+	for _, name := range strings.Fields(ours) {
+		if !strings.HasPrefix(name, "manifestwork") || strings.Contains(name, "cluster-proxy") {
+			left = append(left, name)
+		}
+	}
+	for _, cluster := range clusterNames() {
+		agents, err := testenv.Kubectl(managedKubeconfig(cluster), "get", "deployments,pods", "-A", "-l", proxyv1alpha1.ComponentLabel+"=proxy-agent", "-o", "name")
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, name := range strings.Fields(agents) {
+			left = append(left, cluster+": "+name)
+		}
+	}
+	return left
 }

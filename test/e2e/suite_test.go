@@ -1,53 +1,82 @@
 //go:build e2e
 
-// Package e2e runs the whole product as a user runs it, on this machine with real parts: a hub and two managed
-// clusters joined through the real OCM controllers and klusterlet agents, the operator's manager, the proxy-server
-// and agents started from the Deployments it rendered, and squid as the forward proxy of cluster1 (over TLS, for its
-// klusterlet and its agent). Run it with 'make e2e'.
+// Package e2e runs the whole product as a user runs it, on real Kubernetes clusters of this machine
+// (internal/localsystem): a hub and two managed clusters whose pods run, OCM's hub controllers and klusterlets as
+// pods, the operator installed by the README's helm install from the image of 'make image' with three proxy-server
+// replicas, squid as cluster1's only route to the hub (over TLS, for its klusterlet and its agent), and real clients
+// (kubectl, curl, konnectivity-client, the kubectl plugin, pkg/clusterproxy). Run it with 'make e2e'.
 package e2e
 
 import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/system"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
 )
 
 const (
 	timeout  = 2 * time.Minute
 	interval = 250 * time.Millisecond
+	// firstIndex keeps this suite's clusters apart from 'make run' (1–3) and the realcluster tests (201–204).
+	firstIndex = 11
+	// workloadNamespace holds the probe workload on every managed cluster.
+	workloadNamespace = "default"
 )
 
 var (
-	sys     *system.System
+	sys     *localsystem.System
 	workDir string
 	failed  bool
 )
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "End to end")
+	RunSpecs(t, "End to end on real clusters")
 }
 
 var _ = BeforeSuite(func() {
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through 'make e2e'")
+	Expect(os.Getenv("NODE_ASSETS")).NotTo(BeEmpty(), "run through 'make e2e'")
+	ctrllog.SetLogger(GinkgoLogr)
 	var err error
 	workDir, err = os.MkdirTemp("", "cluster-proxy-e2e-")
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("work folder: %s\n", workDir)
 	SetDefaultEventuallyTimeout(timeout)
 	SetDefaultEventuallyPollingInterval(interval)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	sys, err = system.Start(ctx, system.Options{WorkDir: workDir, Binaries: system.DefaultBinaries(), Log: GinkgoWriter})
+	opts := localsystem.DefaultOptions(workDir, firstIndex)
+	opts.Log = GinkgoWriter
+	began := time.Now()
+	sys, err = localsystem.Start(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
+	GinkgoWriter.Printf("the system was Available in %s\n", time.Since(began).Round(time.Second))
+
+	By("running the probe workload on every managed cluster")
+	probe, err := testenv.ProbeImage(filepath.Join(workDir, "probe"))
+	Expect(err).NotTo(HaveOccurred())
+	for _, c := range sys.Managed {
+		Expect(c.ImportImage(ctx, probe)).To(Succeed())
+		deploy, svc := testenv.ProbeWorkload(workloadNamespace)
+		Expect(testenv.CreateAll(ctx, managedClient(c.Name()), deploy, svc)).To(Succeed())
+	}
+	for _, c := range sys.Managed {
+		Eventually(func(g Gomega) {
+			d := &appsv1.Deployment{}
+			g.Expect(managedClient(c.Name()).Get(ctx, client.ObjectKey{Namespace: workloadNamespace, Name: "probe"}, d)).To(Succeed())
+			g.Expect(d.Status.ReadyReplicas).To(BeEquivalentTo(1))
+		}).Should(Succeed(), c.Name())
+	}
 })
 
 var _ = ReportAfterEach(func(r SpecReport) {
@@ -59,50 +88,11 @@ var _ = ReportAfterEach(func(r SpecReport) {
 var _ = AfterSuite(func() {
 	if sys != nil {
 		Expect(sys.Stop()).To(Succeed())
+		Expect(sys.Leftovers()).To(BeEmpty(), "nothing of the clusters is left on the machine")
 	}
-	Expect(leftoverProcesses()).To(BeEmpty(), "every process the suite started has stopped")
 	if failed || os.Getenv("KEEP_WORK") != "" {
 		GinkgoWriter.Printf("logs kept in %s\n", workDir)
 		return
 	}
 	_ = os.RemoveAll(workDir)
 })
-
-// leftoverProcesses are this test process's descendants that are still alive.
-func leftoverProcesses() []string {
-	var left []string
-	entries, _ := os.ReadDir("/proc")
-	self := os.Getpid()
-	for _, e := range entries {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndex(s, ")")+2:])
-		if len(fields) > 1 && fields[0] != "Z" && descendsFrom(e.Name(), self) {
-			comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-			left = append(left, e.Name()+" "+strings.TrimSpace(string(comm)))
-		}
-	}
-	return left
-}
-
-func descendsFrom(pid string, ancestor int) bool {
-	for range 64 {
-		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-		if err != nil {
-			return false
-		}
-		s := string(stat)
-		ppid := strings.Fields(s[strings.LastIndex(s, ")")+2:])[1]
-		if ppid == "0" || ppid == "1" {
-			return false
-		}
-		if ppid == itoa(ancestor) {
-			return true
-		}
-		pid = ppid
-	}
-	return false
-}
