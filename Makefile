@@ -78,9 +78,8 @@ node-packages: ## Install the Debian packages real nodes need (containerd, runc,
 		$(call APT_INSTALL,containerd runc containernetworking-plugins iptables conntrack socat)
 
 .PHONY: test-nodes
-test-nodes: node-assets curl ## Real clusters on this machine (internal/realcluster): two side by side with pods, DNS, Services, logs and exec, nothing left after Stop or a killed run; the image of make image runs on a real node.
+test-nodes: node-assets curl ## Real clusters on this machine (internal/realcluster): two side by side with pods, DNS, Services, logs and exec, nothing left after Stop or a killed run.
 	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./internal/realcluster/... -count=1 -v -timeout 20m
-	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./test/image/ -run TestImageRunsOnARealNode -count=1 -v -timeout 20m
 
 .PHONY: envtest-assets
 envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, else built from Go modules); prints the folder.

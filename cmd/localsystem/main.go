@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -48,7 +49,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "localsystem: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	ctrllog.SetLogger(logr.Discard()) // the clients log through controller-runtime; progress is printed
+	// The clients log through controller-runtime and klog (a port-forward's closed stream); progress is printed.
+	ctrllog.SetLogger(logr.Discard())
+	klog.SetLogger(logr.Discard())
 	removeWorkDir := workDir == ""
 	if removeWorkDir {
 		var err error

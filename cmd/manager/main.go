@@ -66,6 +66,9 @@ func main() {
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "cluster-proxy-addon-manager.proxy.open-cluster-management.io",
+		// The program ends as soon as the manager stops, so the Lease can be given up at once: a rollout's new
+		// manager leads within a retry period instead of waiting for the old Lease to expire.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		log.Error(err, "Unable to create the manager")

@@ -241,6 +241,7 @@ func (a *Agent) Ready() bool { return a.Connected() && !a.draining.Load() }
 func (a *Agent) maintain(ctx, tunnelCtx context.Context) {
 	log := a.opts.Log
 	bo := backoff{min: a.opts.ReconnectMin, max: a.opts.ReconnectMax}
+	landed := landings{bo: &bo}
 	var lastUp time.Time
 	var delay time.Duration
 	var lastErr string
@@ -290,11 +291,12 @@ func (a *Agent) maintain(ctx, tunnelCtx context.Context) {
 		if !a.add(t) {
 			a.metrics.connects.WithLabelValues("duplicate").Inc()
 			t.close()
-			delay = bo.next()
+			delay = landed.duplicate(want)
 			log.V(1).Info("Reached a proxy-server that already has a tunnel; trying again for another", "serverID", t.serverID, "serverCount", t.serverCount)
 			continue
 		}
 		a.metrics.connects.WithLabelValues("success").Inc()
+		landed.reached()
 		lastUp, delay = time.Now(), 0
 		log.Info("Tunnel up", "serverID", t.serverID, "serverCount", t.serverCount, "tunnels", a.Tunnels())
 	}

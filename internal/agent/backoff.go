@@ -23,3 +23,29 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
+
+// duplicateTries is how many connections per proxy-server the agent is told of may land, one after the other, on
+// servers it already holds before it backs off: behind one address each connection reaches a server at random, so a
+// missing one of three is found within nine tries with a probability of 97%.
+const duplicateTries = 3
+
+// landings spaces the connections that land on a proxy-server the agent already holds. A landing there is no
+// failure: the next try goes out after the shortest wait, so a new replica is reached within a second, until
+// duplicateTries per server have landed in a row; then the waits grow as after a failure, so an agent told of more
+// servers than answer does not hammer them.
+type landings struct {
+	bo         *backoff
+	duplicates int
+}
+
+// duplicate is the wait after a connection landed on a server already held, with want servers to hold.
+func (l *landings) duplicate(want int) time.Duration {
+	l.duplicates++
+	if l.duplicates <= duplicateTries*max(want, 1) {
+		return l.bo.min
+	}
+	return l.bo.next()
+}
+
+// reached records a connection to a server not held yet.
+func (l *landings) reached() { l.duplicates = 0 }

@@ -59,6 +59,8 @@ type Options struct {
 	Image, OCMLocal, Helm string
 	// Replicas of the proxy-server (and of each cluster's agent): the chart's replicas value.
 	Replicas int
+	// HelmValues are further --set values of the helm install, after the local system's own (HelmValues).
+	HelmValues []string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 	// ReadyTimeout bounds the wait for every cluster's tunnel to be Available.
@@ -159,11 +161,15 @@ func (s *System) start(ctx context.Context) error {
 	if err := s.deployOCMHub(ctx); err != nil {
 		return err
 	}
-	for _, c := range s.Managed {
-		s.logf("starting %s's klusterlet as a pod and accepting it on the hub", c.Name())
-		if err := s.joinCluster(ctx, c); err != nil {
-			return err
-		}
+	s.logf("starting the klusterlets of %s and %s as pods and accepting them on the hub", ProxiedCluster, DigitCluster)
+	joined := make([]error, len(s.Managed))
+	var wg sync.WaitGroup
+	for i, c := range s.Managed {
+		wg.Go(func() { joined[i] = s.joinCluster(ctx, c) })
+	}
+	wg.Wait()
+	if err := errors.Join(joined...); err != nil {
+		return err
 	}
 	s.logf("installing the operator: helm install -n %s --create-namespace cluster-proxy charts/cluster-proxy", Namespace)
 	if err := s.installOperator(ctx); err != nil {

@@ -58,9 +58,10 @@ func (s *System) deployOCMHub(ctx context.Context) error {
 }
 
 // joinCluster installs the klusterlet's CRDs on c, runs the klusterlet agent there as a pod with a bootstrap
-// kubeconfig for the hub (through squid for cluster1), and accepts the cluster as 'clusteradm accept' does.
+// kubeconfig for the hub (through squid for cluster1), and accepts the cluster as 'clusteradm accept' does. Several
+// clusters may join at once.
 func (s *System) joinCluster(ctx context.Context, c *realcluster.Cluster) error {
-	crdDir := s.path("klusterlet-crds")
+	crdDir := s.path("klusterlet-crds", c.Name()) // one folder per cluster: the clusters join side by side
 	if out, err := exec.CommandContext(ctx, s.opts.OCMLocal, "crds", "managed", crdDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("ocm-local crds managed: %w: %s", err, out)
 	}

@@ -28,20 +28,20 @@ import (
 
 // HelmValues are the values the local system installs the chart with, beyond its defaults: the image of 'make image'
 // (by the name in its archive, never pulled), the entrypoint, the replicas, the user-server, a short tunnel-health
-// interval, and Manual add-on installation.
+// interval, and Manual add-on installation; then Options.HelmValues.
 func (s *System) HelmValues() ([]string, error) {
 	ref, err := imageName(s.opts.Image)
 	if err != nil {
 		return nil, err
 	}
-	return []string{
+	return append([]string{
 		"image.repository=" + ref.Context().Name(), "image.tag=" + ref.TagStr(), "image.pullPolicy=Never",
 		"replicas=" + strconv.Itoa(s.opts.Replicas),
 		"proxyServer.entrypointAddress=" + EntrypointHost, "proxyServer.port=" + strconv.Itoa(EntrypointPort),
 		"userServer.enabled=true",
 		"installByPlacement.enabled=false",
 		"manager.extraArgs={--tunnel-health-interval=5s}",
-	}, nil
+	}, s.opts.HelmValues...), nil
 }
 
 // imageName is the name an image archive (docker-archive) is tagged with.
@@ -225,12 +225,35 @@ func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([
 	return out, nil
 }
 
-// waitAvailable waits until every cluster's tunnel is Available.
+// waitAvailable waits until every cluster's tunnel is Available and every proxy-server replica holds every agent:
+// a request through any replica reaches any cluster.
 func (s *System) waitAvailable(ctx context.Context) error {
-	if err := WaitAvailable(ctx, s.HubClient, s.Clusters(), s.opts.ReadyTimeout, s.opts.Log, nil); err != nil {
-		return fmt.Errorf("%w; logs are in %s", err, s.opts.WorkDir)
+	deadline := time.Now().Add(s.opts.ReadyTimeout)
+	lastMissing := ""
+	for {
+		if err := WaitAvailable(ctx, s.HubClient, s.Clusters(), time.Until(deadline), s.opts.Log, nil); err != nil {
+			return fmt.Errorf("%w; logs are in %s", err, s.opts.WorkDir)
+		}
+		all, missing, err := s.everyReplicaHoldsEveryAgent(ctx)
+		switch {
+		case err != nil:
+			missing = err.Error()
+		case all:
+			return nil
+		}
+		if missing != lastMissing {
+			fmt.Fprintf(s.opts.Log, "    %s\n", missing)
+			lastMissing = missing
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every proxy-server replica holds every agent after %s (%s); logs are in %s", s.opts.ReadyTimeout, missing, s.opts.WorkDir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
-	return nil
 }
 
 // WaitAvailable waits, up to timeout, until the ClusterProxyStatus and ManagedClusterAddOn of each of clusters are

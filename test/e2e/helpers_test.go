@@ -269,46 +269,20 @@ func podUIDs(c client.Client, namespace string, labels map[string]string) []stri
 	return uids
 }
 
-// expectAgentsOnEveryReplica waits until each proxy-server replica's /agents lists replicas agents of every cluster.
+// expectAgentsOnEveryReplica waits until each of the replicas proxy-server replicas is Ready and its /agents lists
+// replicas agents of every cluster.
 func expectAgentsOnEveryReplica(replicas int) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		pods := proxyServerPods(g)
-		g.Expect(pods).To(HaveLen(replicas))
-		for _, pod := range pods {
-			agents, err := replicaAgents(pod)
-			g.Expect(err).NotTo(HaveOccurred())
+		answers, err := sys.ReplicaAgents(ctx())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(answers).To(HaveLen(replicas))
+		for pod, agents := range answers {
 			for _, cluster := range clusterNames() {
 				g.Expect(agents[cluster]).To(HaveLen(replicas), "replica %s: the agents of %s", pod, cluster)
 			}
 		}
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
-}
-
-// forwarded are the running kubectl port-forwards to proxy-server pods' HTTP-CONNECT port, by pod.
-var forwarded = map[string]int{}
-
-// replicaAgents asks one proxy-server replica (through kubectl port-forward to its HTTP-CONNECT port) which agents
-// it holds, by cluster.
-func replicaAgents(pod string) (map[string][]string, error) {
-	port, ok := forwarded[pod]
-	if !ok {
-		p, err := portForward(sys.Hub.Kubeconfig, nil, localsystem.Namespace, "pod/"+pod, render.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{}).HTTPConnectServer)
-		if err != nil {
-			return nil, err
-		}
-		port, forwarded[pod] = p, p
-	}
-	p, err := clusterproxy.New(ctx(), sys.Hub.Config, clusterproxy.Options{Resolve: must(clusterproxy.ParseResolve([]string{
-		fmt.Sprintf("%s:8094=127.0.0.1:%d", frontendServerName, port)}))})
-	if err != nil {
-		return nil, err
-	}
-	agents, err := p.ConnectedAgents(ctx())
-	if err != nil {
-		delete(forwarded, pod) // the pod may be gone: a new forward next time
-	}
-	return agents, err
 }
 
 // portForward runs kubectl port-forward to target's port for the rest of the spec (or suite) and returns the local

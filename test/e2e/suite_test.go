@@ -57,6 +57,9 @@ var _ = BeforeSuite(func() {
 	defer cancel()
 	opts := localsystem.DefaultOptions(workDir, firstIndex)
 	opts.Log = GinkgoWriter
+	// The probe Service is reachable through /proxy-service/, as a user allows a service with the chart.
+	opts.HelmValues = []string{"userServer.allowedServices[0].namespace=" + workloadNamespace,
+		"userServer.allowedServices[0].name=probe", "userServer.allowedServices[0].port=80"}
 	began := time.Now()
 	sys, err = localsystem.Start(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
