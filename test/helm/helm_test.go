@@ -117,7 +117,7 @@ func TestTemplateGolden(t *testing.T) {
 func TestRenderedValues(t *testing.T) {
 	type want struct {
 		entrypoint, hostname, lbName string
-		replicas                     int64
+		replicas, agentReplicas      int64
 		userServer                   bool
 		allowedServices              int // entries of spec.userServer.allowedServices
 		strategy                     string
@@ -126,17 +126,17 @@ func TestRenderedValues(t *testing.T) {
 		managerImage, agentImage     string
 	}
 	wants := map[string]want{
-		"default": {entrypoint: "PortForward", replicas: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement",
+		"default": {entrypoint: "PortForward", replicas: 1, agentReplicas: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement",
 			chartPlacement: true, managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0",
 			agentImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0"},
-		"hostname": {entrypoint: "Hostname", hostname: "proxy-entrypoint.open-cluster-management-addon.svc", replicas: 3, userServer: true,
+		"hostname": {entrypoint: "Hostname", hostname: "proxy-entrypoint.open-cluster-management-addon.svc", replicas: 3, agentReplicas: 3, userServer: true,
 			allowedServices: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement", chartPlacement: true,
 			managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0",
 			agentImage:   "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0-agent"},
-		"loadbalancer": {entrypoint: "LoadBalancerService", lbName: "proxy-agent-entrypoint", replicas: 1, strategy: "Placements",
+		"loadbalancer": {entrypoint: "LoadBalancerService", lbName: "proxy-agent-entrypoint", replicas: 1, agentReplicas: 2, strategy: "Placements",
 			placement: "fleet/edge-clusters", managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0",
 			agentImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0"},
-		"manual": {entrypoint: "PortForward", replicas: 1, strategy: "Manual",
+		"manual": {entrypoint: "PortForward", replicas: 1, agentReplicas: 1, strategy: "Manual",
 			managerImage: "registry.example.com:5000/ocm/cluster-proxy-operator:v0.2.0",
 			agentImage:   "registry.example.com:5000/ocm/cluster-proxy-operator:v0.2.0"},
 	}
@@ -163,7 +163,7 @@ func TestRenderedValues(t *testing.T) {
 			g.Expect(str(mpc, "spec", "proxyServer", "entrypoint", "loadBalancerService", "name")).To(Equal(w.lbName))
 			g.Expect(str(mpc, "spec", "proxyServer", "namespace")).To(Equal(namespace))
 			g.Expect(num(mpc, "spec", "proxyServer", "replicas")).To(Equal(w.replicas))
-			g.Expect(num(mpc, "spec", "proxyAgent", "replicas")).To(Equal(w.replicas))
+			g.Expect(num(mpc, "spec", "proxyAgent", "replicas")).To(Equal(w.agentReplicas))
 			g.Expect(str(mpc, "spec", "proxyAgent", "image")).To(Equal(w.agentImage))
 			_, hasUserServer, _ := unstructured.NestedMap(mpc.Object, "spec", "userServer")
 			g.Expect(hasUserServer).To(Equal(w.userServer))
@@ -335,6 +335,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"allowed service without a name", []string{"--set", "userServer.allowedServices[0].namespace=monitoring"}, "at '/userServer/allowedServices/0': missing property 'name'"},
 		{"allowed service port out of range", []string{"--set", "userServer.allowedServices[0].namespace=m", "--set", "userServer.allowedServices[0].name=p",
 			"--set", "userServer.allowedServices[0].port=0"}, "at '/userServer/allowedServices/0/port': minimum"},
+		{"zero agent replicas", []string{"--set", "proxyAgent.replicas=0"}, "at '/proxyAgent/replicas': minimum"},
 		{"unknown pull policy", []string{"--set", "image.pullPolicy=Sometimes"}, "at '/image/pullPolicy'"},
 		{"bad placement name", []string{"--set", "installByPlacement.placementName=Not_A_Name"}, "at '/installByPlacement/placementName'"},
 		{"misspelled value", []string{"--set", "proxyServer.entrypointAdress=x.example.com"}, "additional properties 'entrypointAdress' not allowed"},
