@@ -87,3 +87,28 @@ const (
 	// a timestamp) and the SelfSigned signer rotates once for that value.
 	RotateCAAnnotation = "proxy.open-cluster-management.io/rotate-ca"
 )
+
+// Reasons of the ClusterProxyStatus conditions (AgentDeployed, ProxySettingsApplied, CertificateReady,
+// ConfigurationsConfigured, AgentConnected, TunnelHealthy, Available).
+const (
+	ReasonAgentAvailable         = "AgentAvailable"
+	ReasonAgentNotAvailable      = "AgentNotAvailable"
+	ReasonWorkNotFound           = "WorkNotFound"
+	ReasonWorkNotApplied         = "WorkNotApplied"
+	ReasonDirectConnection       = "DirectConnection"
+	ReasonProxySettingsApplied   = "ProxySettingsApplied"
+	ReasonAgentCertificateIssued = "CertificateIssued"
+	ReasonCertificateExpired     = "CertificateExpired"
+	ReasonWaitingForCSR          = "WaitingForCertificate"
+	ReasonTunnelSourceMissing    = "TunnelSourceNotConfigured"
+	ReasonConfigured             = "ConfigurationsConfigured"
+
+	ReasonNotObservedYet         = "NotObservedYet"
+	ReasonProxyServerUnreachable = "ProxyServerUnreachable"
+	ReasonAgentConnected         = "AgentConnected"
+	ReasonNoAgentConnected       = "NoAgentConnected"
+	ReasonAgentNotOnEveryReplica = "AgentNotOnEveryReplica"
+	ReasonProbeSucceeded         = "ProbeSucceeded"
+	ReasonProbeFailed            = "ProbeFailed"
+	ReasonTunnelAvailable        = "TunnelAvailable"
+)

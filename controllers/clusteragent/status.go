@@ -25,30 +25,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
 )
 
-// Reasons of the ClusterProxyStatus conditions.
-const (
-	ReasonAgentAvailable       = "AgentAvailable"
-	ReasonAgentNotAvailable    = "AgentNotAvailable"
-	ReasonWorkNotFound         = "WorkNotFound"
-	ReasonWorkNotApplied       = "WorkNotApplied"
-	ReasonDirectConnection     = "DirectConnection"
-	ReasonProxySettingsApplied = "ProxySettingsApplied"
-	ReasonCertificateIssued    = "CertificateIssued"
-	ReasonCertificateExpired   = "CertificateExpired"
-	ReasonWaitingForCSR        = "WaitingForCertificate"
-	ReasonTunnelSourceMissing  = "TunnelSourceNotConfigured"
-	ReasonConfigured           = "ConfigurationsConfigured"
-
-	ReasonNotObservedYet         = "NotObservedYet"
-	ReasonProxyServerUnreachable = "ProxyServerUnreachable"
-	ReasonAgentConnected         = "AgentConnected"
-	ReasonNoAgentConnected       = "NoAgentConnected"
-	ReasonAgentNotOnEveryReplica = "AgentNotOnEveryReplica"
-	ReasonProbeSucceeded         = "ProbeSucceeded"
-	ReasonProbeFailed            = "ProbeFailed"
-	ReasonTunnelAvailable        = "TunnelAvailable"
-)
-
 // applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references,
 // health-check mode and the Configured, ManifestApplied and Progressing conditions, plus Available when it checks the
 // tunnels itself). The conditions OCM's own agents write are carried over from the cached add-on, and the write is
@@ -144,7 +120,7 @@ func configReferences(s *scope) []addonv1alpha1.ConfigReference {
 
 func addOnConditions(s *scope) []metav1.Condition {
 	configured := metav1.Condition{Type: addonv1alpha1.ManagedClusterAddOnConditionConfigured, Status: metav1.ConditionTrue,
-		Reason: ReasonConfigured, Message: "the add-on's configurations are in effect"}
+		Reason: proxyv1alpha1.ReasonConfigured, Message: "the add-on's configurations are in effect"}
 	progressing := metav1.Condition{Type: addonv1alpha1.ManagedClusterAddOnConditionProgressing, Status: metav1.ConditionFalse,
 		Reason: addonv1alpha1.ProgressingReasonCompleted, Message: "the agent is deployed with the current configuration"}
 	if s.problem != nil {
@@ -245,7 +221,7 @@ func setAgentDeployed(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope) {
 	st.Installed = workApplied(s.work)
 	if s.work == nil {
 		st.ManifestWork = nil
-		c.Reason, c.Message = ReasonWorkNotFound, "the agent ManifestWork does not exist yet"
+		c.Reason, c.Message = proxyv1alpha1.ReasonWorkNotFound, "the agent ManifestWork does not exist yet"
 		meta.SetStatusCondition(&st.Conditions, c)
 		return
 	}
@@ -256,13 +232,13 @@ func setAgentDeployed(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope) {
 	replicas := deploymentFeedback(s.work)
 	switch {
 	case !st.Installed:
-		c.Reason, c.Message = ReasonWorkNotApplied, "the work agent has not applied the agent manifests yet"
+		c.Reason, c.Message = proxyv1alpha1.ReasonWorkNotApplied, "the work agent has not applied the agent manifests yet"
 	case !st.ManifestWork.Available:
-		c.Reason, c.Message = ReasonAgentNotAvailable, "the agent resources are not available on the managed cluster yet"
+		c.Reason, c.Message = proxyv1alpha1.ReasonAgentNotAvailable, "the agent resources are not available on the managed cluster yet"
 	case replicas["AvailableReplicas"] == 0 && replicas["Replicas"] > 0:
-		c.Reason, c.Message = ReasonAgentNotAvailable, fmt.Sprintf("0 of %d agent replicas available", replicas["Replicas"])
+		c.Reason, c.Message = proxyv1alpha1.ReasonAgentNotAvailable, fmt.Sprintf("0 of %d agent replicas available", replicas["Replicas"])
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonAgentAvailable
+		c.Status, c.Reason = metav1.ConditionTrue, proxyv1alpha1.ReasonAgentAvailable
 		c.Message = "the agent is deployed"
 		if replicas["Replicas"] > 0 {
 			c.Message = fmt.Sprintf("%d of %d agent replicas available", replicas["AvailableReplicas"], replicas["Replicas"])
@@ -294,10 +270,10 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 		// The settings of the last good deployment stay as they were reported.
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, s.problem.Reason, s.problem.Error()
 	case s.summary == nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonWorkNotFound, "the agent is not rendered yet"
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, proxyv1alpha1.ReasonWorkNotFound, "the agent is not rendered yet"
 	case s.summary.Proxy.HTTPProxy == "" && s.summary.Proxy.HTTPSProxy == "":
 		st.ProxySettings = &proxyv1alpha1.ProxySettings{Source: s.adcRef}
-		c.Reason, c.Message = ReasonDirectConnection, "the agent connects to the hub directly"
+		c.Reason, c.Message = proxyv1alpha1.ReasonDirectConnection, "the agent connects to the hub directly"
 	default:
 		p := s.summary.Proxy
 		st.ProxySettings = &proxyv1alpha1.ProxySettings{
@@ -307,7 +283,7 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 			sum := sha256.Sum256(p.CABundle)
 			st.ProxySettings.CABundleFingerprint = "SHA256:" + hex.EncodeToString(sum[:])
 		}
-		c.Reason, c.Message = ReasonProxySettingsApplied, "the agent reaches the hub through the forward proxy from AddOnDeploymentConfig "+s.adcRef
+		c.Reason, c.Message = proxyv1alpha1.ReasonProxySettingsApplied, "the agent reaches the hub through the forward proxy from AddOnDeploymentConfig "+s.adcRef
 	}
 	c.ObservedGeneration = generation
 	meta.SetStatusCondition(&st.Conditions, c)
@@ -329,7 +305,7 @@ func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.Clust
 	}
 	sort.Slice(signed, func(i, j int) bool { return signed[j].CreationTimestamp.Before(&signed[i].CreationTimestamp) })
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionCertificateReady, Status: metav1.ConditionFalse, ObservedGeneration: generation,
-		Reason: ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
+		Reason: proxyv1alpha1.ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
 	var requeue time.Duration
 	for _, csr := range signed {
 		chain, err := certs.ParseCertificates(csr.Status.Certificate)
@@ -340,11 +316,11 @@ func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.Clust
 		st.AgentCertificateNotAfter = &metav1.Time{Time: notAfter}
 		st.AgentCertificateAuthorityKeyID = hex.EncodeToString(chain[0].AuthorityKeyId)
 		if now.Before(notAfter) {
-			c.Status, c.Reason = metav1.ConditionTrue, ReasonCertificateIssued
+			c.Status, c.Reason = metav1.ConditionTrue, proxyv1alpha1.ReasonAgentCertificateIssued
 			c.Message = "agent certificate valid until " + notAfter.UTC().Format(time.RFC3339)
 			requeue = notAfter.Sub(now)
 		} else {
-			c.Reason, c.Message = ReasonCertificateExpired, "agent certificate expired at "+notAfter.UTC().Format(time.RFC3339)
+			c.Reason, c.Message = proxyv1alpha1.ReasonCertificateExpired, "agent certificate expired at "+notAfter.UTC().Format(time.RFC3339)
 		}
 		break
 	}

@@ -60,11 +60,11 @@ func unknownTunnel(ctype string, obs tunnelObservation) *metav1.Condition {
 	c := &metav1.Condition{Type: ctype, Status: metav1.ConditionUnknown}
 	switch {
 	case !obs.configured:
-		c.Reason, c.Message = ReasonTunnelSourceMissing, msgSourceMissing
+		c.Reason, c.Message = proxyv1alpha1.ReasonTunnelSourceMissing, msgSourceMissing
 	case !obs.observed:
-		c.Reason, c.Message = ReasonNotObservedYet, msgNotObserved
+		c.Reason, c.Message = proxyv1alpha1.ReasonNotObservedYet, msgNotObserved
 	case obs.Unreachable:
-		c.Reason, c.Message = ReasonProxyServerUnreachable, msgUnreachable
+		c.Reason, c.Message = proxyv1alpha1.ReasonProxyServerUnreachable, msgUnreachable
 	default:
 		return nil
 	}
@@ -84,13 +84,13 @@ func setAgentConnected(st *proxyv1alpha1.ClusterProxyStatusStatus, obs tunnelObs
 	}
 	st.ConnectedAgents = int32(obs.ConnectedAgents)
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionAgentConnected, Status: metav1.ConditionFalse,
-		Reason: ReasonNoAgentConnected, Message: msgNoAgent}
+		Reason: proxyv1alpha1.ReasonNoAgentConnected, Message: msgNoAgent}
 	switch {
 	case obs.ConnectedAgents > 0:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonAgentConnected
+		c.Status, c.Reason = metav1.ConditionTrue, proxyv1alpha1.ReasonAgentConnected
 		c.Message = fmt.Sprintf("%d agent(s) of the cluster connected to each of %d proxy-server(s)", obs.ConnectedAgents, max(obs.Replicas, 1))
 	case obs.ReplicasWithAgents > 0:
-		c.Reason = ReasonAgentNotOnEveryReplica
+		c.Reason = proxyv1alpha1.ReasonAgentNotOnEveryReplica
 		c.Message = fmt.Sprintf("agents of the cluster are connected to %d of %d proxy-servers: requests that reach the others "+
 			"fail until the agents connect to them too", obs.ReplicasWithAgents, obs.Replicas)
 	}
@@ -109,11 +109,11 @@ func setTunnelHealthy(st *proxyv1alpha1.ClusterProxyStatusStatus, obs tunnelObse
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionTunnelHealthy, Status: metav1.ConditionFalse}
 	switch p := obs.Probe; {
 	case p == nil:
-		c.Reason, c.Message = ReasonNoAgentConnected, "nothing to probe: "+msgNoAgent
+		c.Reason, c.Message = proxyv1alpha1.ReasonNoAgentConnected, "nothing to probe: "+msgNoAgent
 	case p.Healthy:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonProbeSucceeded, "GET /healthz through the tunnel answered ok"
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, proxyv1alpha1.ReasonProbeSucceeded, "GET /healthz through the tunnel answered ok"
 	default:
-		c.Reason, c.Message = ReasonProbeFailed, "GET /healthz through the tunnel failed: "+p.Message
+		c.Reason, c.Message = proxyv1alpha1.ReasonProbeFailed, "GET /healthz through the tunnel failed: "+p.Message
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 }
@@ -125,7 +125,7 @@ func keepUntilObserved(st *proxyv1alpha1.ClusterProxyStatusStatus, ctype string,
 		return false
 	}
 	c := meta.FindStatusCondition(st.Conditions, ctype)
-	return c != nil && c.Reason != ReasonTunnelSourceMissing
+	return c != nil && c.Reason != proxyv1alpha1.ReasonTunnelSourceMissing
 }
 
 // Probe health values, as the PROBED HEALTH column shows them.
@@ -211,10 +211,10 @@ func formatLatency(d time.Duration) string {
 // and reason of the first of those that is not True.
 func setAvailable(st *proxyv1alpha1.ClusterProxyStatusStatus) {
 	c := metav1.Condition{Type: proxyv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue,
-		Reason: ReasonTunnelAvailable, Message: "the cluster is reachable through its tunnel"}
+		Reason: proxyv1alpha1.ReasonTunnelAvailable, Message: "the cluster is reachable through its tunnel"}
 	for _, t := range []string{proxyv1alpha1.ConditionAgentDeployed, proxyv1alpha1.ConditionAgentConnected, proxyv1alpha1.ConditionTunnelHealthy} {
 		if dep := meta.FindStatusCondition(st.Conditions, t); dep == nil || dep.Status != metav1.ConditionTrue {
-			c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonNotObservedYet, t+" is not reported yet"
+			c.Status, c.Reason, c.Message = metav1.ConditionUnknown, proxyv1alpha1.ReasonNotObservedYet, t+" is not reported yet"
 			if dep != nil {
 				c.Status, c.Reason, c.Message = dep.Status, dep.Reason, t+": "+dep.Message
 			}

@@ -41,7 +41,7 @@ func expectCondition(t *testing.T, st *proxyv1alpha1.ClusterProxyStatusStatus, c
 }
 
 func TestSetAgentConnected(t *testing.T) {
-	restarted := withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionTrue, ReasonAgentConnected)
+	restarted := withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionTrue, proxyv1alpha1.ReasonAgentConnected)
 	restarted.ConnectedAgents = 2
 	for _, tc := range []struct {
 		name      string
@@ -53,26 +53,26 @@ func TestSetAgentConnected(t *testing.T) {
 		inMessage string
 	}{
 		{"tunnel health off", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{},
-			metav1.ConditionUnknown, ReasonTunnelSourceMissing, 0, "--tunnel-health"},
+			metav1.ConditionUnknown, proxyv1alpha1.ReasonTunnelSourceMissing, 0, "--tunnel-health"},
 		{"not observed yet, nothing reported", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true},
-			metav1.ConditionUnknown, ReasonNotObservedYet, 0, "not asked"},
+			metav1.ConditionUnknown, proxyv1alpha1.ReasonNotObservedYet, 0, "not asked"},
 		{"not observed yet after a restart: the reported condition and count stay", restarted, tunnelObservation{configured: true},
-			metav1.ConditionTrue, ReasonAgentConnected, 2, "as reported before"},
+			metav1.ConditionTrue, proxyv1alpha1.ReasonAgentConnected, 2, "as reported before"},
 		{"tunnel health turned on: the off condition does not stay",
-			withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionUnknown, ReasonTunnelSourceMissing), tunnelObservation{configured: true},
-			metav1.ConditionUnknown, ReasonNotObservedYet, 0, "not asked"},
+			withCondition(proxyv1alpha1.ConditionAgentConnected, metav1.ConditionUnknown, proxyv1alpha1.ReasonTunnelSourceMissing), tunnelObservation{configured: true},
+			metav1.ConditionUnknown, proxyv1alpha1.ReasonNotObservedYet, 0, "not asked"},
 		{"proxy-servers unreachable", &proxyv1alpha1.ClusterProxyStatusStatus{ConnectedAgents: 2}, observed(tunnelhealth.State{Unreachable: true}),
-			metav1.ConditionUnknown, ReasonProxyServerUnreachable, 0, "proxy-client Secret"},
+			metav1.ConditionUnknown, proxyv1alpha1.ReasonProxyServerUnreachable, 0, "proxy-client Secret"},
 		{"no agent", &proxyv1alpha1.ClusterProxyStatusStatus{ConnectedAgents: 1}, observed(tunnelhealth.State{Time: probeAt}),
-			metav1.ConditionFalse, ReasonNoAgentConnected, 0, "cluster-proxy-proxy-agent"},
+			metav1.ConditionFalse, proxyv1alpha1.ReasonNoAgentConnected, 0, "cluster-proxy-proxy-agent"},
 		{"two agents", &proxyv1alpha1.ClusterProxyStatusStatus{}, healthy(2, time.Millisecond),
-			metav1.ConditionTrue, ReasonAgentConnected, 2, "2 agent(s)"},
+			metav1.ConditionTrue, proxyv1alpha1.ReasonAgentConnected, 2, "2 agent(s)"},
 		{"two agents on each of three replicas", &proxyv1alpha1.ClusterProxyStatusStatus{},
 			observed(tunnelhealth.State{ConnectedAgents: 2, Replicas: 3, ReplicasWithAgents: 3, Probe: &tunnelhealth.Probe{Healthy: true}}),
-			metav1.ConditionTrue, ReasonAgentConnected, 2, "each of 3 proxy-server(s)"},
+			metav1.ConditionTrue, proxyv1alpha1.ReasonAgentConnected, 2, "each of 3 proxy-server(s)"},
 		{"agents on two of three replicas", &proxyv1alpha1.ClusterProxyStatusStatus{},
 			observed(tunnelhealth.State{ConnectedAgents: 0, Replicas: 3, ReplicasWithAgents: 2, Probe: &tunnelhealth.Probe{Healthy: true}}),
-			metav1.ConditionFalse, ReasonAgentNotOnEveryReplica, 0, "2 of 3 proxy-servers"},
+			metav1.ConditionFalse, proxyv1alpha1.ReasonAgentNotOnEveryReplica, 0, "2 of 3 proxy-servers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setAgentConnected(tc.st, tc.obs)
@@ -91,19 +91,19 @@ func TestSetTunnelHealthy(t *testing.T) {
 		reason    string
 		inMessage string
 	}{
-		{"tunnel health off", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{}, metav1.ConditionUnknown, ReasonTunnelSourceMissing, "--tunnel-health"},
-		{"not observed yet", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true}, metav1.ConditionUnknown, ReasonNotObservedYet, "not asked"},
+		{"tunnel health off", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{}, metav1.ConditionUnknown, proxyv1alpha1.ReasonTunnelSourceMissing, "--tunnel-health"},
+		{"not observed yet", &proxyv1alpha1.ClusterProxyStatusStatus{}, tunnelObservation{configured: true}, metav1.ConditionUnknown, proxyv1alpha1.ReasonNotObservedYet, "not asked"},
 		{"not observed yet after a restart: the reported condition stays",
-			withCondition(proxyv1alpha1.ConditionTunnelHealthy, metav1.ConditionFalse, ReasonProbeFailed), tunnelObservation{configured: true},
-			metav1.ConditionFalse, ReasonProbeFailed, "as reported before"},
+			withCondition(proxyv1alpha1.ConditionTunnelHealthy, metav1.ConditionFalse, proxyv1alpha1.ReasonProbeFailed), tunnelObservation{configured: true},
+			metav1.ConditionFalse, proxyv1alpha1.ReasonProbeFailed, "as reported before"},
 		{"proxy-servers unreachable", &proxyv1alpha1.ClusterProxyStatusStatus{}, observed(tunnelhealth.State{Unreachable: true}),
-			metav1.ConditionUnknown, ReasonProxyServerUnreachable, "proxy-client Secret"},
+			metav1.ConditionUnknown, proxyv1alpha1.ReasonProxyServerUnreachable, "proxy-client Secret"},
 		{"no agent, nothing to probe", &proxyv1alpha1.ClusterProxyStatusStatus{}, observed(tunnelhealth.State{}),
-			metav1.ConditionFalse, ReasonNoAgentConnected, "nothing to probe"},
+			metav1.ConditionFalse, proxyv1alpha1.ReasonNoAgentConnected, "nothing to probe"},
 		{"probe failed", &proxyv1alpha1.ClusterProxyStatusStatus{},
 			observed(tunnelhealth.State{ConnectedAgents: 1, Probe: &tunnelhealth.Probe{Message: "GET /healthz answered 500"}}),
-			metav1.ConditionFalse, ReasonProbeFailed, "answered 500"},
-		{"probe answered ok", &proxyv1alpha1.ClusterProxyStatusStatus{}, healthy(1, time.Millisecond), metav1.ConditionTrue, ReasonProbeSucceeded, "ok"},
+			metav1.ConditionFalse, proxyv1alpha1.ReasonProbeFailed, "answered 500"},
+		{"probe answered ok", &proxyv1alpha1.ClusterProxyStatusStatus{}, healthy(1, time.Millisecond), metav1.ConditionTrue, proxyv1alpha1.ReasonProbeSucceeded, "ok"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setTunnelHealthy(tc.st, tc.obs)
@@ -184,12 +184,12 @@ func TestSetAvailable(t *testing.T) {
 		reason    string
 		inMessage string
 	}{
-		{"all true", status("True", "True", "True"), metav1.ConditionTrue, ReasonTunnelAvailable, "reachable"},
+		{"all true", status("True", "True", "True"), metav1.ConditionTrue, proxyv1alpha1.ReasonTunnelAvailable, "reachable"},
 		{"not deployed comes first", status("False", "Unknown", "False"), metav1.ConditionFalse, "AgentDeployedReason", "AgentDeployed: what AgentDeployed says"},
 		{"not connected", status("True", "False", "False"), metav1.ConditionFalse, "AgentConnectedReason", "AgentConnected: "},
 		{"connection unknown", status("True", "Unknown", "Unknown"), metav1.ConditionUnknown, "AgentConnectedReason", "AgentConnected: "},
 		{"unhealthy", status("True", "True", "False"), metav1.ConditionFalse, "TunnelHealthyReason", "TunnelHealthy: "},
-		{"a condition missing", status("True", "True", ""), metav1.ConditionUnknown, ReasonNotObservedYet, "TunnelHealthy is not reported yet"},
+		{"a condition missing", status("True", "True", ""), metav1.ConditionUnknown, proxyv1alpha1.ReasonNotObservedYet, "TunnelHealthy is not reported yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -212,11 +212,11 @@ func TestAddOnAvailableCondition(t *testing.T) {
 		message   string
 	}{
 		{"no status yet", nil, metav1.ConditionUnknown, "NoProbeResult", "the tunnel is not probed yet"},
-		{"available", &metav1.Condition{Status: "True", Reason: ReasonTunnelAvailable, Message: "reachable"},
+		{"available", &metav1.Condition{Status: "True", Reason: proxyv1alpha1.ReasonTunnelAvailable, Message: "reachable"},
 			metav1.ConditionTrue, "ProbeAvailable", "the managed kube-apiserver answers through the tunnel"},
-		{"unavailable", &metav1.Condition{Status: "False", Reason: ReasonNoAgentConnected, Message: "AgentConnected: no agent"},
+		{"unavailable", &metav1.Condition{Status: "False", Reason: proxyv1alpha1.ReasonNoAgentConnected, Message: "AgentConnected: no agent"},
 			metav1.ConditionFalse, "ProbeUnavailable", "AgentConnected: no agent"},
-		{"unknown", &metav1.Condition{Status: "Unknown", Reason: ReasonProxyServerUnreachable, Message: "AgentConnected: cannot ask"},
+		{"unknown", &metav1.Condition{Status: "Unknown", Reason: proxyv1alpha1.ReasonProxyServerUnreachable, Message: "AgentConnected: cannot ask"},
 			metav1.ConditionUnknown, "NoProbeResult", "AgentConnected: cannot ask"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
