@@ -96,6 +96,9 @@ func Setup(ctx context.Context, mgr runtimectrl.Manager, opts Options) error {
 	if err := clusteragent.IndexCSRsByCluster(ctx, mgr); err != nil {
 		return err
 	}
+	if err := clusteragent.IndexAddOnsByADC(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	if err := (&managedproxyconfiguration.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
 		Recorder: mgr.GetEventRecorder("cluster-proxy-operator"),

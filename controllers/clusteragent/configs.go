@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
@@ -59,6 +60,53 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 			Message: fmt.Sprintf("AddOnDeploymentConfig %s not found: create it or fix the reference", s.adcRef)}
 	}
 	return nil
+}
+
+// ADCRefField indexes the add-ons by the AddOnDeploymentConfig they name in spec.configs ("namespace/name"), or
+// usesDefaultADC when they name none and so take the ClusterManagementAddOn's default: an edit of one
+// AddOnDeploymentConfig re-queues only the add-ons it applies to.
+const ADCRefField = "spec.configs.addondeploymentconfigs"
+
+// usesDefaultADC is the ADCRefField value of add-ons that name no AddOnDeploymentConfig.
+const usesDefaultADC = "<default>"
+
+// IndexAddOnsByADC registers ADCRefField.
+func IndexAddOnsByADC(ctx context.Context, indexer ctrl.FieldIndexer) error {
+	return indexer.IndexField(ctx, &addonv1alpha1.ManagedClusterAddOn{}, ADCRefField, adcRefOf)
+}
+
+func adcRefOf(o ctrl.Object) []string {
+	mca, ok := o.(*addonv1alpha1.ManagedClusterAddOn)
+	if !ok {
+		return nil
+	}
+	if name, ns, _ := configRef(mca, nil, addonGroup, adcs); name != "" {
+		return []string{ns + "/" + name}
+	}
+	return []string{usesDefaultADC}
+}
+
+// addOnsOfADC are the add-ons an AddOnDeploymentConfig applies to: those that name it, and, when it is the
+// ClusterManagementAddOn's default, those that name none. Another add-on's config queues nothing.
+func (r *Reconciler) addOnsOfADC(ctx context.Context, adc ctrl.Object) []reconcile.Request {
+	keys := []string{adc.GetNamespace() + "/" + adc.GetName()}
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	if err := r.Client.Get(ctx, ctrl.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); err == nil {
+		if name, ns, _ := configRef(&addonv1alpha1.ManagedClusterAddOn{}, cma, addonGroup, adcs); name == adc.GetName() && ns == adc.GetNamespace() {
+			keys = append(keys, usesDefaultADC)
+		}
+	}
+	var reqs []reconcile.Request
+	for _, key := range keys {
+		list := &addonv1alpha1.ManagedClusterAddOnList{}
+		if err := r.Client.List(ctx, list, ctrl.MatchingFields{ADCRefField: key}); err != nil {
+			return nil
+		}
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: ctrl.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
 }
 
 // ConfigurationOf names the ManagedProxyConfiguration the add-on's agent is rendered from: the first

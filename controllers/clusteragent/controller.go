@@ -227,7 +227,7 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(predicate.NewPredicateFuncs(func(o ctrl.Object) bool {
 			return o.GetName() == proxyv1alpha1.CABundleSecretName
 		}))).
-		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns)).
+		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.addOnsOfADC)).
 		Watches(&addonv1alpha1.ClusterManagementAddOn{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(onlyOurAddOn)).
 		// The add-on CRD queues nothing: it decides how the add-on status is written (addOnSchema).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
