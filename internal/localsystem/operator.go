@@ -225,67 +225,44 @@ func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([
 	return out, nil
 }
 
-// waitAvailable waits until every cluster's tunnel is Available and every proxy-server replica holds every agent:
-// a request through any replica reaches any cluster.
+// waitAvailable waits until every cluster's tunnel is Available and every proxy-server replica holds every agent
+// (a request through any replica reaches any cluster), writing each cluster's state, and what the replicas miss, to
+// the log when it changes.
 func (s *System) waitAvailable(ctx context.Context) error {
 	deadline := time.Now().Add(s.opts.ReadyTimeout)
-	lastMissing := ""
-	for {
-		if err := WaitAvailable(ctx, s.HubClient, s.Clusters(), time.Until(deadline), s.opts.Log, nil); err != nil {
-			return fmt.Errorf("%w; logs are in %s", err, s.opts.WorkDir)
-		}
-		all, missing, err := s.everyReplicaHoldsEveryAgent(ctx)
-		switch {
-		case err != nil:
-			missing = err.Error()
-		case all:
-			return nil
-		}
-		if missing != lastMissing {
-			fmt.Fprintf(s.opts.Log, "    %s\n", missing)
-			lastMissing = missing
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not every proxy-server replica holds every agent after %s (%s); logs are in %s", s.opts.ReadyTimeout, missing, s.opts.WorkDir)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// WaitAvailable waits, up to timeout, until the ClusterProxyStatus and ManagedClusterAddOn of each of clusters are
-// Available, writing each cluster's state to log when it changes. check, when set, is called every round and ends
-// the wait with its error (a component that died).
-func WaitAvailable(ctx context.Context, hub client.Client, clusters []string, timeout time.Duration, log io.Writer, check func() error) error {
-	deadline := time.Now().Add(timeout)
 	last := map[string]string{}
 	for {
-		if check != nil {
-			if err := check(); err != nil {
-				return err
-			}
-		}
-		states, err := ClusterStates(ctx, hub, clusters)
+		states, err := s.States(ctx)
 		if err != nil {
 			return err
 		}
-		ready := true
+		available := true
 		for _, st := range states {
 			line := fmt.Sprintf("%s; ManagedClusterAddOn Available=%s", st.Status, st.AddOnAvailable)
 			if last[st.Name] != line {
-				fmt.Fprintf(log, "    %s: %s\n", st.Name, line)
+				fmt.Fprintf(s.opts.Log, "    %s: %s\n", st.Name, line)
 				last[st.Name] = line
 			}
-			ready = ready && st.Available && st.AddOnAvailable == metav1.ConditionTrue
+			available = available && st.Available && st.AddOnAvailable == metav1.ConditionTrue
 		}
-		if ready {
-			return nil
+		missing := "not every cluster is Available"
+		if available {
+			all, why, err := s.everyReplicaHoldsEveryAgent(ctx)
+			switch {
+			case err != nil:
+				missing = err.Error()
+			case all:
+				return nil
+			default:
+				missing = why
+			}
+			if last[""] != missing {
+				fmt.Fprintf(s.opts.Log, "    %s\n", missing)
+				last[""] = missing
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not every cluster is Available after %s", timeout)
+			return fmt.Errorf("%s after %s; logs are in %s", missing, s.opts.ReadyTimeout, s.opts.WorkDir)
 		}
 		select {
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,22 +27,6 @@ func (s *System) ReplicaAgents(ctx context.Context) (map[string]map[string][]str
 		client.MatchingLabels{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}); err != nil {
 		return nil, err
 	}
-	out := map[string]map[string][]string{}
-	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil || !podReady(&pod) {
-			continue
-		}
-		agents, err := s.podAgents(ctx, pod.Name)
-		if err != nil {
-			return nil, fmt.Errorf("proxy-server pod %s: %w", pod.Name, err)
-		}
-		out[pod.Name] = agents
-	}
-	return out, nil
-}
-
-// podAgents forwards a local port to pod's HTTP-CONNECT port for one GET /agents.
-func (s *System) podAgents(ctx context.Context, pod string) (map[string][]string, error) {
 	cs, err := kubernetes.NewForConfig(s.Hub.Config)
 	if err != nil {
 		return nil, err
@@ -50,12 +35,36 @@ func (s *System) podAgents(ctx context.Context, pod string) (map[string][]string
 	if err != nil {
 		return nil, err
 	}
-	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(Namespace).Name(pod).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
-	port := defaultPorts().HTTPConnectServer
+	port := strconv.Itoa(int(defaultPorts().HTTPConnectServer))
+	forward := func(pod string) portForwarder {
+		url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(Namespace).Name(pod).SubResource("portforward").URL()
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+		return func(stop, ready chan struct{}) (*portforward.PortForwarder, error) {
+			return portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + port}, stop, ready, io.Discard, io.Discard)
+		}
+	}
+	out := map[string]map[string][]string{}
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil || !podReady(&pod) {
+			continue
+		}
+		agents, err := podAgents(ctx, s.Hub.Config, forward(pod.Name))
+		if err != nil {
+			return nil, fmt.Errorf("proxy-server pod %s: %w", pod.Name, err)
+		}
+		out[pod.Name] = agents
+	}
+	return out, nil
+}
+
+// portForwarder forwards a local port to one proxy-server pod's HTTP-CONNECT port until stop closes.
+type portForwarder func(stop, ready chan struct{}) (*portforward.PortForwarder, error)
+
+// podAgents asks one proxy-server pod, through forward, which agents it holds.
+func podAgents(ctx context.Context, hub *rest.Config, forward portForwarder) (map[string][]string, error) {
 	stop, ready := make(chan struct{}), make(chan struct{})
 	defer close(stop)
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(int(port))}, stop, ready, io.Discard, io.Discard)
+	fw, err := forward(stop, ready)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +81,11 @@ func (s *System) podAgents(ctx context.Context, pod string) (map[string][]string
 	if err != nil {
 		return nil, err
 	}
-	resolve, err := clusterproxy.ParseResolve([]string{fmt.Sprintf("proxy-entrypoint.%s.svc:%d=127.0.0.1:%d", Namespace, port, forwarded[0].Local)})
+	resolve, err := clusterproxy.ParseResolve([]string{fmt.Sprintf("proxy-entrypoint.%s.svc:%d=127.0.0.1:%d", Namespace, forwarded[0].Remote, forwarded[0].Local)})
 	if err != nil {
 		return nil, err
 	}
-	proxies, err := clusterproxy.New(ctx, s.Hub.Config, clusterproxy.Options{Resolve: resolve})
+	proxies, err := clusterproxy.New(ctx, hub, clusterproxy.Options{Resolve: resolve})
 	if err != nil {
 		return nil, err
 	}

@@ -58,8 +58,11 @@ func (c *Client) ConnectedAgents(ctx context.Context) (map[string][]string, erro
 // elsewhere (Options.Resolve), the Service is asked once and its answer stands for one replica. A replica that does
 // not answer is left out, and named in the error when none answers.
 func (c *Client) ReplicaAgents(ctx context.Context) (map[string]map[string][]string, error) {
-	replicas, err := c.replicas(ctx)
-	if err != nil || len(replicas) == 0 || c.resolve.Address(c.addrs.HTTPConnect) != c.addrs.HTTPConnect {
+	var replicas map[string]string
+	if c.resolve.Address(c.addrs.HTTPConnect) == c.addrs.HTTPConnect {
+		replicas, _ = c.replicas(ctx) // unknown endpoints: the Service stands for them
+	}
+	if len(replicas) == 0 {
 		agents, err := c.ConnectedAgents(ctx)
 		if err != nil {
 			return nil, err
