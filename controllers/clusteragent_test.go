@@ -313,6 +313,69 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		}, timeout, interval).Should(Succeed())
 	})
 
+	It("keeps a user's default AddOnDeploymentConfig in the ClusterManagementAddOn and applies it on every cluster", func() {
+		clusters := []string{"dflt-" + mpcSuffix(), "dflt-" + mpcSuffix()}
+		for _, c := range clusters {
+			newCluster(c)
+			installAddOn(c)
+		}
+		adcNS := "defaults-" + mpcSuffix()
+		Expect(k8s.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: adcNS}})).To(Succeed())
+		Expect(k8s.Create(ctx(), &addonv1alpha1.AddOnDeploymentConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: "fleet-proxy", Namespace: adcNS},
+			Spec:       addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPSProxy: "https://fleet-proxy.corp.example:3129"}},
+		})).To(Succeed())
+
+		By("the user sets the defaultConfig of addondeploymentconfigs, as the README tells them (kubectl patch)")
+		setDefaultADC := func(ref *addonv1alpha1.ConfigReferent) {
+			Eventually(func(g Gomega) {
+				cma := get(g, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
+				before := cma.DeepCopy()
+				for i := range cma.Spec.SupportedConfigs {
+					if cma.Spec.SupportedConfigs[i].Resource == "addondeploymentconfigs" {
+						cma.Spec.SupportedConfigs[i].DefaultConfig = ref
+					}
+				}
+				g.Expect(k8s.Patch(ctx(), cma, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner("kubectl-patch"))).To(Succeed())
+			}, timeout, interval).Should(Succeed())
+		}
+		setDefaultADC(&addonv1alpha1.ConfigReferent{Namespace: adcNS, Name: "fleet-proxy"})
+		DeferCleanup(func() { setDefaultADC(nil) })
+
+		for _, c := range clusters {
+			Eventually(func(g Gomega) {
+				env := agentDeployment(g, c).Spec.Template.Spec.Containers[0].Env
+				g.Expect(envValue(env, "HTTPS_PROXY")).To(Equal("https://fleet-proxy.corp.example:3129"), "cluster %s", c)
+				g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, c, "cluster-proxy").Status.ProxySettings).To(
+					HaveField("Source", adcNS+"/fleet-proxy"), "cluster %s", c)
+			}, timeout, interval).Should(Succeed())
+		}
+
+		By("a pass of the configuration that renders the ClusterManagementAddOn leaves the user's field in place")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name)
+			live.Spec.ProxyServer.Replicas++
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		expectReady(hub)
+		cma := get(Default, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
+		Expect(cma.Spec.SupportedConfigs).To(ContainElement(And(
+			HaveField("Resource", "addondeploymentconfigs"),
+			HaveField("DefaultConfig", &addonv1alpha1.ConfigReferent{Namespace: adcNS, Name: "fleet-proxy"}))))
+
+		By("at steady state, a label on the ClusterManagementAddOn (a pass of the configuration and of every cluster) writes nothing")
+		expectQuiet()
+		before := writes.count()
+		Eventually(func(g Gomega) {
+			live := get(g, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
+			live.Labels["team"] = "platform-" + mpcSuffix()
+			g.Expect(k8s.Update(ctx(), live, client.FieldOwner("kubectl-label"))).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Consistently(writes.count, 3*time.Second, 250*time.Millisecond).Should(Equal(before))
+		Expect(get(Default, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy").Spec.SupportedConfigs).To(ContainElement(
+			HaveField("DefaultConfig", &addonv1alpha1.ConfigReferent{Namespace: adcNS, Name: "fleet-proxy"})))
+	})
+
 	It("restores the agent work when someone else edits it, keeping the labels they added", func() {
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)

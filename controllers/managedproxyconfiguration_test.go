@@ -230,7 +230,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		}, timeout, interval).Should(Succeed())
 	})
 
-	It("puts back tampered objects", func() {
+	It("puts back what others change of the fields it renders, and leaves the fields they add", func() {
 		mpc := newMPC()
 		createMPC(mpc)
 		expectReady(mpc)
@@ -240,7 +240,9 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		dep.Spec.Replicas = ptrTo(int32(7))
 		dep.Spec.Template.Spec.Containers[0].Image = "evil.example.com/proxy:latest"
 		dep.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "INJECTED", Value: "1"}}
-		Expect(k8s.Update(ctx(), dep)).To(Succeed())
+		// What 'kubectl rollout restart' writes.
+		dep.Spec.Template.Annotations = map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-11-25T10:00:00Z"}
+		Expect(k8s.Update(ctx(), dep, client.FieldOwner("kubectl-edit"))).To(Succeed())
 
 		svc := get(Default, &corev1.Service{}, ns, "proxy-entrypoint")
 		svc.Spec.Ports[0].Port = 9999
@@ -263,7 +265,8 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 			dep := get(g, &appsv1.Deployment{}, ns, mpc.Name)
 			g.Expect(*dep.Spec.Replicas).To(Equal(int32(2)))
 			g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("example.com/cluster-proxy:test"))
-			g.Expect(dep.Spec.Template.Spec.Containers[0].Env).To(BeEmpty())
+			g.Expect(dep.Spec.Template.Spec.Containers[0].Env).To(ConsistOf(corev1.EnvVar{Name: "INJECTED", Value: "1"}), "a field another writer added stays")
+			g.Expect(dep.Spec.Template.Annotations).To(HaveKey("kubectl.kubernetes.io/restartedAt"), "a rollout restart is not undone")
 			g.Expect(get(g, &corev1.Service{}, ns, "proxy-entrypoint").Spec.Ports).To(ContainElement(HaveField("Port", int32(8090))))
 			get(g, &corev1.ServiceAccount{}, ns, "cluster-proxy")
 			g.Expect(get(g, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]).To(Equal(want))
@@ -279,14 +282,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		mpc := newMPC()
 		createMPC(mpc)
 		expectReady(mpc)
-		By("waiting until the manager is quiet")
-		last := int64(-1)
-		Eventually(func() bool {
-			n := writes.count()
-			quiet := n == last
-			last = n
-			return quiet
-		}, timeout, time.Second).Should(BeTrue())
+		expectQuiet()
 		before := writes.count()
 		Consistently(writes.count, 5*time.Second, 250*time.Millisecond).Should(Equal(before))
 	})

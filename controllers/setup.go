@@ -50,10 +50,12 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
-// secrets, services and deployments are neither watched nor held in memory.
+// secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped, but for the
+// objects apply.EnsureReplaced writes, which keep other writers' entries.
 func CacheOptions() cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
-	return cache.Options{DefaultTransform: apply.KeepForeignManagedFields, ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+		&proxyv1alpha1.ClusterProxyStatus{}: {Transform: apply.KeepForeignManagedFields},
 		&corev1.Secret{}:             owned,
 		&corev1.Service{}:            owned,
 		&corev1.ServiceAccount{}:     owned,
@@ -68,8 +70,6 @@ func CacheOptions() cache.Options {
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
-		// Of the CRDs, only the add-on's is read: how its status is written depends on it.
-		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", clusteragent.AddOnCRDName)},
 	}}
 }
 

@@ -104,6 +104,17 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 
 func (w *writeCounter) count() int64 { return w.n.Load() }
 
+// expectQuiet waits until the manager has made no write for a second.
+func expectQuiet() {
+	last := int64(-1)
+	EventuallyWithOffset(1, func() bool {
+		n := writes.count()
+		quiet := n == last
+		last = n
+		return quiet
+	}, timeout, time.Second).Should(BeTrue(), "the manager keeps writing")
+}
+
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

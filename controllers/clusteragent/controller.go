@@ -12,13 +12,11 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -52,9 +50,6 @@ type Reconciler struct {
 	// Tunnels reports tunnel health and re-queues the clusters whose tunnel changed; nil leaves the tunnel
 	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels TunnelSource
-
-	addOnSchema addOnSchema
-	own         ownWrites
 }
 
 // scope is what one pass reads and decides.
@@ -79,7 +74,6 @@ type scope struct {
 // +kubebuilder:rbac:groups=work.open-cluster-management.io,resources=manifestworks,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=clusterproxystatuses/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch,resourceNames=managedclusteraddons.addon.open-cluster-management.io
 
 // Reconcile brings one cluster's agent, add-on status and ClusterProxyStatus in line.
 func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (runtimectrl.Result, error) {
@@ -121,8 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req runtimectrl.Request) (ru
 		err = r.writeClusterStatus(ctx, s)
 	}
 	if apierrors.IsConflict(err) || errors.Is(err, apply.ErrNotCached) {
-		// Written meanwhile, or written by an earlier pass whose event the predicate took for its own: read again
-		// soon.
+		// Written meanwhile, or written by an earlier pass that the cache has not caught up with: read again soon.
 		return runtimectrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	return runtimectrl.Result{RequeueAfter: requeue}, err
@@ -173,32 +166,8 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	s.work, err = ensure(ctx, r, work)
+	s.work, _, err = apply.EnsureReplaced(ctx, r.Client, work)
 	return err == nil, err
-}
-
-// ensure is apply.EnsureReplaced for the objects a pass writes, told to ownWrites.
-func ensure[T ctrl.Object](ctx context.Context, r *Reconciler, desired T) (T, error) {
-	r.own.begin(desired)
-	live, wrote, err := apply.EnsureReplaced(ctx, r.Client, desired)
-	var written ctrl.Object
-	if err == nil && wrote {
-		written = live
-	}
-	r.own.end(desired, written)
-	return live, err
-}
-
-// writeStatus writes the status of after, a changed copy of before, with write, told to ownWrites.
-func (r *Reconciler) writeStatus(ctx context.Context, write func(context.Context, ctrl.Client, ctrl.Object, ctrl.Object) error, before, after ctrl.Object) error {
-	r.own.begin(after)
-	err := write(ctx, r.Client, before, after)
-	var written ctrl.Object
-	if err == nil && after.GetResourceVersion() != before.GetResourceVersion() {
-		written = after
-	}
-	r.own.end(after, written)
-	return err
 }
 
 // problemIsNew reports whether the add-on does not show this problem yet, so its Event is emitted once, not on
@@ -208,18 +177,19 @@ func problemIsNew(mca *addonv1alpha1.ManagedClusterAddOn, problem *proxyenv.Fiel
 	return c == nil || c.Status != metav1.ConditionFalse || c.Reason != problem.Reason || c.Message != problem.Error()
 }
 
-// SetupWithManager registers the reconciler and the changes that re-queue a cluster.
+// SetupWithManager registers the reconciler and the changes that re-queue a cluster. The add-on, its work and its
+// ClusterProxyStatus pass only the changes a pass did not make itself (see the predicates): a pass's own writes
+// would otherwise queue a second pass per cluster that only finds them in place.
 func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.Options) error {
 	onlyOurAddOn := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
 	b := runtimectrl.NewControllerManagedBy(mgr)
 	if r.Tunnels != nil {
 		b = b.WatchesRawSource(source.Channel(r.Tunnels.Changes(), handler.TypedEnqueueRequestsFromMapFunc(r.addOnsOfTunnelChange)))
 	}
-	b = b.WatchesRawSource(source.Channel(r.own.Foreign(), handler.TypedEnqueueRequestsFromMapFunc(addOnOfNamespace)))
 	return b.
-		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, r.own.notOwn())).
-		Owns(&workv1.ManifestWork{}, builder.WithPredicates(r.own.notOwn())).
-		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(r.own.notOwn())).
+		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, addOnSpecChanged)).
+		Owns(&workv1.ManifestWork{}, builder.WithPredicates(workChangedByOthers)).
+		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(renderedChangedByOthers)).
 		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(agentInputChanged)).
@@ -229,21 +199,40 @@ func (r *Reconciler) SetupWithManager(mgr runtimectrl.Manager, opts controller.O
 		}))).
 		Watches(&addonv1alpha1.AddOnDeploymentConfig{}, handler.EnqueueRequestsFromMapFunc(r.addOnsOfADC)).
 		Watches(&addonv1alpha1.ClusterManagementAddOn{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(onlyOurAddOn)).
-		// The add-on CRD queues nothing: it decides how the add-on status is written (addOnSchema).
-		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
-			CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.addOnSchema.observe(e.Object, false)
-			},
-			UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.addOnSchema.observe(e.ObjectNew, false)
-			},
-			DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.addOnSchema.observe(e.Object, true)
-			},
-		}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetName() == AddOnCRDName }))).
 		Named("clusteragent").
 		WithOptions(opts).
 		Complete(r)
+}
+
+// addOnSpecChanged passes a new add-on, a deleted one and a change of its spec. Not its status, which this
+// reconciler writes, and of which OCM's agents write conditions it does not read.
+var addOnSpecChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+}
+
+// renderedChangedByOthers passes the deletion of an object a pass renders, and a change of its spec that kept the
+// rendered hash, i.e. made by another writer (a pass that renders something new writes a new hash). Not its
+// creation, which a pass makes, nor a status write.
+var renderedChangedByOthers = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() &&
+			e.ObjectOld.GetAnnotations()[apply.HashAnnotation] == e.ObjectNew.GetAnnotations()[apply.HashAnnotation]
+	},
+}
+
+// workChangedByOthers is renderedChangedByOthers for the agent ManifestWork, whose status the work agent writes
+// from the managed cluster: every change of that status passes too.
+var workChangedByOthers = predicate.Funcs{
+	CreateFunc: renderedChangedByOthers.CreateFunc,
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, ok1 := e.ObjectOld.(*workv1.ManifestWork)
+		cur, ok2 := e.ObjectNew.(*workv1.ManifestWork)
+		return !ok1 || !ok2 || renderedChangedByOthers.UpdateFunc(e) || !equality.Semantic.DeepEqual(old.Status, cur.Status)
+	},
 }
 
 func addOnOfCluster(_ context.Context, o ctrl.Object) []reconcile.Request {

@@ -27,11 +27,9 @@ import (
 
 // applyAddOnStatus writes the add-on's status fields the operator owns (namespace, registrations, config references,
 // health-check mode and the Configured, ManifestApplied and Progressing conditions, plus Available when it checks the
-// tunnels itself). The conditions OCM's own agents write are carried over from the cached add-on, and the write is
-// locked to the resourceVersion read, so a concurrent change is never lost (the pass is retried). It is a PUT of the
-// whole status while the Go types hold every status field the installed CRD allows (addOnSchema), else a merge
-// patch; either costs the API server a fraction of a server-side apply, and there is one per cluster. Nothing is
-// written when the fields are already in place.
+// tunnels itself). It is a merge patch, which carries only what changed, so the fields OCM's own agents write stay,
+// even those newer than the operator's Go types; it is locked to the resourceVersion read, so a concurrent change is
+// never lost (the pass is retried). Nothing is written when the fields are already in place.
 func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	after := s.mca.DeepCopy()
 	st := &after.Status
@@ -48,11 +46,7 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 	st.Namespace = installNamespace(s)
 	st.Registrations = registrations(s)
 	st.ConfigReferences = configReferences(s)
-	write := apply.PatchStatus
-	if r.addOnSchema.fits.Load() {
-		write = apply.UpdateStatus
-	}
-	if err := r.writeStatus(ctx, write, s.mca, after); err != nil {
+	if err := apply.PatchStatus(ctx, r.Client, s.mca, after); err != nil {
 		return err
 	}
 	// After the write: the resourceVersion lock proves the add-on read was current, so a problem it does not show
@@ -173,7 +167,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	live, err := ensure(ctx, r, cps)
+	live, _, err := apply.EnsureReplaced(ctx, r.Client, cps)
 	if err != nil {
 		return 0, err
 	}
@@ -189,7 +183,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, s *scope) error {
-	return r.writeStatus(ctx, apply.UpdateStatus, s.cpsBefore, s.cps)
+	return apply.UpdateStatus(ctx, r.Client, s.cpsBefore, s.cps)
 }
 
 // computeStatus sets every field and condition of st from this pass, and returns when to look again (the agent

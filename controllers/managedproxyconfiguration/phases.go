@@ -154,7 +154,7 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (runtimectrl.
 	}
 	var opts []apply.Option
 	for _, path := range render.CMAUserOwnedFields {
-		opts = append(opts, apply.UserOwned(path...))
+		opts = append(opts, apply.NotRendered(path...))
 	}
 	if _, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...); err != nil {
 		return runtimectrl.Result{}, err

@@ -25,15 +25,19 @@ const (
 	HashAnnotation = "proxy.open-cluster-management.io/rendered-hash"
 )
 
-// Ensure makes the live object match desired. It reads the live object through c (the cache, in a manager) and
-// applies desired only when a field desired sets differs, a list differs in length, or the rendered hash changed.
-// It returns whether it wrote.
+// Ensure makes the fields desired sets hold desired's values, and leaves every other field alone: what other
+// writers add beside them (a user's defaultConfig in a ClusterManagementAddOn, Helm's labels, the restartedAt
+// annotation of 'kubectl rollout restart', an injected env var) stays, and a field of desired that someone changed
+// is put back. It reads the live object through c (the cache, in a manager) and applies desired with server-side
+// apply, forcing ownership of its fields, only when a field desired sets differs, a list differs in length, or the
+// rendered hash changed. Where another writer's list element took the key of one desired renders, so that both
+// cannot stand, the rendered fields replace the live ones. It returns whether it wrote.
 func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ...Option) (bool, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	gvk, want, err := rendered(c, desired, o.userOwned)
+	gvk, want, err := rendered(c, desired, o.notRendered)
 	if err != nil {
 		return false, err
 	}
@@ -52,31 +56,40 @@ func Ensure(ctx context.Context, c client.Client, desired client.Object, opts ..
 		if err != nil {
 			return false, err
 		}
-		foreign := foreignSpecOwner(liveObj, o.userOwned...)
-		if Contains(have, want) && !foreign {
+		if Contains(have, want) {
 			return false, nil
 		}
-		if foreign {
-			if _, err := replaceRendered(ctx, c, have, want, o.userOwned); err != nil {
-				return false, fmt.Errorf("restore %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
-			}
+		err = apply(ctx, c, want)
+		if !apierrors.IsInvalid(err) {
+			return err == nil, err
 		}
+		// Another writer's list element holds a key of one the operator renders (a Service port renumbered but
+		// still named): both cannot stand, so the rendered fields replace the live ones.
+		if _, err := replaceRendered(ctx, c, have, want); err != nil {
+			return false, fmt.Errorf("restore %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
+		}
+		return true, nil
 	}
-	u := &unstructured.Unstructured{Object: want}
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(desired), err)
-	}
-	return true, nil
+	return true, apply(ctx, c, want)
 }
 
-// rendered is desired as the map the operator writes: no status or creation time, its type set, the user-owned
-// paths removed, and the hash of the rest in HashAnnotation.
-func rendered(c client.Client, desired client.Object, userOwned [][]string) (schema.GroupVersionKind, map[string]any, error) {
+// apply writes want with server-side apply, taking over the fields it sets from other writers.
+func apply(ctx context.Context, c client.Client, want map[string]any) error {
+	u := &unstructured.Unstructured{Object: want}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// rendered is desired as the map the operator writes: no status or creation time, its type set, the paths it does
+// not render removed, and the hash of the rest in HashAnnotation.
+func rendered(c client.Client, desired client.Object, notRendered [][]string) (schema.GroupVersionKind, map[string]any, error) {
 	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
 	if err != nil {
 		return gvk, nil, err
 	}
-	want, err := renderedMap(desired, gvk, userOwned)
+	want, err := renderedMap(desired, gvk, notRendered)
 	if err != nil {
 		return gvk, nil, err
 	}
@@ -85,7 +98,7 @@ func rendered(c client.Client, desired client.Object, userOwned [][]string) (sch
 }
 
 // renderedMap is desired as the map the operator writes, without the hash.
-func renderedMap(desired client.Object, gvk schema.GroupVersionKind, userOwned [][]string) (map[string]any, error) {
+func renderedMap(desired client.Object, gvk schema.GroupVersionKind, notRendered [][]string) (map[string]any, error) {
 	want, err := toMap(desired)
 	if err != nil {
 		return nil, err
@@ -94,16 +107,16 @@ func renderedMap(desired client.Object, gvk schema.GroupVersionKind, userOwned [
 	meta, _ := want["metadata"].(map[string]any)
 	delete(meta, "creationTimestamp")
 	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
-	for _, path := range userOwned {
+	for _, path := range notRendered {
 		unstructured.RemoveNestedField(want, path...)
 	}
 	return want, nil
 }
 
 // foreignSpecOwner reports whether another writer owns fields outside metadata and status, i.e. changed what
-// the operator renders (kubectl edit of a Deployment, say). Status writers and metadata-only writers (labels,
-// annotations, finalizers) are left alone.
-func foreignSpecOwner(obj client.Object, userOwned ...[]string) bool {
+// the operator renders (kubectl edit of a ManifestWork, say). Status writers and metadata-only writers (labels,
+// annotations, finalizers) are left alone. EnsureReplaced decides from it, for the objects the operator writes alone.
+func foreignSpecOwner(obj client.Object) bool {
 	for _, mf := range obj.GetManagedFields() {
 		if mf.Manager == FieldOwner || mf.Subresource != "" || mf.FieldsV1 == nil {
 			continue
@@ -115,43 +128,15 @@ func foreignSpecOwner(obj client.Object, userOwned ...[]string) bool {
 		delete(fields, "f:metadata")
 		delete(fields, "f:status")
 		delete(fields, ".")
-		if ownsOutside(fields, userOwned) {
+		if len(fields) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// ownsOutside reports whether a managed-fields set holds a field outside the user-owned paths.
-func ownsOutside(fields map[string]any, userOwned [][]string) bool {
-	for k, v := range fields {
-		if k == "." {
-			continue
-		}
-		var deeper [][]string
-		matched := false
-		for _, p := range userOwned {
-			if len(p) > 0 && "f:"+p[0] == k {
-				if len(p) == 1 {
-					matched = true
-				} else {
-					deeper = append(deeper, p[1:])
-				}
-			}
-		}
-		if matched {
-			continue
-		}
-		sub, _ := v.(map[string]any)
-		if len(deeper) == 0 || len(sub) == 0 || ownsOutside(sub, deeper) {
-			return true
-		}
-	}
-	return false
-}
-
-// KeepForeignManagedFields is a cache transform that keeps only the managed-fields entries Ensure looks at (other
-// writers of the main resource), so cached objects do not carry the operator's own, large entries.
+// KeepForeignManagedFields is a cache transform that keeps only the managed-fields entries EnsureReplaced looks at
+// (other writers of the main resource), so cached objects do not carry the operator's own, large entries.
 func KeepForeignManagedFields(obj any) (any, error) {
 	o, ok := obj.(client.Object)
 	if !ok {
@@ -174,83 +159,13 @@ func KeepForeignManagedFields(obj any) (any, error) {
 // Option adjusts Ensure.
 type Option func(*options)
 
-type options struct{ userOwned [][]string }
+type options struct{ notRendered [][]string }
 
-// UserOwned leaves the field at path (for example "spec", "installStrategy") to users: it is not rendered, a
-// user's value is no tampering, and a restore keeps it.
-func UserOwned(path ...string) Option {
-	return func(o *options) { o.userOwned = append(o.userOwned, path) }
-}
-
-// replaceRendered removes what other writers added next to the rendered fields: server-side apply restores the
-// fields the operator sets but keeps fields owned by others (an injected env var, an extra Service port). The
-// rendered top-level fields (spec, data, rules...) replace the live ones with an update; a Service keeps the values
-// the server allocated (cluster IPs, node ports), which a replacement must not discard. It returns the object as the
-// update answered.
-func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any, userOwned [][]string) (*unstructured.Unstructured, error) {
-	kept := map[int]any{}
-	for i, path := range userOwned {
-		if v, found, _ := unstructured.NestedFieldCopy(live, path...); found {
-			kept[i] = v
-		}
-	}
-	for k, v := range want {
-		switch k {
-		case "apiVersion", "kind", "metadata", "status":
-		default:
-			if k == "spec" && want["kind"] == "Service" {
-				v = keepAllocated(live["spec"], v)
-			}
-			live[k] = v
-		}
-	}
-	live["apiVersion"], live["kind"] = want["apiVersion"], want["kind"]
-	if meta, ok := live["metadata"].(map[string]any); ok {
-		// Sent managed fields would replace the stored ones, and a cached object holds only some of them.
-		delete(meta, "managedFields")
-	}
-	for i, v := range kept {
-		_ = unstructured.SetNestedField(live, v, userOwned[i]...)
-	}
-	u := &unstructured.Unstructured{Object: live}
-	return u, c.Update(ctx, u, client.FieldOwner(FieldOwner))
-}
-
-// keepAllocated copies the server-allocated fields of a Service spec into a rendered one.
-func keepAllocated(liveSpec, wantSpec any) any {
-	have, _ := liveSpec.(map[string]any)
-	want, _ := wantSpec.(map[string]any)
-	out := map[string]any{}
-	for k, v := range want {
-		out[k] = v
-	}
-	for _, k := range []string{"clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort"} {
-		if v, ok := have[k]; ok {
-			out[k] = v
-		}
-	}
-	nodePorts := map[any]any{}
-	livePorts, _ := have["ports"].([]any)
-	for _, p := range livePorts {
-		if pm, ok := p.(map[string]any); ok && pm["nodePort"] != nil {
-			nodePorts[pm["name"]] = pm["nodePort"]
-		}
-	}
-	wantPorts, _ := want["ports"].([]any)
-	ports := make([]any, 0, len(wantPorts))
-	for _, p := range wantPorts {
-		pm, _ := p.(map[string]any)
-		cp := map[string]any{}
-		for k, v := range pm {
-			cp[k] = v
-		}
-		if np, ok := nodePorts[pm["name"]]; ok {
-			cp["nodePort"] = np
-		}
-		ports = append(ports, cp)
-	}
-	out["ports"] = ports
-	return out
+// NotRendered leaves the field at path (for example "spec", "installStrategy") out of what Ensure applies, so
+// another writer's value (a user's, Helm's) is neither compared nor touched, even where desired's Go type would
+// render a zero value.
+func NotRendered(path ...string) Option {
+	return func(o *options) { o.notRendered = append(o.notRendered, path) }
 }
 
 // Contains reports whether every field set in want has the same value in have. Maps may hold extra keys in

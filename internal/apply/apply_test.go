@@ -54,18 +54,3 @@ func TestForeignSpecOwner(t *testing.T) {
 		})
 	}
 }
-
-func TestKeepAllocatedKeepsServerValuesOfAService(t *testing.T) {
-	g := NewWithT(t)
-	live := map[string]any{
-		"clusterIP": "10.0.0.1", "clusterIPs": []any{"10.0.0.1"}, "ipFamilies": []any{"IPv4"},
-		"ports": []any{map[string]any{"name": "agent-server", "port": 9999.0, "nodePort": 31000.0}, map[string]any{"name": "extra", "port": 1.0}},
-	}
-	want := map[string]any{"type": "LoadBalancer", "ports": []any{map[string]any{"name": "agent-server", "port": 443.0}}}
-	got := keepAllocated(live, want).(map[string]any)
-	g.Expect(got["clusterIP"]).To(Equal("10.0.0.1"))
-	g.Expect(got["ipFamilies"]).To(Equal([]any{"IPv4"}))
-	g.Expect(got["type"]).To(Equal("LoadBalancer"))
-	g.Expect(got["ports"]).To(Equal([]any{map[string]any{"name": "agent-server", "port": 443.0, "nodePort": 31000.0}}))
-	g.Expect(want["ports"]).To(Equal([]any{map[string]any{"name": "agent-server", "port": 443.0}}), "the rendered spec is not modified")
-}

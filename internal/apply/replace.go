@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -90,7 +91,7 @@ func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desir
 		return none, false, err
 	}
 	mergeMetadata(have, want)
-	written, err := replaceRendered(ctx, c, have, want, nil)
+	written, err := replaceRendered(ctx, c, have, want)
 	if err != nil {
 		return none, false, fmt.Errorf("replace %s %s: %w", gvk.Kind, key, err)
 	}
@@ -156,4 +157,24 @@ func mergeMetadata(have, want map[string]any) {
 		}
 	}
 	hm["ownerReferences"] = refs
+}
+
+// replaceRendered puts the rendered top-level fields (spec, data...) of want in place of live's with an update,
+// removing what other writers added beside them: server-side apply would restore the fields the operator sets but
+// keep the fields owned by others. It returns the object as the update answered.
+func replaceRendered(ctx context.Context, c client.Client, live, want map[string]any) (*unstructured.Unstructured, error) {
+	for k, v := range want {
+		switch k {
+		case "apiVersion", "kind", "metadata", "status":
+		default:
+			live[k] = v
+		}
+	}
+	live["apiVersion"], live["kind"] = want["apiVersion"], want["kind"]
+	if meta, ok := live["metadata"].(map[string]any); ok {
+		// Sent managed fields would replace the stored ones, and a cached object holds only some of them.
+		delete(meta, "managedFields")
+	}
+	u := &unstructured.Unstructured{Object: live}
+	return u, c.Update(ctx, u, client.FieldOwner(FieldOwner))
 }

@@ -383,6 +383,9 @@ func SignerSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, name string, dat
 // spec.installStrategy (Manual or Placements) belongs to users: see CMAUserOwnedFields.
 func ClusterManagementAddOn(mpc *proxyv1alpha1.ManagedProxyConfiguration) *addonv1alpha1.ClusterManagementAddOn {
 	meta := objectMeta(mpc, proxyv1alpha1.AddonName, "")
+	// The add-on is often installed by Helm, whose app.kubernetes.io/managed-by value ("Helm") marks what its release
+	// owns: the operator does not claim the label, so the two never take it from each other.
+	delete(meta.Labels, ManagedByLabel)
 	// The operator installs the add-on itself (install strategy, registrations, ManifestWork): OCM's add-on manager
 	// must not do it as well.
 	meta.Annotations = map[string]string{"addon.open-cluster-management.io/lifecycle": "self"}

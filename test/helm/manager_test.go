@@ -1,0 +1,114 @@
+package helm
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+)
+
+// TestManagerLeavesTheHelmInstalledAddOnAlone runs the manager against what 'helm install' put on an envtest hub:
+// the chart's ClusterManagementAddOn, which Helm owns, keeps Helm's install strategy and labels, and once the
+// configuration is Ready the manager writes nothing, neither at steady state, nor when a user labels the add-on, nor
+// after a 'helm upgrade' switches the install strategy.
+func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := startHub(t)
+	c, err := client.New(env.Config, client.Options{Scheme: controllers.NewScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
+	g.Expect(err).NotTo(HaveOccurred())
+	helm := func(args ...string) {
+		t.Helper()
+		out, errOut, err := runHelm(t, append(args, "--kubeconfig", kcPath)...)
+		g.Expect(err).NotTo(HaveOccurred(), "helm %v:\n%s%s", args, out, errOut)
+	}
+	helm("install", "-n", namespace, "--create-namespace", releaseName, chartDir(), "--set", "proxyServer.entrypointAddress=proxy.example.com")
+
+	var writes, cmaWrites atomic.Int64
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet && req.Method != http.MethodHead {
+				writes.Add(1)
+				if strings.Contains(req.URL.Path, "/clustermanagementaddons") {
+					cmaWrites.Add(1)
+				}
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: controllers.NewScheme(), Cache: controllers.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{})).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+
+	g.Eventually(func(g Gomega) {
+		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(mpc.Status.Conditions, proxyv1alpha1.ConditionReady)).To(BeTrue(), "%v", mpc.Status.Conditions)
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+	quiet := func() {
+		t.Helper()
+		last := int64(-1)
+		g.Eventually(func() bool {
+			n := writes.Load()
+			q := n == last
+			last = n
+			return q
+		}, time.Minute, time.Second).Should(BeTrue(), "the manager keeps writing")
+	}
+	cma := func() *addonv1alpha1.ClusterManagementAddOn {
+		t.Helper()
+		live := &addonv1alpha1.ClusterManagementAddOn{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, live)).To(Succeed())
+		return live
+	}
+
+	quiet()
+	live := cma()
+	g.Expect(live.Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyPlacements), "Helm's install strategy stays")
+	g.Expect(live.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"), "Helm's labels stay")
+	g.Expect(metav1.GetControllerOf(live)).NotTo(BeNil(), "the manager took the add-on over: the configuration owns it")
+
+	t.Log("a user labels the add-on: a pass of the configuration and of the add-ons, no write")
+	before, cmaBefore := writes.Load(), cmaWrites.Load()
+	live.Labels["team"] = "platform"
+	g.Expect(c.Update(ctx, live, client.FieldOwner("kubectl-label"))).To(Succeed())
+	g.Consistently(writes.Load, 3*time.Second, 100*time.Millisecond).Should(Equal(before))
+
+	t.Log("'helm upgrade' to the Manual install strategy: Helm's value holds, the manager writes no add-on")
+	helm("upgrade", "-n", namespace, releaseName, chartDir(), "-f", valuesFile("manual"))
+	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
+	g.Consistently(cmaWrites.Load, 3*time.Second, 100*time.Millisecond).Should(Equal(cmaBefore))
+	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
