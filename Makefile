@@ -25,7 +25,7 @@ all: build
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
-	$(CONTROLLER_GEN) rbac:roleName=cluster-proxy-manager crd:allowDangerousTypes=false paths="./api/..." paths="./controllers/..." \
+	$(CONTROLLER_GEN) rbac:roleName=cluster-proxy-manager crd:allowDangerousTypes=false paths="./api/..." paths="./internal/controller/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	@$(MAKE) --no-print-directory helm-crds
 
@@ -69,7 +69,7 @@ PAUSE := $(BIN_DIR)/pause
 .PHONY: node-assets
 node-assets: node-packages ## Build what real nodes run (the envtest assets plus kubelet, kube-scheduler, kube-proxy, CoreDNS, bin/pause) and install containerd, runc and the CNI plugins.
 	@hack/envtest-assets.sh --nodes
-	@CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(PAUSE) ./internal/realcluster/pause
+	@CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(PAUSE) ./internal/localsystem/realcluster/pause
 
 .PHONY: node-packages
 node-packages: ## Install the Debian packages real nodes need (containerd, runc, CNI plugins, iptables, conntrack, socat) when missing.
@@ -78,8 +78,8 @@ node-packages: ## Install the Debian packages real nodes need (containerd, runc,
 		$(call APT_INSTALL,containerd runc containernetworking-plugins iptables conntrack socat)
 
 .PHONY: test-nodes
-test-nodes: node-assets curl ## Real clusters on this machine (internal/realcluster): two side by side with pods, DNS, Services, logs and exec, nothing left after Stop or a killed run.
-	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./internal/realcluster/... -count=1 -v -timeout 20m
+test-nodes: node-assets curl ## Real clusters on this machine (internal/localsystem/realcluster): two side by side with pods, DNS, Services, logs and exec, nothing left after Stop or a killed run.
+	NODE_ASSETS="$(NODE_ASSETS)" PAUSE="$(PAUSE)" go test -tags realcluster ./internal/localsystem/realcluster/... -count=1 -v -timeout 20m
 
 .PHONY: envtest-assets
 envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, else built from Go modules); prints the folder.

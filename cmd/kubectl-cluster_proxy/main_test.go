@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunneltest"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 )
 
 // plugin runs the command line and returns its exit code and output.

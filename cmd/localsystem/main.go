@@ -33,7 +33,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // firstIndex is the hub's cluster index of 'make run'; the test suites use others, so both can share a machine.

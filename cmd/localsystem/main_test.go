@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // TestStopsAndRemovesEverythingWhenItsReaderLeaves runs 'make run' as 'make run | head' would: its output goes to

@@ -6,14 +6,14 @@ import (
 	"os"
 	"time"
 
-	runtimectrl "sigs.k8s.io/controller-runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/apply"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -45,22 +45,22 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	runtimectrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := runtimectrl.Log.WithName("setup")
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
 	resolver, err := clusterproxy.ParseResolve(resolve)
 	if err != nil {
 		log.Error(err, "Invalid flag")
 		os.Exit(2)
 	}
 
-	cfg := runtimectrl.GetConfigOrDie()
+	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	// The API server names the field manager of a write without one after the user agent: every write of the
 	// operator's is then owned by cluster-proxy-operator, not by the binary's name.
 	cfg.UserAgent = apply.FieldOwner
-	mgr, err := runtimectrl.NewManager(cfg, runtimectrl.Options{
-		Scheme:                 controllers.NewScheme(),
-		Cache:                  controllers.CacheOptions(),
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 controller.NewScheme(),
+		Cache:                  controller.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		PprofBindAddress:       pprofAddr,
 		HealthProbeBindAddress: probeAddr,
@@ -74,13 +74,13 @@ func main() {
 		log.Error(err, "Unable to create the manager")
 		os.Exit(1)
 	}
-	ctx := runtimectrl.SetupSignalHandler()
-	opts := controllers.Options{}
+	ctx := ctrl.SetupSignalHandler()
+	opts := controller.Options{}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{
 			Reader: mgr.GetClient(), Resolve: resolver, Interval: tunnelInterval, ProbeTimeout: probeTimeout,
-			Concurrency: probeConcurrency, Log: runtimectrl.Log.WithName("tunnel-health"),
+			Concurrency: probeConcurrency, Log: ctrl.Log.WithName("tunnel-health"),
 		})
 		if err := mgr.Add(tunnels); err != nil {
 			log.Error(err, "Unable to add the tunnel health source")
@@ -88,7 +88,7 @@ func main() {
 		}
 		opts.Tunnels = tunnels
 	}
-	if err := controllers.Setup(ctx, mgr, opts); err != nil {
+	if err := controller.Setup(ctx, mgr, opts); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
 	}

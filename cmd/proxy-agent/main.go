@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -31,12 +31,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/serviceproxy"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // certReloadInterval is how often the certificate files are checked for renewed content.
@@ -111,9 +111,9 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
 	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for hub TokenReviews in the service-proxy; optional")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster; empty for the in-cluster configuration")
-	fs.IntVar(&c.healthPort, "health-server-port", render.AgentHealthPort, "port of /healthz, /readyz and /metrics")
+	fs.IntVar(&c.healthPort, "health-server-port", contract.AgentHealthPort, "port of /healthz, /readyz and /metrics")
 	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
-	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", render.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
+	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", contract.ServiceProxyPort, "tunnel port of the in-process service-proxy; 0 turns it off")
 	fs.Func("allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable", appendTo(&c.allowedServices))
 	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
 	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
@@ -309,9 +309,9 @@ func checkIdentity(source *tlsreload.Source, c config, log logr.Logger) {
 }
 
 // identityProblems checks the agent certificate's subject and identifiers as the proxy-server does
-// (csrreview.CheckAgentIdentifiers), and that the certificate is for cluster.
+// (contract.CheckAgentIdentifiers), and that the certificate is for cluster.
 func identityProblems(subject pkix.Name, cluster, identifiers string) []string {
-	certCluster, ok := render.ClusterOfAgentCommonName(subject.CommonName)
+	certCluster, ok := contract.ClusterOfAgentCommonName(subject.CommonName)
 	if !ok {
 		return []string{"the certificate is not an agent certificate"}
 	}
@@ -319,8 +319,8 @@ func identityProblems(subject pkix.Name, cluster, identifiers string) []string {
 	if certCluster != cluster {
 		problems = append(problems, "the certificate is for cluster "+certCluster)
 	}
-	namespace, _ := render.AgentNamespaceOfUnits(subject.OrganizationalUnit)
-	if err := csrreview.CheckAgentIdentifiers(certCluster, namespace, identifiers); err != nil {
+	namespace, _ := contract.AgentNamespaceOfUnits(subject.OrganizationalUnit)
+	if err := contract.CheckAgentIdentifiers(certCluster, namespace, identifiers); err != nil {
 		problems = append(problems, "the identifiers do not match the certificate: "+err.Error())
 	}
 	return problems

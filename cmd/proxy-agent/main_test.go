@@ -13,11 +13,13 @@ import (
 	. "github.com/onsi/gomega"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/proxyenv"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 func writeHubKubeconfig(t *testing.T, server, proxyURL string) string {
@@ -84,7 +86,7 @@ func TestHubTokenReviewsUseTheTunnelsForwardProxy(t *testing.T) {
 
 func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
 	subject := func(cluster, namespace string) pkix.Name {
-		s := render.AgentCertificateSubject(cluster, namespace, "SHA256:00")
+		s := contract.AgentCertificateSubject(cluster, namespace, "SHA256:00")
 		return pkix.Name{CommonName: s.CommonName, Organization: s.Organizations, OrganizationalUnit: s.OrganizationalUnits}
 	}
 	for _, tt := range []struct {
@@ -93,7 +95,7 @@ func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
 		identifiers string
 		problems    int
 	}{
-		{"the rendered identifiers", subject("c1", "ns"), render.AgentIdentifiers("c1", "ns"), 0},
+		{"the rendered identifiers", subject("c1", "ns"), contract.AgentIdentifiers("c1", "ns"), 0},
 		{"the cluster alone", subject("c1", "ns"), "host=c1", 0},
 		{"another namespace", subject("c1", "ns"), "host=c1&host=c1.other", 1},
 		{"another cluster", subject("c1", "ns"), "host=c2", 1},
@@ -134,7 +136,7 @@ func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
 	mpc := withServiceProxy()
 	g := NewWithT(t)
 	c := parseRendered(g, mpc)
-	g.Expect(c.serviceProxyPort).To(Equal(render.ServiceProxyPort))
+	g.Expect(c.serviceProxyPort).To(Equal(contract.ServiceProxyPort))
 	g.Expect(c.allowedServices).To(Equal([]string{"team/web:8443"}))
 	g.Expect(c.serviceDomain).To(Equal("svc.corp"))
 	g.Expect(c.serviceCAFile).To(BeEmpty(), "no additionalServiceCAConfigMap: the system roots only")

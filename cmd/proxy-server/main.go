@@ -1,5 +1,5 @@
 // Command proxy-server runs the hub side of the data plane: ANP's proxy server with the gRPC and HTTP-CONNECT
-// frontends, the agent endpoint, and the user-server. Flags and wiring only; internal/server does the work.
+// frontends, the agent endpoint, and the user-server. Flags and wiring only; internal/dataplane/server does the work.
 package main
 
 import (
@@ -23,9 +23,9 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
 )
 
 const (

@@ -8,8 +8,10 @@ import (
 	. "github.com/onsi/gomega"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
@@ -26,7 +28,7 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(c.allowed).To(Equal(allowlist.List{{Namespace: "monitoring", Name: "prometheus", Port: 9090}, {Namespace: "default", Name: "web"}}))
 
 	o := c.options()
-	p := render.PortsOf(mpc)
+	p := contract.PortsOf(mpc)
 	g.Expect(o.FrontendAddr).To(Equal(":" + itoa(p.ProxyServer)))
 	g.Expect(o.AgentAddr).To(Equal(":" + itoa(p.AgentServer)))
 	g.Expect(o.AdminAddr).To(Equal("127.0.0.1:"+itoa(p.AdminServer)), "the admin port binds loopback only")

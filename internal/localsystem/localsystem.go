@@ -1,4 +1,4 @@
-// Package localsystem runs the whole product on real Kubernetes clusters of this machine (internal/realcluster), as a
+// Package localsystem runs the whole product on real Kubernetes clusters of this machine (internal/localsystem/realcluster), as a
 // user runs it: a hub and two managed clusters, cluster1 and 1st-cluster; OCM's hub controllers and klusterlets as
 // pods from an image of bin/ocm-local; the operator installed with the README's helm install from the image of 'make
 // image', its proxy-server with several replicas behind a NodePort; squid on the machine as the ONLY route from
@@ -21,10 +21,10 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const (
@@ -136,7 +136,7 @@ func (s *System) start(ctx context.Context) error {
 	if err := s.startClusters(ctx, ocmArchive); err != nil {
 		return err
 	}
-	if s.HubClient, err = client.New(s.Hub.Config, client.Options{Scheme: controllers.NewScheme()}); err != nil {
+	if s.HubClient, err = client.New(s.Hub.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		return err
 	}
 	proxied, digit := s.Managed[0], s.Managed[1]

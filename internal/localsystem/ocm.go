@@ -16,11 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ocmjoin"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ocmjoin"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const (
@@ -72,7 +72,7 @@ func (s *System) joinCluster(ctx context.Context, c *realcluster.Cluster) error 
 	if err != nil {
 		return err
 	}
-	managed, err := client.New(c.Config, client.Options{Scheme: controllers.NewScheme()})
+	managed, err := client.New(c.Config, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // HelmValues are the values the local system installs the chart with, beyond its defaults: the image of 'make image'
@@ -81,7 +83,9 @@ func (s *System) Resolve() []string {
 }
 
 // defaultPorts are the proxy-servers' ports: the chart leaves them at their defaults.
-func defaultPorts() render.Ports { return render.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{}) }
+func defaultPorts() contract.Ports {
+	return contract.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{})
+}
 
 // Helm runs bin/helm against the hub, with a helm home of its own (no repositories, no plugins, nothing written to
 // the user's), and returns its output.
@@ -104,7 +108,7 @@ func (s *System) HubClientFiles(ctx context.Context, dir string) (cert, key, ca 
 	}
 	pair, bundle := &corev1.Secret{}, &corev1.Secret{}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}
-	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: render.SecretNamesOf(mpc).ProxyClient}, pair); err != nil {
+	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: contract.SecretNamesOf(mpc).ProxyClient}, pair); err != nil {
 		return "", "", "", err
 	}
 	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {

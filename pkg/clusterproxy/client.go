@@ -28,9 +28,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (
@@ -38,7 +39,7 @@ const (
 	KubeAPIServerPort = tunnelclient.KubeAPIServerPort
 	// ServiceProxyPort (7443) is the tunnel port of the agent's service-proxy (plain HTTP/1.1 inside the tunnel), as
 	// the agents are rendered with.
-	ServiceProxyPort = render.ServiceProxyPort
+	ServiceProxyPort = contract.ServiceProxyPort
 	// DefaultCredentialsTTL is how long Secrets read through a hub rest.Config are reused.
 	DefaultCredentialsTTL = time.Minute
 )
@@ -81,8 +82,8 @@ type Addresses struct {
 
 // AddressesOf are the addresses of mpc's proxy-servers and user-server.
 func AddressesOf(mpc *proxyv1alpha1.ManagedProxyConfiguration) Addresses {
-	ns, ports := render.Namespace(mpc), render.PortsOf(mpc)
-	host := render.ServiceName(mpc) + "." + ns + ".svc"
+	ns, ports := contract.Namespace(mpc), contract.PortsOf(mpc)
+	host := contract.ServiceName(mpc) + "." + ns + ".svc"
 	return Addresses{
 		Namespace:   ns,
 		Frontend:    net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),
@@ -125,7 +126,7 @@ func New(ctx context.Context, hubConfig *rest.Config, opts Options) (*Client, er
 		addrs:   addrs,
 		resolve: opts.Resolve,
 		creds: &hubCredentials{
-			reader: reader, namespace: addrs.Namespace, clientSecret: render.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
+			reader: reader, namespace: addrs.Namespace, clientSecret: contract.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
 		},
 	}
 	if _, err := c.creds.get(ctx); err != nil {

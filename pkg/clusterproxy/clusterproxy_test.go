@@ -23,7 +23,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunneltest"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 

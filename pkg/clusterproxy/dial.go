@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tunnelclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
 )
 
 // Dialer opens connections to one managed cluster through its tunnel.

@@ -19,7 +19,7 @@ import (
 	"github.com/operator-framework/api/pkg/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // TestBundleIsFresh regenerates the bundle into a temporary folder and compares it file by file with bundle/ and

@@ -35,11 +35,13 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 var (
@@ -91,7 +93,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			Expect(signed).NotTo(BeNil(), "cluster %s has a signed agent CSR", cluster)
 			Expect(signed.Spec.Username).To(HavePrefix("system:open-cluster-management:"+cluster+":"), "the klusterlet created it")
 			chain := must(certs.ParseCertificates(signed.Status.Certificate))
-			Expect(chain[0].Subject.CommonName).To(Equal(render.AgentCommonNamePrefix + cluster))
+			Expect(chain[0].Subject.CommonName).To(Equal(contract.AgentCommonNamePrefix + cluster))
 		}
 	})
 

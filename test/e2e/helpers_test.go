@@ -38,11 +38,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -81,7 +81,7 @@ func managedKubeconfig(cluster string) string {
 }
 
 func managedClient(cluster string) client.Client {
-	return must(client.New(managedConfig(cluster), client.Options{Scheme: controllers.NewScheme()}))
+	return must(client.New(managedConfig(cluster), client.Options{Scheme: controller.NewScheme()}))
 }
 
 func createOrExists(c client.Client, o client.Object) {

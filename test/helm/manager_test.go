@@ -19,8 +19,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // TestManagerLeavesTheHelmInstalledAddOnAlone runs the manager against what 'helm install' put on an envtest hub:
@@ -30,7 +30,7 @@ import (
 func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startHub(t)
-	c, err := client.New(env.Config, client.Options{Scheme: controllers.NewScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
 	g.Expect(err).NotTo(HaveOccurred())
 	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -55,17 +55,19 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 		})
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: controllers.NewScheme(), Cache: controllers.CacheOptions(),
+		Scheme: controller.NewScheme(), Cache: controller.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{})).To(Succeed())
+	g.Expect(controller.Setup(ctx, mgr, controller.Options{})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("the manager stopped with %v", err)
+		}
 	})
 
 	g.Eventually(func(g Gomega) {

@@ -16,7 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/squid"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
 )
 
 // The agent reaches the proxy-server only through a real forward proxy. The direct agent is stopped first, so the

@@ -17,7 +17,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // process is a program under test (or a forward proxy) started with fixed arguments; it can be killed and started

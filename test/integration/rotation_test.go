@@ -18,7 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )
 
 var _ = Describe("Certificate rotation under load", Ordered, func() {

@@ -9,7 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )
 
 var _ = Describe("Reaching https services signed by a private CA", Ordered, func() {

@@ -23,8 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/csrreview"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +40,9 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // clusterName starts with a digit, which the existing addon cannot serve.
@@ -192,7 +194,7 @@ func (w *harness) writePair(name string, kp *certs.KeyPair) (certPath, keyPath s
 
 // writeAgentCertificate signs a CSR for cluster's agent (installed in namespace) and writes pki/<name>/tls.*.
 func (w *harness) writeAgentCertificate(name, cluster, namespace string, ca *certs.KeyPair) {
-	subject := render.AgentCertificateSubject(cluster, namespace, certs.Fingerprint(ca.Cert))
+	subject := contract.AgentCertificateSubject(cluster, namespace, certs.Fingerprint(ca.Cert))
 	key := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
 	csrDER := must(x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{
 		CommonName: subject.CommonName, Organization: subject.Organizations, OrganizationalUnit: subject.OrganizationalUnits,

@@ -37,8 +37,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // Targets from SPEC.md §7 for 1,000 clusters.
@@ -78,7 +78,7 @@ func TestControlPlaneScale(t *testing.T) {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 2000, 4000
-	c, err := client.New(cfg, client.Options{Scheme: controllers.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

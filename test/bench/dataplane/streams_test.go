@@ -23,8 +23,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (
@@ -168,7 +169,7 @@ func (b *bench) streams() *streamsResult {
 	us := userserver.New(userserver.Options{
 		Dialer:                 w.ours.srv,
 		Clusters:               w.ours.srv.Agents(),
-		ServiceProxyPort:       render.ServiceProxyPort,
+		ServiceProxyPort:       contract.ServiceProxyPort,
 		Allowed:                w.ours.allowed,
 		MaxIdleConnsPerCluster: streamsEach + openAtOnce,
 		DrainTimeout:           5 * time.Second,

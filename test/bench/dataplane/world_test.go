@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
@@ -42,14 +42,15 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/pkg/util"
 	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/serviceproxy"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/tlsreload"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (
@@ -142,7 +143,7 @@ func (p *pki) agentCert(t *testing.T, name string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	must(t, err)
-	subject := render.AgentCertificateSubject(cluster, agentNamespace, certs.Fingerprint(p.ca.Cert))
+	subject := contract.AgentCertificateSubject(cluster, agentNamespace, certs.Fingerprint(p.ca.Cert))
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{
 		CommonName: subject.CommonName, Organization: subject.Organizations, OrganizationalUnit: subject.OrganizationalUnits,
 	}}, key)
@@ -384,7 +385,7 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 	user := userserver.New(userserver.Options{
 		Dialer:           srv,
 		Clusters:         srv.Agents(),
-		ServiceProxyPort: render.ServiceProxyPort,
+		ServiceProxyPort: contract.ServiceProxyPort,
 		Allowed:          allowed,
 		DrainTimeout:     5 * time.Second,
 	})
@@ -404,12 +405,12 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 	a, err := agent.New(agent.Options{
 		ServerAddress:    srv.Addrs().Agent,
 		AgentID:          "agent-1",
-		Identifiers:      render.AgentIdentifiers(cluster, agentNamespace),
+		Identifiers:      contract.AgentIdentifiers(cluster, agentNamespace),
 		TLS:              source,
 		Dial:             resolver.DialContext,
 		KubeAPIServer:    kubeAPIServer,
 		ServiceProxy:     services,
-		ServiceProxyPort: render.ServiceProxyPort,
+		ServiceProxyPort: contract.ServiceProxyPort,
 		Log:              log.WithName("agent"),
 	})
 	must(t, err)

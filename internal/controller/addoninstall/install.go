@@ -1,0 +1,154 @@
+// Package addoninstall installs the add-on on the clusters the ClusterManagementAddOn's placements select, and makes
+// the ClusterManagementAddOn the owner of every add-on of its name.
+package addoninstall
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
+
+// InstalledByLabel marks the add-ons the Placements install strategy created; only those are removed when their
+// cluster leaves the placements, so add-ons users created by hand stay.
+const InstalledByLabel = "proxy.open-cluster-management.io/installed-by"
+
+// Reconciler installs the add-on on the clusters that the ClusterManagementAddOn's placements select, and
+// removes it from clusters that leave them. With the Manual strategy users create ManagedClusterAddOns themselves.
+// Either way every add-on of the name is owned by the ClusterManagementAddOn, and goes with it.
+type Reconciler struct {
+	Client client.Client
+}
+
+// +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=placementdecisions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;update;delete
+
+// Reconcile makes the installed add-ons match the placements.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cma); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	existing := &addonv1alpha1.ManagedClusterAddOnList{}
+	if err := r.Client.List(ctx, existing /* the cache holds only the add-ons named cluster-proxy */); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ownAddOns(ctx, cma, existing.Items); err != nil {
+		return ctrl.Result{}, err
+	}
+	if cma.Spec.InstallStrategy.Type != addonv1alpha1.AddonInstallStrategyPlacements {
+		return ctrl.Result{}, nil
+	}
+	wanted, err := r.decidedClusters(ctx, cma)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range existing.Items {
+		mca := &existing.Items[i]
+		configs, keep := wanted[mca.Namespace]
+		delete(wanted, mca.Namespace)
+		switch {
+		case mca.Labels[InstalledByLabel] != "placement":
+			// created by a user: theirs to manage
+		case !keep:
+			if err := r.Client.Delete(ctx, mca); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+		case !equality.Semantic.DeepEqual(mca.Spec.Configs, configs):
+			mca.Spec.Configs = configs
+			if err := r.Client.Update(ctx, mca); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	for cluster, configs := range wanted {
+		if err := r.Client.Create(ctx, installedAddOn(cma, cluster, configs)); client.IgnoreAlreadyExists(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("install the add-on on cluster %s: %w", cluster, err)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// ownAddOns makes the ClusterManagementAddOn an owner of every add-on of its name, those users created too, as OCM's
+// addon-owner controller does for the add-ons OCM's addon-manager runs: deleting the ClusterManagementAddOn ('helm
+// uninstall', or the deletion of the configuration) then removes the add-on, its agent and its status from every
+// cluster through the garbage collector.
+func (r *Reconciler) ownAddOns(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn, addons []addonv1alpha1.ManagedClusterAddOn) error {
+	for i := range addons {
+		mca := &addons[i]
+		if !mca.DeletionTimestamp.IsZero() || slices.ContainsFunc(mca.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == cma.UID }) {
+			continue
+		}
+		mca.OwnerReferences = append(mca.OwnerReferences, cmaOwner(cma))
+		if err := r.Client.Update(ctx, mca); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("make ClusterManagementAddOn %s an owner of the add-on of cluster %s: %w", cma.Name, mca.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// cmaOwner is the owner reference of an add-on to its ClusterManagementAddOn.
+func cmaOwner(cma *addonv1alpha1.ClusterManagementAddOn) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
+		BlockOwnerDeletion: ptr.To(true)}
+}
+
+// decidedClusters are the clusters the placements selected, with the configs of the first placement that did.
+func (r *Reconciler) decidedClusters(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn) (map[string][]addonv1alpha1.AddOnConfig, error) {
+	wanted := map[string][]addonv1alpha1.AddOnConfig{}
+	for _, p := range cma.Spec.InstallStrategy.Placements {
+		decisions := &clusterv1beta1.PlacementDecisionList{}
+		if err := r.Client.List(ctx, decisions, client.InNamespace(p.Namespace), client.MatchingLabels{clusterv1beta1.PlacementLabel: p.Name}); err != nil {
+			return nil, err
+		}
+		for _, d := range decisions.Items {
+			for _, c := range d.Status.Decisions {
+				if _, seen := wanted[c.ClusterName]; !seen {
+					wanted[c.ClusterName] = p.Configs
+				}
+			}
+		}
+	}
+	return wanted, nil
+}
+
+func installedAddOn(cma *addonv1alpha1.ClusterManagementAddOn, cluster string, configs []addonv1alpha1.AddOnConfig) *addonv1alpha1.ManagedClusterAddOn {
+	return &addonv1alpha1.ManagedClusterAddOn{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: proxyv1alpha1.AddonName, Namespace: cluster,
+			Labels:          map[string]string{InstalledByLabel: "placement"},
+			OwnerReferences: []metav1.OwnerReference{cmaOwner(cma)},
+		},
+		Spec: addonv1alpha1.ManagedClusterAddOnSpec{Configs: configs},
+	}
+}
+
+// SetupWithManager registers the reconciler: placement decisions and the add-ons re-queue the ClusterManagementAddOn.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	onlyOurAddOn := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == proxyv1alpha1.AddonName })
+	toCMA := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: proxyv1alpha1.AddonName}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&addonv1alpha1.ClusterManagementAddOn{}, builder.WithPredicates(onlyOurAddOn)).
+		Watches(&clusterv1beta1.PlacementDecision{}, toCMA).
+		Watches(&addonv1alpha1.ManagedClusterAddOn{}, toCMA, builder.WithPredicates(onlyOurAddOn)).
+		Named("addoninstall").
+		WithOptions(opts).
+		Complete(r)
+}

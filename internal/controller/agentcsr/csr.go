@@ -1,0 +1,182 @@
+// Package agentcsr approves the add-on's certificate signing requests from accepted clusters and signs the
+// proxy-agent ones with the configuration's CA, so agent private keys never leave the managed cluster.
+package agentcsr
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+// AgentCertificateDuration is the lifetime of agent certificates unless the CSR asks for a shorter one.
+const AgentCertificateDuration = 180 * 24 * time.Hour
+
+// Reconciler approves the add-on's CSRs from accepted clusters and signs the proxy-agent ones with the
+// configuration's CA, so agent private keys never leave the managed cluster. Anything else of the add-on is denied,
+// with an Event saying why; CSRs of other signers and add-ons are left alone.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval;certificatesigningrequests/status,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer;kubernetes.io/kube-apiserver-client,verbs=approve
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer,verbs=sign
+
+// Reconcile reviews one CSR.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	csr := &certificatesv1.CertificateSigningRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, csr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if failed(csr) || (approved(csr) && (len(csr.Status.Certificate) > 0 || csr.Spec.SignerName != csrreview.AgentSignerName)) {
+		return ctrl.Result{}, nil // decided, and signed where the operator signs: nothing left to do
+	}
+	clusterName := csr.Labels[csrreview.ClusterNameLabel]
+	// Approval is a security decision: the cluster's acceptance is read from the API server, not the cache, so a
+	// revocation made a moment ago is seen. CSRs are few.
+	cluster := &clusterv1.ManagedCluster{}
+	accepted := false
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err == nil {
+		accepted = cluster.Spec.HubAcceptsClient
+	} else if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	expected := csrreview.Expected{Cluster: clusterName}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err == nil && mpc.Status.Signer != nil {
+		// The add-on's status names the agent namespace the registration asked for, in the same write.
+		mca := &addonv1alpha1.ManagedClusterAddOn{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: clusterName, Name: proxyv1alpha1.AddonName}, mca); err == nil && mca.Status.Namespace != "" {
+			expected.Subject = csrreview.Subject(contract.AgentCertificateSubject(clusterName, mca.Status.Namespace, mpc.Status.Signer.CAFingerprint))
+		}
+	}
+
+	if approved(csr) {
+		// Approved earlier (by this operator before a failed signing, or by a person): sign only what the review
+		// would approve now.
+		undecided := csr.DeepCopy()
+		undecided.Status.Conditions = nil
+		if res := csrreview.Review(undecided, accepted, expected); res.Decision != csrreview.Approve || !res.Sign {
+			return ctrl.Result{}, nil
+		}
+		return r.sign(ctx, csr)
+	}
+	result := csrreview.Review(csr, accepted, expected)
+	switch result.Decision {
+	case csrreview.Approve:
+		if err := r.decide(ctx, csr, certificatesv1.CertificateApproved, result, clusterName); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.sign(ctx, csr)
+	case csrreview.Deny:
+		return ctrl.Result{}, r.decide(ctx, csr, certificatesv1.CertificateDenied, result, clusterName)
+	}
+	return ctrl.Result{}, nil
+}
+
+// decide records the approval or denial on the CSR and says so in an Event.
+func (r *Reconciler) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, decision certificatesv1.RequestConditionType, result csrreview.Result, cluster string) error {
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: decision, Status: corev1.ConditionTrue, Reason: result.Reason, Message: result.Message, LastUpdateTime: metav1.Now(),
+	})
+	if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
+		return err
+	}
+	eventType, action := corev1.EventTypeNormal, "Approve"
+	if decision == certificatesv1.CertificateDenied {
+		eventType, action = corev1.EventTypeWarning, "Deny"
+	}
+	r.Recorder.Eventf(csr, nil, eventType, result.Reason, action, "%s CSR %s of cluster %s: %s", decision, csr.Name, cluster, result.Message)
+	return nil
+}
+
+// signerRetry is how soon an approved CSR is signed again when the signer was not ready.
+const signerRetry = 10 * time.Second
+
+// sign issues the certificate of an approved proxy-agent CSR that has none yet. While the signer is not ready
+// (the configuration reports why), it tries again shortly: nothing else re-queues the CSR.
+func (r *Reconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (ctrl.Result, error) {
+	if csr.Spec.SignerName != csrreview.AgentSignerName || len(csr.Status.Certificate) > 0 || failed(csr) {
+		return ctrl.Result{}, nil
+	}
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: signerRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
+	var notReady *signer.NotReadyError
+	if errors.As(err, &notReady) {
+		return ctrl.Result{RequeueAfter: signerRetry}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	duration := AgentCertificateDuration
+	if s := csr.Spec.ExpirationSeconds; s != nil && time.Duration(*s)*time.Second < duration {
+		duration = max(time.Duration(*s)*time.Second, time.Hour)
+	}
+	chain, err := certs.SignCSR(sgn.CA, csr.Spec.Request, duration, sgn.Intermediates, r.Clock.Now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	csr.Status.Certificate = chain
+	if err := r.Client.Status().Update(ctx, csr); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, "Signed", "Sign", "Signed CSR %s of cluster %s with CA %s",
+		csr.Name, csr.Labels[csrreview.ClusterNameLabel], certs.Fingerprint(sgn.CA.Cert))
+	return ctrl.Result{}, nil
+}
+
+func approved(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func failed(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if (c.Type == certificatesv1.CertificateFailed || c.Type == certificatesv1.CertificateDenied) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// SetupWithManager registers the reconciler for the add-on's CSRs.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&certificatesv1.CertificateSigningRequest{}).
+		Named("agentcsr").
+		WithOptions(opts).
+		Complete(r)
+}

@@ -1,0 +1,203 @@
+package managedproxyconfiguration
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+// providedSignerRecheck is how often a user-provided CA secret, which the cache does not watch, is re-read.
+const providedSignerRecheck = 10 * time.Minute
+
+// notReadyRecheck is how often an unusable signer secret is re-read; a user fixing it should not wait long.
+const notReadyRecheck = 10 * time.Second
+
+// reconcileNamespace creates the proxy-server namespace when it is missing.
+func (r *Reconciler) reconcileNamespace(ctx context.Context, s *scope) (ctrl.Result, error) {
+	ns := &corev1.Namespace{}
+	err := r.Client.Get(ctx, types.NamespacedName{Name: contract.Namespace(s.mpc)}, ns)
+	if apierrors.IsNotFound(err) {
+		err = r.Client.Create(ctx, render.ServerNamespace(s.mpc))
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("ensure namespace %s: %w", contract.Namespace(s.mpc), err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileEntrypoint keeps the LoadBalancer Service (for that entrypoint type) and resolves the address agents dial.
+func (r *Reconciler) reconcileEntrypoint(ctx context.Context, s *scope) (ctrl.Result, error) {
+	mpc := s.mpc
+	lb := render.LoadBalancerService(mpc)
+	if render.EntrypointType(mpc) != proxyv1alpha1.EntryPointTypeLoadBalancerService {
+		if err := r.deleteOwned(ctx, lb); err != nil {
+			return ctrl.Result{}, err
+		}
+		s.entryHost = render.EntrypointHost(mpc, "")
+		reason := proxyv1alpha1.ReasonEntrypointResolved
+		if render.EntrypointType(mpc) == proxyv1alpha1.EntryPointTypePortForward {
+			reason = proxyv1alpha1.ReasonPortForwardEntrypoint
+		}
+		s.status.Entrypoint = fmt.Sprintf("%s:%d", s.entryHost, render.EntrypointPort(mpc))
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionEntrypointReady, true, reason, "agents dial "+s.status.Entrypoint)
+		return ctrl.Result{}, nil
+	}
+	if _, err := apply.Ensure(ctx, r.Client, lb); err != nil {
+		return ctrl.Result{}, err
+	}
+	live := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(lb), live); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	s.entryHost = render.EntrypointHost(mpc, render.LoadBalancerAddress(live))
+	if s.entryHost == "" {
+		s.status.Entrypoint = ""
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionEntrypointReady, false, proxyv1alpha1.ReasonLoadBalancerPending,
+			fmt.Sprintf("waiting for an ingress hostname or IP on LoadBalancer Service %s/%s", lb.Namespace, lb.Name))
+		return ctrl.Result{}, nil // the Service's status update triggers the next pass
+	}
+	s.status.Entrypoint = fmt.Sprintf("%s:%d", s.entryHost, render.EntrypointPort(mpc))
+	setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionEntrypointReady, true, proxyv1alpha1.ReasonEntrypointResolved, "agents dial "+s.status.Entrypoint)
+	return ctrl.Result{}, nil
+}
+
+// reconcileCertificates keeps one ProxyCertificate per hub certificate and reports each as a *SecretSigned condition.
+func (r *Reconciler) reconcileCertificates(ctx context.Context, s *scope) (ctrl.Result, error) {
+	for _, hc := range render.HubCertificates(s.mpc, s.entryHost) {
+		if _, err := apply.Ensure(ctx, r.Client, hc.Certificate); err != nil {
+			return ctrl.Result{}, err
+		}
+		live := &proxyv1alpha1.ProxyCertificate{}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(hc.Certificate), live); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+		setSecretSignedCondition(s.status, s.mpc.Generation, hc.Condition, live)
+	}
+	return ctrl.Result{}, nil
+}
+
+// setSecretSignedCondition mirrors a ProxyCertificate's readiness (for the certificate it currently asks for).
+func setSecretSignedCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, generation int64, conditionType string, pc *proxyv1alpha1.ProxyCertificate) {
+	ready := meta.FindStatusCondition(pc.Status.Conditions, proxyv1alpha1.ConditionReady)
+	switch {
+	case ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == pc.Generation && pc.Status.NotAfter != nil:
+		setCondition(status, generation, conditionType, true, proxyv1alpha1.ReasonSuccessfullySigned,
+			fmt.Sprintf("Expiry: %s", pc.Status.NotAfter.UTC().Format(time.RFC3339)))
+	case ready != nil && ready.Status == metav1.ConditionFalse:
+		setCondition(status, generation, conditionType, false, proxyv1alpha1.ReasonNotYetSigned,
+			fmt.Sprintf("secret %s: %s", pc.Spec.SecretName, ready.Message))
+	default:
+		setCondition(status, generation, conditionType, false, proxyv1alpha1.ReasonNotYetSigned,
+			fmt.Sprintf("secret %s is waiting to be issued", pc.Spec.SecretName))
+	}
+}
+
+// reconcileServer keeps the proxy-server ServiceAccount, Services, RBAC and Deployment.
+func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result, error) {
+	mpc := s.mpc
+	desired := []client.Object{render.ServerServiceAccount(mpc), render.InClusterService(mpc), render.UserServerService(mpc)}
+	role, binding := render.PortForwardRBAC(mpc)
+	if render.EntrypointType(mpc) == proxyv1alpha1.EntryPointTypePortForward {
+		desired = append(desired, role, binding)
+	} else {
+		for _, o := range []client.Object{role, binding} {
+			if err := r.deleteOwned(ctx, o); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	deployment := render.ServerDeployment(mpc)
+	desired = append(desired, deployment)
+	for _, o := range desired {
+		wrote, err := apply.Ensure(ctx, r.Client, o)
+		if err != nil {
+			setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionProxyServerDeployed, false, proxyv1alpha1.ReasonNotYetDeployed, err.Error())
+			return ctrl.Result{}, err
+		}
+		if wrote && o == client.Object(deployment) {
+			r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "ProxyServerUpdated", "Apply", "Deployment %s/%s applied", deployment.Namespace, deployment.Name)
+		}
+	}
+	live := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(deployment), live); err != nil {
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionProxyServerDeployed, false, proxyv1alpha1.ReasonNotYetDeployed,
+			fmt.Sprintf("Deployment %s/%s is not visible yet", deployment.Namespace, deployment.Name))
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionProxyServerDeployed, true, proxyv1alpha1.ReasonSuccessfullyDeployed,
+		fmt.Sprintf("Replicas: %d desired, %d ready", mpc.Spec.ProxyServer.Replicas, live.Status.ReadyReplicas))
+	return ctrl.Result{}, nil
+}
+
+// reconcileAddOn registers the add-on with OCM and lets the agents' hub identities review tokens (one binding for
+// every cluster, so adding a cluster writes no RBAC). Only the default configuration (cluster-proxy) owns it, because
+// OCM knows one add-on named cluster-proxy.
+func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.mpc.Name != proxyv1alpha1.DefaultConfigurationName {
+		return ctrl.Result{}, nil
+	}
+	var opts []apply.Option
+	for _, path := range render.CMAUserOwnedFields {
+		opts = append(opts, apply.NotRendered(path...))
+	}
+	if _, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...); err != nil {
+		return ctrl.Result{}, err
+	}
+	_, err := apply.Ensure(ctx, r.Client, render.AgentHubTokenReviewBinding(s.mpc))
+	return ctrl.Result{}, err
+}
+
+// deleteOwned deletes obj if it exists and is controlled by the configuration, so objects another owner keeps are
+// never touched.
+func (r *Reconciler) deleteOwned(ctx context.Context, obj client.Object) error {
+	live := obj.DeepCopyObject().(client.Object)
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	owner := metav1.GetControllerOf(live)
+	if owner == nil || owner.UID != obj.GetOwnerReferences()[0].UID {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
+}
+
+// setReadyCondition summarises the other conditions.
+func setReadyCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, generation int64) {
+	for _, t := range []string{
+		proxyv1alpha1.ConditionSignerReady, proxyv1alpha1.ConditionEntrypointReady, proxyv1alpha1.ConditionProxyServerDeployed,
+		proxyv1alpha1.ConditionProxyServerSecretSigned, proxyv1alpha1.ConditionAgentServerSecretSigned,
+		proxyv1alpha1.ConditionProxyClientSecretSigned, proxyv1alpha1.ConditionUserServerSecretSigned,
+	} {
+		c := meta.FindStatusCondition(status.Conditions, t)
+		if c == nil {
+			setCondition(status, generation, proxyv1alpha1.ConditionReady, false, "Pending", t+" is not reported yet")
+			return
+		}
+		if c.Status != metav1.ConditionTrue {
+			setCondition(status, generation, proxyv1alpha1.ConditionReady, false, c.Reason, t+": "+c.Message)
+			return
+		}
+	}
+	setCondition(status, generation, proxyv1alpha1.ConditionReady, true, proxyv1alpha1.ReasonAllComponentsReady, "proxy servers deployed and every certificate signed")
+}

@@ -1,0 +1,57 @@
+package proxycertificate
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"crypto/x509"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
+)
+
+// leafSpec turns the ProxyCertificate spec into what the certificate must contain.
+func leafSpec(pc *proxyv1alpha1.ProxyCertificate) (certs.LeafSpec, error) {
+	spec := certs.LeafSpec{CommonName: pc.Spec.CommonName, DNSNames: pc.Spec.DNSNames, Duration: duration(pc)}
+	if pc.Spec.Subject != nil {
+		spec.Organizations = pc.Spec.Subject.Organizations
+	}
+	for _, s := range pc.Spec.IPAddresses {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return spec, fmt.Errorf("spec.ipAddresses: %q is not an IP address", s)
+		}
+		spec.IPAddresses = append(spec.IPAddresses, ip)
+	}
+	for _, u := range pc.Spec.Usages {
+		spec.Usages = append(spec.Usages, certs.Usage(u))
+	}
+	return spec, nil
+}
+
+func duration(pc *proxyv1alpha1.ProxyCertificate) time.Duration {
+	if pc.Spec.Duration != nil && pc.Spec.Duration.Duration > 0 {
+		return pc.Spec.Duration.Duration
+	}
+	return 180 * 24 * time.Hour
+}
+
+func renewBefore(pc *proxyv1alpha1.ProxyCertificate) time.Duration {
+	if pc.Spec.RenewBefore != nil {
+		return pc.Spec.RenewBefore.Duration
+	}
+	return 0
+}
+
+// needsIssue decides whether the secret's certificate must be (re)issued, and why. It returns the current leaf
+// when it is fine.
+func needsIssue(secret *corev1.Secret, pc *proxyv1alpha1.ProxyCertificate, spec certs.LeafSpec, sgn *signer.Signer, now time.Time) (certs.IssueReason, *x509.Certificate) {
+	if secret.Type != "" && secret.Type != corev1.SecretTypeTLS {
+		return certs.ReasonMissing, nil
+	}
+	return certs.NeedsIssue(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey], spec, renewBefore(pc), sgn.CA.Cert, now)
+}

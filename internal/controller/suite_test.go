@@ -1,0 +1,123 @@
+package controller_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+)
+
+// countsDelay is the manager's wait before it counts clusters again: short, so the counting specs are quick.
+const countsDelay = 300 * time.Millisecond
+
+var (
+	env       *envtest.Environment
+	k8s       client.Client // the test's own client, uncached
+	k8sWatch  client.WithWatch
+	fakeClock *clocktesting.FakeClock
+	writes    writeCounter // API writes made by the manager
+	tunnels   *fakeTunnels // what the proxy-servers see of each cluster's tunnel
+	gc        *testenv.Process
+	cancel    context.CancelFunc
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers Suite")
+}
+
+var _ = BeforeSuite(func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through 'make test', or export KUBEBUILDER_ASSETS=$(make -s envtest-assets)")
+
+	var err error
+	env, err = testenv.NewHub()
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err := env.Start()
+	Expect(err).NotTo(HaveOccurred())
+
+	scheme := controller.NewScheme()
+	k8sWatch, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	k8s = k8sWatch
+
+	// The real garbage collector, so owner references are proven by deletion, not by inspection.
+	gc, err = testenv.StartGarbageCollector(env, filepath.Join(GinkgoT().TempDir(), "kube-controller-manager.log"))
+	Expect(err).NotTo(HaveOccurred())
+
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.WrapTransport = writes.wrap
+	fakeClock = clocktesting.NewFakeClock(time.Now())
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  controller.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	var ctx context.Context
+	ctx, cancel = context.WithCancel(context.Background())
+	tunnels = newFakeTunnels()
+	Expect(controller.Setup(ctx, mgr, controller.Options{Clock: fakeClock, Tunnels: tunnels, CountsDelay: countsDelay})).To(Succeed())
+	go func() {
+		defer GinkgoRecover()
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+})
+
+var _ = AfterSuite(func() {
+	if cancel != nil {
+		cancel()
+	}
+	if gc != nil {
+		gc.Stop()
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// writeCounter counts the API requests that change something (anything but GET, LIST and WATCH).
+type writeCounter struct{ n atomic.Int64 }
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.n.Add(1)
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (w *writeCounter) count() int64 { return w.n.Load() }
+
+// expectQuiet waits until the manager has made no write for a second.
+func expectQuiet() {
+	last := int64(-1)
+	EventuallyWithOffset(1, func() bool {
+		n := writes.count()
+		quiet := n == last
+		last = n
+		return quiet
+	}, timeout, time.Second).Should(BeTrue(), "the manager keeps writing")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+// Reasons an agent stream is refused; the values of the refusal metric's reason label.
+const (
+	RefusalNoCertificate     = "no_client_certificate"
+	RefusalNotAgent          = "not_agent_certificate"
+	RefusalBadCertificate    = "bad_agent_certificate"
+	RefusalBadAgentID        = "bad_agent_id"
+	RefusalNoIdentifiers     = contract.IdentifiersMissing
+	RefusalMalformed         = contract.IdentifiersMalformed
+	RefusalIdentifierType    = contract.IdentifierType
+	RefusalForeignIdentifier = contract.IdentifierForeign
+)
+
+var refusalReasons = []string{
+	RefusalNoCertificate, RefusalNotAgent, RefusalBadCertificate, RefusalBadAgentID,
+	RefusalNoIdentifiers, RefusalMalformed, RefusalIdentifierType, RefusalForeignIdentifier,
+}
+
+// AgentIdentity is what an accepted agent stream is bound to.
+type AgentIdentity struct {
+	Cluster   string
+	Namespace string // from the agent-namespace OU; empty when the certificate has none
+	AgentID   string
+}
+
+// IdentityError says why an agent stream was refused; Reason is one of the Refusal constants. It is the error of
+// contract.CheckAgentIdentifiers, so an identifier refusal passes through as it is.
+type IdentityError = contract.IdentifierError
+
+func refuse(reason, format string, args ...any) *IdentityError {
+	return &IdentityError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// CheckAgentIdentity binds an agent stream to its client certificate: the certificate names the cluster (CN) and the
+// agent namespace (OU), and every identifier the agent claims must be host=<cluster> or host=<cluster>.<namespace>
+// (contract.CheckAgentIdentifiers, which the agent checks itself against at start-up).
+// agentIDs and identifiers are the values of the agentID and agentIdentifiers metadata.
+func CheckAgentIdentity(cert *x509.Certificate, agentIDs, identifiers []string) (AgentIdentity, error) {
+	var id AgentIdentity
+	if cert == nil {
+		return id, refuse(RefusalNoCertificate, "the agent presented no verified client certificate")
+	}
+	cluster, ok := contract.ClusterOfAgentCommonName(cert.Subject.CommonName)
+	if !ok {
+		return id, refuse(RefusalNotAgent, "common name %q is not an agent's", cert.Subject.CommonName)
+	}
+	id.Cluster = cluster
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		ns, found := strings.CutPrefix(ou, contract.AgentNamespaceUnitPrefix)
+		if !found {
+			continue
+		}
+		if id.Namespace != "" || ns == "" {
+			return id, refuse(RefusalBadCertificate, "the certificate must name exactly one agent namespace")
+		}
+		id.Namespace = ns
+	}
+	if len(agentIDs) != 1 || agentIDs[0] == "" {
+		return id, refuse(RefusalBadAgentID, "want exactly one agent ID, got %q", agentIDs)
+	}
+	id.AgentID = agentIDs[0]
+
+	if len(identifiers) == 0 {
+		return id, refuse(RefusalNoIdentifiers, "the agent claims no identifiers")
+	}
+	if len(identifiers) > 1 {
+		return id, refuse(RefusalMalformed, "want one set of identifiers, got %d", len(identifiers))
+	}
+	return id, contract.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0])
+}
+
+// verifiedPeerCertificate is the leaf of the peer's verified chain, nil when the peer was not verified.
+func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return info.State.VerifiedChains[0][0]
+}
+
+// agentStreamInterceptor refuses agent streams whose identifiers the certificate does not back, and tracks the
+// accepted ones while they last. It also scopes the agent ID to the cluster before ANP sees it: ANP keys established
+// connections by agent ID alone, so an agent reusing another cluster's agent ID could otherwise write into that
+// cluster's connections.
+func agentStreamInterceptor(agents *Agents, log logr.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		md, _ := metadata.FromIncomingContext(ctx)
+		agentIDs, identifiers := md.Get(header.AgentID), md.Get(header.AgentIdentifiers)
+		id, err := CheckAgentIdentity(verifiedPeerCertificate(ctx), agentIDs, identifiers)
+		if err != nil {
+			reason := RefusalMalformed
+			var ie *IdentityError
+			if errors.As(err, &ie) {
+				reason = ie.Reason
+			}
+			identityRefusals.WithLabelValues(reason).Inc()
+			remote := ""
+			if p, ok := peer.FromContext(ctx); ok {
+				remote = p.Addr.String()
+			}
+			log.Info("Refused agent stream", "cluster", id.Cluster, "agentID", agentIDs, "identifiers", identifiers,
+				"reason", reason, "detail", err.Error(), "remote", remote)
+			return status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
+		}
+
+		md = md.Copy()
+		md.Set(header.AgentID, id.Cluster+"/"+id.AgentID)
+		st := &agentStream{ServerStream: ss, ctx: metadata.NewIncomingContext(ctx, md), track: func() func() {
+			return agents.add(id.Cluster, id.AgentID)
+		}}
+		defer st.untrack()
+		return handler(srv, st)
+	}
+}
+
+// agentStream is an accepted agent stream as ANP sees it. ANP registers the backend after it sent the stream header
+// and before it first reads, so the stream counts as connected from its first read: by then tunnels can use it.
+type agentStream struct {
+	grpc.ServerStream
+	ctx    context.Context
+	track  func() (untrack func())
+	once   sync.Once
+	remove func()
+}
+
+func (s *agentStream) Context() context.Context { return s.ctx }
+
+func (s *agentStream) RecvMsg(m any) error {
+	s.once.Do(func() { s.remove = s.track() })
+	return s.ServerStream.RecvMsg(m)
+}
+
+// untrack ends the tracking, or prevents it when ANP never read.
+func (s *agentStream) untrack() {
+	s.once.Do(func() {})
+	if s.remove != nil {
+		s.remove()
+	}
+}
+
+// refuseAgentCertificates keeps agent certificates, which are signed by the same CA as proxy clients, off the
+// frontends: an agent may serve its own cluster, never reach others.
+func refuseAgentCertificates(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	if cluster, ok := contract.ClusterOfAgentCommonName(cs.PeerCertificates[0].Subject.CommonName); ok {
+		return fmt.Errorf("the agent certificate of cluster %q may not use the proxy frontends", cluster)
+	}
+	return nil
+}

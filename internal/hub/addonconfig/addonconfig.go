@@ -1,0 +1,65 @@
+// Package addonconfig decides which configurations apply to a cluster's add-on, the OCM way: the add-on's
+// spec.configs first, then the ClusterManagementAddOn's defaults.
+package addonconfig
+
+import (
+	"fmt"
+
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
+
+// The config kinds the add-on supports.
+const (
+	AddOnGroup                 = "addon.open-cluster-management.io"
+	AddOnDeploymentConfigs     = "addondeploymentconfigs"
+	ManagedProxyConfigurations = "managedproxyconfigurations"
+)
+
+// Ref names a config and the field it came from, for error messages.
+type Ref struct {
+	Name, Namespace string
+	// Field is where the reference is written, e.g. "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]".
+	Field string
+}
+
+// Find finds the config of group/resource in the add-on's spec.configs, else (cma may be nil) in the
+// ClusterManagementAddOn's defaults; a zero Ref when neither names one. A reference in spec.configs without a
+// namespace means the add-on's.
+func Find(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterManagementAddOn, group, resource string) Ref {
+	for i, c := range mca.Spec.Configs {
+		if c.Group == group && c.Resource == resource {
+			ns := c.Namespace
+			if ns == "" {
+				ns = mca.Namespace
+			}
+			return Ref{Name: c.Name, Namespace: ns, Field: fmt.Sprintf("ManagedClusterAddOn %s/%s spec.configs[%d]", mca.Namespace, mca.Name, i)}
+		}
+	}
+	if cma == nil {
+		return Ref{}
+	}
+	for i, c := range cma.Spec.SupportedConfigs {
+		if c.Group == group && c.Resource == resource && c.DefaultConfig != nil {
+			return Ref{Name: c.DefaultConfig.Name, Namespace: c.DefaultConfig.Namespace,
+				Field: fmt.Sprintf("ClusterManagementAddOn %s spec.supportedConfigs[%d].defaultConfig", cma.Name, i)}
+		}
+	}
+	return Ref{}
+}
+
+// ADC finds the AddOnDeploymentConfig of the add-on (see Find).
+func ADC(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterManagementAddOn) Ref {
+	return Find(mca, cma, AddOnGroup, AddOnDeploymentConfigs)
+}
+
+// ConfigurationOf names the ManagedProxyConfiguration the add-on's agent is rendered from: the first
+// managedproxyconfigurations entry of its spec.configs, else (or when that entry has no name) the default
+// configuration.
+func ConfigurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string {
+	if ref := Find(mca, nil, proxyv1alpha1.GroupVersion.Group, ManagedProxyConfigurations); ref.Name != "" {
+		return ref.Name
+	}
+	return proxyv1alpha1.DefaultConfigurationName
+}

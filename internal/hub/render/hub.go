@@ -1,0 +1,423 @@
+// Package render turns a ManagedProxyConfiguration into the hub objects the operator keeps in place. Every
+// function is pure: no client, no clock.
+package render
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+const (
+	// ManagedByLabel marks every object the operator owns; the manager's cache only watches objects with it.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "cluster-proxy-operator"
+	// ConfigurationLabel names the ManagedProxyConfiguration an object belongs to.
+	ConfigurationLabel = "proxy.open-cluster-management.io/configuration"
+
+	// ServerServiceAccountName is the ServiceAccount of the proxy-server pods.
+	ServerServiceAccountName = "cluster-proxy"
+	// PortForwardRoleName lets agents port-forward to proxy-server pods (PortForward entrypoint only).
+	PortForwardRoleName = "cluster-proxy-addon-agent:portforward"
+	// AgentGroup is the hub group of every proxy agent's hub identity.
+	AgentGroup = "open-cluster-management:cluster-proxy"
+
+	serverContainerName = "proxy-server"
+	serverCAMount       = "/etc/server-ca-pki"
+	serverCertMount     = "/etc/server-pki"
+	agentServerMount    = "/etc/agent-pki"
+	userServerMount     = "/etc/user-server-pki"
+)
+
+// EntrypointType returns the entrypoint type, PortForward when unset.
+func EntrypointType(mpc *proxyv1alpha1.ManagedProxyConfiguration) proxyv1alpha1.EntryPointType {
+	if e := mpc.Spec.ProxyServer.Entrypoint; e != nil && e.Type != "" {
+		return e.Type
+	}
+	return proxyv1alpha1.EntryPointTypePortForward
+}
+
+// EntrypointPort is the port agents dial.
+func EntrypointPort(mpc *proxyv1alpha1.ManagedProxyConfiguration) int32 {
+	if e := mpc.Spec.ProxyServer.Entrypoint; e != nil && e.Port != 0 {
+		return e.Port
+	}
+	return 8091
+}
+
+// LoadBalancerServiceName is the name of the LoadBalancer Service of a LoadBalancerService entrypoint.
+func LoadBalancerServiceName(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	if e := mpc.Spec.ProxyServer.Entrypoint; e != nil && e.LoadBalancerService != nil && e.LoadBalancerService.Name != "" {
+		return e.LoadBalancerService.Name
+	}
+	return "proxy-agent-entrypoint"
+}
+
+// Labels are the labels of every object owned by mpc.
+func Labels(mpc *proxyv1alpha1.ManagedProxyConfiguration) map[string]string {
+	return map[string]string{ManagedByLabel: ManagedByValue, ConfigurationLabel: mpc.Name}
+}
+
+func serverPodLabels(mpc *proxyv1alpha1.ManagedProxyConfiguration) map[string]string {
+	return map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer, ConfigurationLabel: mpc.Name}
+}
+
+func objectMeta(mpc *proxyv1alpha1.ManagedProxyConfiguration, name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:      name,
+		Namespace: namespace,
+		Labels:    Labels(mpc),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion:         proxyv1alpha1.GroupVersion.String(),
+			Kind:               "ManagedProxyConfiguration",
+			Name:               mpc.Name,
+			UID:                mpc.UID,
+			Controller:         ptr.To(true),
+			BlockOwnerDeletion: ptr.To(true),
+		}},
+	}
+}
+
+// ServerNamespace is created when missing. It carries no owner reference: it may be shared with other workloads
+// (the operator itself is often installed there), so deleting the configuration must not delete it.
+func ServerNamespace(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: contract.Namespace(mpc), Labels: Labels(mpc)}}
+}
+
+// ServerServiceAccount is the identity of the proxy-server pods; they need no API access, so its token is not mounted.
+func ServerServiceAccount(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		ObjectMeta:                   objectMeta(mpc, ServerServiceAccountName, contract.Namespace(mpc)),
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// PortForwardRBAC lets agents (hub group AgentGroup) open port-forwards to proxy-server pods; only the
+// PortForward entrypoint needs it, and it grants nothing else.
+func PortForwardRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) (*rbacv1.Role, *rbacv1.RoleBinding) {
+	ns := contract.Namespace(mpc)
+	role := &rbacv1.Role{
+		ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns),
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}},
+		},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: PortForwardRoleName},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AgentGroup}},
+	}
+	return role, binding
+}
+
+// InClusterService is how hub clients reach the proxy servers' frontend (and agents, for in-cluster entrypoints).
+func InClusterService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Service {
+	p := contract.PortsOf(mpc)
+	return &corev1.Service{
+		ObjectMeta: objectMeta(mpc, contract.ServiceName(mpc), contract.Namespace(mpc)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: serverPodLabels(mpc),
+			Ports: []corev1.ServicePort{
+				servicePort("proxy-server", p.ProxyServer, p.ProxyServer),
+				servicePort("agent-server", p.AgentServer, p.AgentServer),
+				servicePort("http-connect", p.HTTPConnectServer, p.HTTPConnectServer),
+			},
+		},
+	}
+}
+
+// UserServerService is how hub clients reach the user-server: https://cluster-proxy-addon-user.<ns>.svc:9092/<cluster>.
+func UserServerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: objectMeta(mpc, proxyv1alpha1.UserServerServiceName, contract.Namespace(mpc)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: serverPodLabels(mpc),
+			Ports:    []corev1.ServicePort{servicePort("user-server", proxyv1alpha1.UserServerPort, proxyv1alpha1.UserServerPort)},
+		},
+	}
+}
+
+// LoadBalancerService exposes the agent port for a LoadBalancerService entrypoint. Annotations come from the
+// configuration; removing one there removes it here.
+func LoadBalancerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: objectMeta(mpc, LoadBalancerServiceName(mpc), contract.Namespace(mpc)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeLoadBalancer,
+			Selector: serverPodLabels(mpc),
+			Ports:    []corev1.ServicePort{servicePort("agent-server", EntrypointPort(mpc), contract.PortsOf(mpc).AgentServer)},
+		},
+	}
+	if e := mpc.Spec.ProxyServer.Entrypoint; e != nil && e.LoadBalancerService != nil && len(e.LoadBalancerService.Annotations) > 0 {
+		svc.Annotations = map[string]string{}
+		for _, a := range e.LoadBalancerService.Annotations {
+			svc.Annotations[a.Key] = a.Value
+		}
+	}
+	return svc
+}
+
+// LoadBalancerAddress is the first ingress of a LoadBalancer Service, preferring its hostname to its IP.
+func LoadBalancerAddress(svc *corev1.Service) string {
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.Hostname != "" {
+			return in.Hostname
+		}
+		if in.IP != "" {
+			return in.IP
+		}
+	}
+	return ""
+}
+
+// EntrypointHost is the host agents dial, given the LoadBalancer address (when that type is used). It is ""
+// when not yet known.
+func EntrypointHost(mpc *proxyv1alpha1.ManagedProxyConfiguration, lbAddress string) string {
+	switch EntrypointType(mpc) {
+	case proxyv1alpha1.EntryPointTypeHostname:
+		return mpc.Spec.ProxyServer.Entrypoint.Hostname.Value
+	case proxyv1alpha1.EntryPointTypeLoadBalancerService:
+		return lbAddress
+	default:
+		// The agent's port-forward proxy listens on loopback next to the proxy-agent.
+		return "127.0.0.1"
+	}
+}
+
+// ServerArgs is the proxy-server command line.
+func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
+	p := contract.PortsOf(mpc)
+	args := []string{
+		"--server-count=" + strconv.Itoa(int(mpc.Spec.ProxyServer.Replicas)),
+		"--proxy-strategies=destHost",
+		fmt.Sprintf("--server-port=%d", p.ProxyServer),
+		fmt.Sprintf("--agent-port=%d", p.AgentServer),
+		fmt.Sprintf("--health-port=%d", p.HealthServer),
+		fmt.Sprintf("--admin-port=%d", p.AdminServer),
+		fmt.Sprintf("--http-connect-port=%d", p.HTTPConnectServer),
+		"--server-ca-cert=" + serverCAMount + "/ca.crt",
+		"--server-cert=" + serverCertMount + "/tls.crt",
+		"--server-key=" + serverCertMount + "/tls.key",
+		"--cluster-ca-cert=" + serverCAMount + "/ca.crt",
+		"--cluster-cert=" + agentServerMount + "/tls.crt",
+		"--cluster-key=" + agentServerMount + "/tls.key",
+		"--user-server-cert=" + userServerMount + "/tls.crt",
+		"--user-server-key=" + userServerMount + "/tls.key",
+		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
+	}
+	args = append(args, AllowedServiceArgs(mpc)...)
+	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
+}
+
+// AllowedServiceArgs are the --allowed-service flags (namespace/name[:port]) of the configuration's user-server
+// allow-list, which the proxy-server and every agent's service-proxy enforce.
+func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
+	if mpc.Spec.UserServer == nil {
+		return nil
+	}
+	args := make([]string, 0, len(mpc.Spec.UserServer.AllowedServices))
+	for _, a := range mpc.Spec.UserServer.AllowedServices {
+		// In the format allowlist.Parse reads back.
+		args = append(args, "--allowed-service="+allowlist.Service{Namespace: a.Namespace, Name: a.Name, Port: int(a.Port)}.String())
+	}
+	return args
+}
+
+// AgentHubTokenReviewBindingName binds every agent's hub identity to TokenReview, so a service-proxy can tell whose
+// hub token a request carries before impersonating that user on its cluster.
+const AgentHubTokenReviewBindingName = "open-cluster-management:cluster-proxy:agent-tokenreview"
+
+// AgentHubTokenReviewBinding grants the agents' hub identities the built-in system:auth-delegator role (TokenReview
+// and SubjectAccessReview create), one binding for every cluster: the group is the one every agent's hub identity
+// carries (csrreview.HubKubeconfigGroups).
+func AgentHubTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: objectMeta(mpc, AgentHubTokenReviewBindingName, ""),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: csrreview.AllAgentsGroup}},
+	}
+}
+
+// ServerDeployment runs the proxy servers. It mounts the certificate secrets, which are renewed in place: the
+// pod template does not change on renewal, so renewal restarts nothing.
+func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Deployment {
+	p := contract.PortsOf(mpc)
+	secrets := contract.SecretNamesOf(mpc)
+	np := mpc.Spec.ProxyServer.NodePlacement
+	return &appsv1.Deployment{
+		ObjectMeta: objectMeta(mpc, mpc.Name, contract.Namespace(mpc)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(mpc.Spec.ProxyServer.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: serverPodLabels(mpc)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: serverPodLabels(mpc)},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           ServerServiceAccountName,
+					AutomountServiceAccountToken: ptr.To(false),
+					NodeSelector:                 np.NodeSelector,
+					Tolerations:                  np.Tolerations,
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            serverContainerName,
+						Image:           mpc.Spec.ProxyServer.Image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{"/proxy-server"},
+						Args:            ServerArgs(mpc),
+						Ports: []corev1.ContainerPort{
+							containerPort("proxy-server", p.ProxyServer),
+							containerPort("agent-server", p.AgentServer),
+							containerPort("health", p.HealthServer),
+							containerPort("http-connect", p.HTTPConnectServer),
+							containerPort("user-server", proxyv1alpha1.UserServerPort),
+						},
+						LivenessProbe:   httpProbe("/healthz", p.HealthServer),
+						ReadinessProbe:  httpProbe("/readyz", p.HealthServer),
+						SecurityContext: restrictedContainer(),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "proxy-server-ca", MountPath: serverCAMount, ReadOnly: true},
+							{Name: "proxy-server", MountPath: serverCertMount, ReadOnly: true},
+							{Name: "agent-server", MountPath: agentServerMount, ReadOnly: true},
+							{Name: "user-server", MountPath: userServerMount, ReadOnly: true},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						secretVolume("proxy-server-ca", proxyv1alpha1.CABundleSecretName),
+						secretVolume("proxy-server", secrets.ProxyServer),
+						secretVolume("agent-server", secrets.AgentServer),
+						secretVolume("user-server", secrets.UserServer),
+					},
+				},
+			},
+		},
+	}
+}
+
+// CABundleSecret publishes the CA bundle every proxy client and agent trusts.
+func CABundleSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, bundle []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: objectMeta(mpc, proxyv1alpha1.CABundleSecretName, contract.Namespace(mpc)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{"ca.crt": bundle},
+	}
+}
+
+// CMAUserOwnedFields are the ClusterManagementAddOn fields users set and the operator leaves alone.
+var CMAUserOwnedFields = [][]string{{"spec", "installStrategy"}}
+
+// SignerSecret holds the self-signed CA in the proxy-server namespace.
+func SignerSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, name string, data map[string][]byte, annotations map[string]string) *corev1.Secret {
+	meta := objectMeta(mpc, name, contract.Namespace(mpc))
+	meta.Annotations = annotations
+	return &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: data}
+}
+
+// ClusterManagementAddOn registers the cluster-proxy add-on with OCM; managed clusters get agents through it. Its
+// spec.installStrategy (Manual or Placements) belongs to users: see CMAUserOwnedFields.
+func ClusterManagementAddOn(mpc *proxyv1alpha1.ManagedProxyConfiguration) *addonv1alpha1.ClusterManagementAddOn {
+	meta := objectMeta(mpc, proxyv1alpha1.AddonName, "")
+	// The add-on is often installed by Helm, whose app.kubernetes.io/managed-by value ("Helm") marks what its release
+	// owns: the operator does not claim the label, so the two never take it from each other.
+	delete(meta.Labels, ManagedByLabel)
+	// The operator installs the add-on itself (install strategy, registrations, ManifestWork): OCM's add-on manager
+	// must not do it as well.
+	meta.Annotations = map[string]string{"addon.open-cluster-management.io/lifecycle": "self"}
+	return &addonv1alpha1.ClusterManagementAddOn{
+		ObjectMeta: meta,
+		Spec: addonv1alpha1.ClusterManagementAddOnSpec{
+			AddOnMeta: addonv1alpha1.AddOnMeta{
+				DisplayName: "cluster-proxy",
+				Description: "Reverse tunnels from the hub to every managed cluster's kube-apiserver and services",
+			},
+			// OCM v1.0.0 serves add-on v1alpha1 only, where supportedConfigs is how default configs are declared.
+			SupportedConfigs: []addonv1alpha1.ConfigMeta{
+				{ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"}},
+				{
+					ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: proxyv1alpha1.GroupVersion.Group, Resource: "managedproxyconfigurations"},
+					DefaultConfig:       &addonv1alpha1.ConfigReferent{Name: mpc.Name},
+				},
+			},
+		},
+	}
+}
+
+// SplitSANs separates IP addresses from DNS names, dropping empties and duplicates; the result is sorted.
+func SplitSANs(sans ...string) (dns []string, ips []string) {
+	seen := map[string]bool{}
+	for _, s := range sans {
+		if s == "" || seen[s] {
+			continue
+		}
+		seen[s] = true
+		if net.ParseIP(s) != nil {
+			ips = append(ips, s)
+		} else {
+			dns = append(dns, s)
+		}
+	}
+	sort.Strings(dns)
+	sort.Strings(ips)
+	return dns, ips
+}
+
+// restrictedContainer is the container security context of the restricted Pod Security Standard, with a read-only
+// root filesystem.
+func restrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func servicePort(name string, port, target int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(target)}
+}
+
+func containerPort(name string, port int32) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP}
+}
+
+func httpProbe(path string, port int32) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP}}}
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
+}
+
+// DefaultCertificateDuration is the lifetime of hub leaf certificates (180 days, as the existing addon).
+const DefaultCertificateDuration = 180 * 24 * time.Hour
+
+// SplitEntrypoint splits a status entrypoint "host:port" and returns the host ("" when unset).
+func SplitEntrypoint(entrypoint string) (host, port string) {
+	h, p, err := net.SplitHostPort(entrypoint)
+	if err != nil {
+		return "", ""
+	}
+	return h, p
+}

@@ -1,0 +1,109 @@
+package render
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+func mpc(entrypoint *proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint) *proxyv1alpha1.ManagedProxyConfiguration {
+	m := &proxyv1alpha1.ManagedProxyConfiguration{}
+	m.Name = "cluster-proxy"
+	m.Spec.ProxyServer = proxyv1alpha1.ManagedProxyConfigurationProxyServer{Image: "img", Replicas: 3, Entrypoint: entrypoint}
+	return m
+}
+
+func TestEntrypointHost(t *testing.T) {
+	cases := []struct {
+		name       string
+		entrypoint *proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint
+		lb, want   string
+	}{
+		{"hostname", &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}}, "", "hub.example.com"},
+		{"load balancer, known", &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeLoadBalancerService}, "lb.example.com", "lb.example.com"},
+		{"load balancer, pending", &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeLoadBalancerService}, "", ""},
+		{"port forward", &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypePortForward}, "", "127.0.0.1"},
+		{"unset means port forward", nil, "", "127.0.0.1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(EntrypointHost(mpc(tc.entrypoint), tc.lb)).To(Equal(tc.want))
+		})
+	}
+}
+
+func TestLoadBalancerAddressPrefersHostname(t *testing.T) {
+	g := NewWithT(t)
+	svc := &corev1.Service{}
+	g.Expect(LoadBalancerAddress(svc)).To(BeEmpty())
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1", Hostname: "lb.example.com"}}
+	g.Expect(LoadBalancerAddress(svc)).To(Equal("lb.example.com"))
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}
+	g.Expect(LoadBalancerAddress(svc)).To(Equal("203.0.113.1"))
+}
+
+func TestPortsDefaultAndOverride(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	g.Expect(contract.PortsOf(m)).To(Equal(contract.Ports{ProxyServer: 8090, AgentServer: 8091, HealthServer: 8092, AdminServer: 8095, HTTPConnectServer: 8094}))
+	m.Spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{Ports: proxyv1alpha1.ManagedProxyConfigurationDeployPorts{AgentServer: 9443}}
+	g.Expect(contract.PortsOf(m)).To(Equal(contract.Ports{ProxyServer: 8090, AgentServer: 9443, HealthServer: 8092, AdminServer: 8095, HTTPConnectServer: 8094}))
+	g.Expect(ServerArgs(m)).To(ContainElements("--agent-port=9443", "--server-port=8090", "--server-count=3", "--http-connect-port=8094"))
+	g.Expect(InClusterService(m).Spec.Ports[1].Port).To(Equal(int32(9443)))
+	m.Spec.Deploy.Ports.HTTPConnectServer = 18094
+	g.Expect(ServerArgs(m)).To(ContainElement("--http-connect-port=18094"))
+	g.Expect(InClusterService(m).Spec.Ports[2]).To(And(HaveField("Name", "http-connect"), HaveField("Port", int32(18094))))
+}
+
+func TestAllowedServiceArgs(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	g.Expect(AllowedServiceArgs(m)).To(BeEmpty(), "no user-server, nothing allowed")
+	m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{AllowedServices: []proxyv1alpha1.AllowedService{
+		{Namespace: "default", Name: "web", Port: 8080}, {Namespace: "monitoring", Name: "prometheus"},
+	}}
+	want := []string{"--allowed-service=default/web:8080", "--allowed-service=monitoring/prometheus"}
+	g.Expect(AllowedServiceArgs(m)).To(Equal(want))
+	g.Expect(ServerArgs(m)).To(ContainElements(want))
+}
+
+func TestAgentHubTokenReviewBinding(t *testing.T) {
+	g := NewWithT(t)
+	b := AgentHubTokenReviewBinding(mpc(nil))
+	g.Expect(b.RoleRef.Name).To(Equal("system:auth-delegator"))
+	g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")))
+	g.Expect(b.Namespace).To(BeEmpty())
+	g.Expect(b.OwnerReferences).To(HaveLen(1))
+}
+
+func TestSplitSANs(t *testing.T) {
+	dns, ips := SplitSANs("b.example.com", "10.0.0.1", "", "a.example.com", "::1", "b.example.com")
+	g := NewWithT(t)
+	g.Expect(dns).To(Equal([]string{"a.example.com", "b.example.com"}))
+	g.Expect(ips).To(Equal([]string{"10.0.0.1", "::1"}))
+}
+
+func TestHubCertificates(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(&proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeLoadBalancerService})
+	m.Spec.ProxyServer.Namespace = "hub"
+	m.Spec.Authentication.Signer.SelfSigned = &proxyv1alpha1.AuthenticationSelfSigned{AdditionalSANs: []string{"extra.example.com"}}
+	m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{AdditionalSANs: []string{"users.example.com"}}
+	byName := map[string]*proxyv1alpha1.ProxyCertificate{}
+	for _, hc := range HubCertificates(m, "203.0.113.5") {
+		byName[hc.Certificate.Spec.SecretName] = hc.Certificate
+		g.Expect(hc.Certificate.Spec.IssuerRef.Name).To(Equal("cluster-proxy"))
+	}
+	g.Expect(byName).To(HaveLen(4))
+	server := byName["agent-server"].Spec
+	g.Expect(server.DNSNames).To(ConsistOf("proxy-entrypoint", "proxy-entrypoint.hub", "proxy-entrypoint.hub.svc", "localhost", "extra.example.com"))
+	g.Expect(server.IPAddresses).To(ConsistOf("127.0.0.1", "203.0.113.5"))
+	g.Expect(server.Usages).To(Equal([]proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageServerAuth}))
+	g.Expect(byName["proxy-client"].Spec.Usages).To(Equal([]proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageClientAuth}))
+	g.Expect(byName["cluster-proxy-user-serving-cert"].Spec.DNSNames).To(ContainElements("cluster-proxy-addon-user.hub.svc", "users.example.com"))
+}

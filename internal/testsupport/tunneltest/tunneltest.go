@@ -1,0 +1,246 @@
+// Package tunneltest runs the data plane on 127.0.0.1 for tests of hub clients: a real proxy-server
+// (internal/dataplane/server), real proxy-agents (internal/dataplane/agent) and kube-apiserver stand-ins that answer /healthz, with the
+// hub objects (ManagedProxyConfiguration, proxy-client and CA bundle Secrets) a client reads and the --resolve map
+// that points the in-cluster Service names at the local listeners. Only tests import it.
+package tunneltest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+)
+
+// Hub is a running proxy-server with the objects that describe it.
+type Hub struct {
+	// Namespace of the proxy-server and its Secrets.
+	Namespace string
+	// MPC is the ManagedProxyConfiguration cluster-proxy, default ports and Service name.
+	MPC *proxyv1alpha1.ManagedProxyConfiguration
+	// ClientSecret (proxy-client) and BundleSecret (proxy-server-ca) are the Secrets a hub client reads.
+	ClientSecret, BundleSecret *corev1.Secret
+	// Resolve maps the in-cluster frontend and HTTP-CONNECT addresses to the local listeners, host:port=addr:port.
+	Resolve map[string]string
+	// Server is the proxy-server.
+	Server *server.Server
+
+	ca  *certs.KeyPair
+	dir string
+	n   atomic.Int64
+}
+
+// Objects are the hub objects a client reads: the configuration and the two Secrets.
+func (h *Hub) Objects() []client.Object {
+	return []client.Object{h.MPC.DeepCopy(), h.ClientSecret.DeepCopy(), h.BundleSecret.DeepCopy()}
+}
+
+// ResolveFlags are Resolve as --resolve values.
+func (h *Hub) ResolveFlags() []string {
+	var out []string
+	for from, to := range h.Resolve {
+		out = append(out, from+"="+to)
+	}
+	return out
+}
+
+// Start runs a proxy-server on 127.0.0.1 until the test ends.
+func Start(t testing.TB, namespace string) *Hub {
+	t.Helper()
+	now := time.Now()
+	ca, err := certs.NewCA("tunneltest-ca", 24*time.Hour, now)
+	must(t, err)
+	h := &Hub{Namespace: namespace, ca: ca, dir: t.TempDir()}
+	h.MPC = &proxyv1alpha1.ManagedProxyConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName},
+		Spec: proxyv1alpha1.ManagedProxyConfigurationSpec{
+			Authentication: proxyv1alpha1.ManagedProxyConfigurationAuthentication{
+				Signer: proxyv1alpha1.ManagedProxyConfigurationCertificateSigner{Type: proxyv1alpha1.SelfSigned},
+			},
+			ProxyServer: proxyv1alpha1.ManagedProxyConfigurationProxyServer{
+				Image: "example.com/cluster-proxy:test", Replicas: 1, Namespace: namespace,
+				Entrypoint: &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{
+					Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "proxy.example.com"}, Port: 8091,
+				},
+			},
+			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "example.com/cluster-proxy:test"},
+		},
+	}
+	svc := contract.ServiceName(h.MPC) + "." + namespace + ".svc"
+	serving := certs.LeafSpec{CommonName: "proxy-server", DNSNames: []string{svc, "localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}
+	serverCert, serverKey := h.issue(t, "proxy-server", serving)
+	agentServerCert, agentServerKey := h.issue(t, "agent-server", serving)
+	caFile := h.write(t, "ca.crt", ca.CertPEM)
+	clientLeaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "cluster-proxy-proxy-client",
+		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, now)
+	must(t, err)
+
+	srv, err := server.New(server.Options{
+		ServerID: "tunneltest", FrontendAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0", HTTPConnectAddr: "127.0.0.1:0",
+		ServerCert: serverCert, ServerKey: serverKey, ServerCACert: caFile,
+		ClusterCert: agentServerCert, ClusterKey: agentServerKey, ClusterCACert: caFile,
+		ShutdownTimeout: 3 * time.Second, Log: logr.Discard(),
+	})
+	must(t, err)
+	must(t, srv.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("proxy-server: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the proxy-server did not stop within 10s")
+		}
+	})
+	h.Server = srv
+	ports := contract.PortsOf(h.MPC)
+	addrs := srv.Addrs()
+	h.Resolve = map[string]string{
+		net.JoinHostPort(svc, strconv.Itoa(int(ports.ProxyServer))):       addrs.Frontend,
+		net.JoinHostPort(svc, strconv.Itoa(int(ports.HTTPConnectServer))): addrs.HTTPConnect,
+	}
+	labels := map[string]string{render.ManagedByLabel: render.ManagedByValue}
+	h.ClientSecret = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: contract.SecretNamesOf(h.MPC).ProxyClient, Namespace: namespace, Labels: labels},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": clientLeaf.CertPEM, "tls.key": clientLeaf.KeyPEM, "ca.crt": ca.CertPEM},
+	}
+	h.BundleSecret = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.CABundleSecretName, Namespace: namespace, Labels: labels},
+		Data:       map[string][]byte{"ca.crt": ca.CertPEM},
+	}
+	return h
+}
+
+// Agent is a running proxy-agent of one cluster.
+type Agent struct {
+	*agent.Agent
+	stop func()
+}
+
+// Stop ends the agent and waits until it has disconnected.
+func (a *Agent) Stop() { a.stop() }
+
+// StartAgent runs a proxy-agent of cluster whose tunnel port 443 reaches kubeAPIServer (host:port), and waits until
+// the proxy-server counts it as connected. It stops when the test ends, if Stop was not called before.
+func (h *Hub) StartAgent(t testing.TB, cluster, kubeAPIServer string) *Agent {
+	t.Helper()
+	n := h.n.Add(1)
+	cert, key := h.issue(t, fmt.Sprintf("agent-%d", n), certs.LeafSpec{CommonName: contract.AgentCommonNamePrefix + cluster,
+		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour})
+	src, err := tlsreload.New(cert, key, filepath.Join(h.dir, "ca.crt"))
+	must(t, err)
+	agentID := fmt.Sprintf("%s-agent-%d", cluster, n)
+	a, err := agent.New(agent.Options{
+		ServerAddress: h.Server.Addrs().Agent, AgentID: agentID, Identifiers: "host=" + cluster, TLS: src,
+		KubeAPIServer: kubeAPIServer, DrainTimeout: 100 * time.Millisecond,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, Log: logr.Discard(),
+	})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.Run(ctx)
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		<-done
+		waitFor(t, func() bool { return !slices.Contains(h.Server.Agents().Snapshot()[cluster], agentID) },
+			"agent %s of cluster %s to disconnect", agentID, cluster)
+	}
+	t.Cleanup(stop)
+	waitFor(t, func() bool { return slices.Contains(h.Server.Agents().Snapshot()[cluster], agentID) },
+		"agent %s of cluster %s to connect", agentID, cluster)
+	return &Agent{Agent: a, stop: stop}
+}
+
+// KubeAPIServer is a TLS server on 127.0.0.1 standing in for a kube-apiserver: /healthz answers "ok" while
+// healthy() is true (500 otherwise) and /version answers gitVersion. It returns its address and its CA (PEM).
+func KubeAPIServer(t testing.TB, gitVersion string, healthy func() bool) (addr string, caPEM []byte) {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz":
+			if healthy != nil && !healthy() {
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, "[-]etcd failed: reason withheld")
+				return
+			}
+			_, _ = io.WriteString(w, "ok")
+		case "/version":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = fmt.Fprintf(w, `{"major":"1","minor":"36","gitVersion":%q}`, gitVersion)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts.Listener.Addr().String(), certs.EncodeBundle(ts.Certificate())
+}
+
+func (h *Hub) issue(t testing.TB, name string, spec certs.LeafSpec) (certFile, keyFile string) {
+	t.Helper()
+	leaf, err := certs.IssueLeaf(h.ca, spec, time.Now())
+	must(t, err)
+	return h.write(t, name+".crt", leaf.CertPEM), h.write(t, name+".key", leaf.KeyPEM)
+}
+
+func (h *Hub) write(t testing.TB, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(h.dir, name)
+	must(t, os.WriteFile(p, data, 0o600))
+	return p
+}
+
+func waitFor(t testing.TB, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for "+format, args...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
