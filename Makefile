@@ -56,11 +56,15 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 bundle: manifests ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/ with hack/bundle.
 	go run ./hack/bundle
 
+.PHONY: api-docs
+api-docs: manifests ## Generate the API reference docs/api.md from the CRDs (hack/apidocs).
+	go run ./hack/apidocs
+
 .PHONY: verify-generated
-verify-generated: manifests generate bundle ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile)" ]; then \
-		echo "Generated files are stale; run 'make manifests generate bundle' and commit:"; \
-		git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile; git --no-pager diff --stat -- api config $(CHART_DIR) bundle bundle.Dockerfile; exit 1; fi
+verify-generated: manifests generate bundle api-docs ## Fail when generated files are stale.
+	@if [ -n "$$(git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md)" ]; then \
+		echo "Generated files are stale; run 'make manifests generate bundle api-docs' and commit:"; \
+		git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; git --no-pager diff --stat -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; exit 1; fi
 
 # NODE_ASSETS is the same folder with what real nodes run too (kubelet, kube-scheduler, kube-proxy, coredns).
 NODE_ASSETS = $(shell hack/envtest-assets.sh --nodes)

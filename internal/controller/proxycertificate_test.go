@@ -11,10 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/proxycertificate"
 )
 
 // poke makes the controllers look at obj again, as a periodic resync or the renewal timer would after the fake
@@ -93,6 +96,12 @@ var _ = Describe("ProxyCertificate", func() {
 		Expect(first.Status.RenewalTime.Time).To(BeTemporally("~", first.Status.NotAfter.Add(-time.Hour), time.Second))
 		leaf := leafOf(Default, get(Default, &corev1.Secret{}, ns, "tool-cert"))
 		Expect(leaf.Subject.CommonName).To(Equal("tool"))
+
+		By("a pass asks to be called again at the renewal time, which is what renews the certificate")
+		r := &proxycertificate.Reconciler{Client: k8s, APIReader: k8s, Clock: fakeClock, Recorder: events.NewFakeRecorder(10)}
+		res, err := r.Reconcile(ctx(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pc)})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.RequeueAfter).To(BeNumerically("~", first.Status.RenewalTime.Sub(fakeClock.Now()), time.Second))
 
 		By("a minute before the renewal time nothing changes")
 		fakeClock.SetTime(first.Status.RenewalTime.Add(-time.Minute))
