@@ -17,7 +17,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 )
 
 const (

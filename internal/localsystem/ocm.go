@@ -17,9 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ociimage"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ocmjoin"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 

@@ -67,6 +67,8 @@ type scope struct {
 	work    *workv1.ManifestWork // live (as read, or as this pass wrote it), nil when none is known
 	// cps is the ClusterProxyStatus with the status this pass computed, cpsBefore as read or created.
 	cps, cpsBefore *proxyv1alpha1.ClusterProxyStatus
+	// requeue is when to look again whatever happens meanwhile (the agent certificate's expiry), 0 for never.
+	requeue time.Duration
 }
 
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
@@ -102,25 +104,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	if err := r.resolveConfigs(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	var requeue time.Duration
-	err = r.reconcileWork(ctx, s)
-	if err == nil {
-		requeue, err = r.prepareClusterStatus(ctx, s) // the add-on's Available condition is derived from it
-	}
-	if err == nil {
-		err = r.applyAddOnStatus(ctx, s)
-	}
-	if err == nil {
-		err = r.writeClusterStatus(ctx, s)
+	// The phases run in order; each reads what the ones before it decided. The add-on's Available condition is
+	// derived from the ClusterProxyStatus, so that status is computed before the add-on's is written, and written
+	// after, so the next pass sees the add-on's Configured condition already in place.
+	for _, phase := range []func(context.Context, *scope) error{
+		r.resolveConfigs, r.reconcileWork, r.prepareClusterStatus, r.applyAddOnStatus, r.writeClusterStatus,
+	} {
+		err = phase(ctx, s)
+		if err != nil {
+			break
+		}
 	}
 	if apierrors.IsConflict(err) || errors.Is(err, apply.ErrNotCached) {
 		// Written meanwhile, or written by an earlier pass that the cache has not caught up with: read again soon.
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	return ctrl.Result{RequeueAfter: requeue}, err
+	return ctrl.Result{RequeueAfter: s.requeue}, err
 }
 
 // reconcileWork renders and applies the agent ManifestWork. On bad input it reports the problem and leaves the

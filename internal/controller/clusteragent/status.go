@@ -161,11 +161,11 @@ func workApplied(work *workv1.ManifestWork) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == work.Generation
 }
 
-// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps), from which
+// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps) and when to look again (s.requeue), from which
 // the add-on's Available condition is derived; writeClusterStatus writes it. The add-on's status is applied in
 // between, as before the tunnel conditions existed, so the next pass sees the add-on's Configured condition already
 // written. It returns apply.ErrNotCached when the status was created by an earlier pass the cache has not seen yet.
-func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeue time.Duration, err error) {
+func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) error {
 	cps := &proxyv1alpha1.ClusterProxyStatus{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: proxyv1alpha1.AddonName, Namespace: s.mca.Namespace,
@@ -176,16 +176,16 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) (requeu
 	}
 	live, _, err := apply.EnsureReplaced(ctx, r.Client, cps)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	// live is as read, or as just created: either way its status is computed, and written, in this pass.
 	s.cpsBefore = live.DeepCopy()
-	requeue, err = r.computeStatus(ctx, &live.Status, s, live.Generation, r.Clock.Now())
+	s.requeue, err = r.computeStatus(ctx, &live.Status, s, live.Generation, r.Clock.Now())
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s.cps = live
-	return requeue, nil
+	return nil
 }
 
 // writeClusterStatus writes the status prepareClusterStatus computed, when it changed.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 )
 
 // coreDNSImage is CoreDNS from Binaries, loaded from a local archive, never pulled.

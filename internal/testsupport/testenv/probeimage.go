@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 )
 
 // ProbeImageName is the name ProbeImage tags its image with; a pod runs it with imagePullPolicy Never.

@@ -176,7 +176,8 @@ func TestControlPlaneScale(t *testing.T) {
 	switch ran := time.Since(mgr.StartedAt()); {
 	case steadyGets == 0:
 	case ran < minWatchTimeout:
-		t.Errorf("the manager made %.0f GET requests at steady state; want 0 (reads come from its cache)", steadyGets)
+		t.Errorf("the manager made %.0f GET requests at steady state; want 0 (reads come from its cache); its warnings and errors:\n%s",
+			steadyGets, warnings(mgr.LogPath()))
 	default:
 		t.Logf("%.0f GETs at steady state not judged: after %s of the manager they may be re-opened watches", steadyGets, ran.Round(time.Second))
 	}
@@ -184,6 +185,22 @@ func TestControlPlaneScale(t *testing.T) {
 		// Run as deployed: a request RBAC denied is a permission config/rbac lacks, even one nothing else noticed.
 		must(t, testenv.CheckManagerRBAC(mgr.LogPath()))
 	}
+}
+
+// warnings are the manager log's warning and error lines (klog's W and E lines, and zap's), where a re-opened
+// watch or an uncached read would show.
+func warnings(logPath string) string {
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "W1") || strings.HasPrefix(line, "E1") || strings.Contains(line, `"level":"error"`) || strings.Contains(line, `"level":"warn"`) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // minWatchTimeout is the shortest time after which client-go's reflectors re-open a watch (5 min, times 1 to 2).
