@@ -100,6 +100,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if opts.Tunnels != nil {
+		// Tunnel health lists the proxy-servers' EndpointSlices, which no controller watches: their informer starts
+		// with the cache, not on the first round that gets that far, which may come at any time, at steady state too.
+		if _, err := mgr.GetCache().GetInformer(ctx, &discoveryv1.EndpointSlice{}); err != nil {
+			return err
+		}
+	}
 	recorder := mgr.GetEventRecorder("cluster-proxy-operator")
 	options := controller.Options{RateLimiter: RateLimiter()}
 	reconcilers := []interface {

@@ -31,10 +31,12 @@ var (
 	k8s       client.Client // the test's own client, uncached
 	k8sWatch  client.WithWatch
 	fakeClock *clocktesting.FakeClock
-	writes    writeCounter // API writes made by the manager
-	tunnels   *fakeTunnels // what the proxy-servers see of each cluster's tunnel
+	writes    writeCounter  // API writes made by the manager
+	mgrClient client.Client // the manager's cached client
+	tunnels   *fakeTunnels  // what the proxy-servers see of each cluster's tunnel
 	gc        *testenv.Process
 	cancel    context.CancelFunc
+	mgrDone   chan struct{} // closed when the manager has stopped
 )
 
 func TestControllers(t *testing.T) {
@@ -74,9 +76,12 @@ var _ = BeforeSuite(func() {
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
 	tunnels = newFakeTunnels()
+	mgrClient = mgr.GetClient()
 	Expect(controller.Setup(ctx, mgr, controller.Options{Clock: fakeClock, Tunnels: tunnels, CountsDelay: countsDelay})).To(Succeed())
+	mgrDone = make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
+		defer close(mgrDone)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 })
@@ -84,6 +89,8 @@ var _ = BeforeSuite(func() {
 var _ = AfterSuite(func() {
 	if cancel != nil {
 		cancel()
+		// The manager's requests end before the API server stops, which would otherwise wait for them.
+		Eventually(mgrDone, timeout).Should(BeClosed())
 	}
 	if gc != nil {
 		gc.Stop()
@@ -93,13 +100,16 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// writeCounter counts the API requests that change something (anything but GET, LIST and WATCH).
-type writeCounter struct{ n atomic.Int64 }
+// writeCounter counts the API requests that change something (anything but GET, LIST and WATCH), and apart the
+// reads (GET, which LIST and WATCH are too).
+type writeCounter struct{ n, reads atomic.Int64 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.n.Add(1)
+		} else {
+			w.reads.Add(1)
 		}
 		return rt.RoundTrip(req)
 	})

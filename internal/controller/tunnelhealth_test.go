@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,3 +171,19 @@ func tunnelHealthSpecs() {
 			"NoAgentConnected", "NoAgentConnected", "ProbeUnavailable")
 	})
 }
+
+var _ = Describe("Tunnel health reads", func() {
+	It("come from informers the cache started with the manager: listing the proxy-servers' EndpointSlices sends no request", func() {
+		By("waiting until the manager has started every informer and read nothing for a second")
+		last := int64(-1)
+		Eventually(func() bool {
+			n := writes.reads.Load()
+			quiet := n == last
+			last = n
+			return quiet
+		}, timeout, time.Second).Should(BeTrue())
+		before := writes.reads.Load()
+		Expect(mgrClient.List(ctx(), &discoveryv1.EndpointSliceList{})).To(Succeed())
+		Expect(writes.reads.Load()).To(Equal(before), "a List from an informer started on first use is a request at any time, steady state too")
+	})
+})
