@@ -41,7 +41,10 @@ var (
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "Controllers Suite")
+	// Every spec in a random order (Ordered containers keep theirs): no spec may depend on another's objects.
+	suiteConfig, reporterConfig := GinkgoConfiguration()
+	suiteConfig.RandomizeAllSpecs = true
+	RunSpecs(t, "Controllers Suite", suiteConfig, reporterConfig)
 }
 
 var _ = BeforeSuite(func() {
