@@ -365,13 +365,13 @@ var _ = Describe("Cluster agents", Ordered, func() {
 
 		By("at steady state, a label on the ClusterManagementAddOn (a pass of the configuration and of every cluster) writes nothing")
 		expectQuiet()
-		before := writes.count()
+		before := requests.Writes()
 		Eventually(func(g Gomega) {
 			live := get(g, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy")
 			live.Labels["team"] = "platform-" + mpcSuffix()
 			g.Expect(k8s.Update(ctx(), live, client.FieldOwner("kubectl-label"))).To(Succeed())
 		}, timeout, interval).Should(Succeed())
-		Consistently(writes.count, 3*time.Second, 250*time.Millisecond).Should(Equal(before))
+		Consistently(requests.Writes, 3*time.Second, 250*time.Millisecond).Should(Equal(before))
 		Expect(get(Default, &addonv1alpha1.ClusterManagementAddOn{}, "", "cluster-proxy").Spec.SupportedConfigs).To(ContainElement(
 			HaveField("DefaultConfig", &addonv1alpha1.ConfigReferent{Namespace: adcNS, Name: "fleet-proxy"})))
 	})

@@ -283,8 +283,8 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		createMPC(mpc)
 		expectReady(mpc)
 		expectQuiet()
-		before := writes.count()
-		Consistently(writes.count, 5*time.Second, 250*time.Millisecond).Should(Equal(before))
+		before := requests.Writes()
+		Consistently(requests.Writes, 5*time.Second, 250*time.Millisecond).Should(Equal(before))
 	})
 
 	It("signs with a Provided CA, and reports a missing or malformed secret by name", func() {

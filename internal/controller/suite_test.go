@@ -2,10 +2,8 @@ package controller_test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,9 +29,9 @@ var (
 	k8s       client.Client // the test's own client, uncached
 	k8sWatch  client.WithWatch
 	fakeClock *clocktesting.FakeClock
-	writes    writeCounter  // API writes made by the manager
-	mgrClient client.Client // the manager's cached client
-	tunnels   *fakeTunnels  // what the proxy-servers see of each cluster's tunnel
+	requests  testenv.Requests // the manager's API requests
+	mgrClient client.Client    // the manager's cached client
+	tunnels   *fakeTunnels     // what the proxy-servers see of each cluster's tunnel
 	gc        *testenv.Process
 	cancel    context.CancelFunc
 	mgrDone   chan struct{} // closed when the manager has stopped
@@ -67,7 +65,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	mgrCfg := rest.CopyConfig(cfg)
-	mgrCfg.WrapTransport = writes.wrap
+	mgrCfg.WrapTransport = requests.Wrap
 	fakeClock = clocktesting.NewFakeClock(time.Now())
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -103,34 +101,7 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// writeCounter counts the API requests that change something (anything but GET, LIST and WATCH), and apart the
-// reads (GET, which LIST and WATCH are too).
-type writeCounter struct{ n, reads atomic.Int64 }
-
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			w.n.Add(1)
-		} else {
-			w.reads.Add(1)
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-func (w *writeCounter) count() int64 { return w.n.Load() }
-
 // expectQuiet waits until the manager has made no write for a second.
 func expectQuiet() {
-	last := int64(-1)
-	EventuallyWithOffset(1, func() bool {
-		n := writes.count()
-		quiet := n == last
-		last = n
-		return quiet
-	}, timeout, time.Second).Should(BeTrue(), "the manager keeps writing")
+	EventuallyWithOffset(1, testenv.Settled(requests.Writes), timeout, time.Second).Should(BeTrue(), "the manager keeps writing")
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -14,6 +14,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // fakeTunnels plays internal/hub/tunnelhealth: the specs say what the proxy-servers see of each cluster, and which
@@ -103,23 +104,23 @@ func tunnelHealthSpecs() {
 
 		By("steady state: probes that confirm the tunnel, with jitter in their latency, write nothing")
 		mca := get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
-		before := writes.count()
+		before := requests.Writes()
 		for _, l := range []time.Duration{4 * time.Millisecond, 2500 * time.Microsecond, 6 * time.Millisecond} {
 			tunnels.report(cluster, healthyTunnel(2, l))
 		}
 		Consistently(func(g Gomega) {
-			g.Expect(writes.count()).To(Equal(before), "API writes at steady state")
+			g.Expect(requests.Writes()).To(Equal(before), "API writes at steady state")
 			g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").ResourceVersion).To(Equal(cps.ResourceVersion))
 			g.Expect(get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy").ResourceVersion).To(Equal(mca.ResourceVersion))
 		}, 2*time.Second, interval).Should(Succeed())
 
 		By("a latency that is ten times higher is written, once, and the conditions stay as they were")
-		before = writes.count()
+		before = requests.Writes()
 		tunnels.report(cluster, healthyTunnel(2, 41*time.Millisecond))
 		Eventually(func(g Gomega) {
 			g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.Probe.Latency).To(Equal("41ms"))
 		}, timeout, interval).Should(Succeed())
-		Consistently(func() int64 { return writes.count() - before }, time.Second, interval).Should(Equal(int64(1)),
+		Consistently(func() int64 { return requests.Writes() - before }, time.Second, interval).Should(Equal(int64(1)),
 			"one API write: the ClusterProxyStatus status")
 		Expect(get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy").ResourceVersion).To(Equal(mca.ResourceVersion),
 			"the add-on's conditions did not change")
@@ -175,15 +176,9 @@ func tunnelHealthSpecs() {
 var _ = Describe("Tunnel health reads", func() {
 	It("come from informers the cache started with the manager: listing the proxy-servers' EndpointSlices sends no request", func() {
 		By("waiting until the manager has started every informer and read nothing for a second")
-		last := int64(-1)
-		Eventually(func() bool {
-			n := writes.reads.Load()
-			quiet := n == last
-			last = n
-			return quiet
-		}, timeout, time.Second).Should(BeTrue())
-		before := writes.reads.Load()
+		Eventually(testenv.Settled(requests.Reads), timeout, time.Second).Should(BeTrue())
+		before := requests.Reads()
 		Expect(mgrClient.List(ctx(), &discoveryv1.EndpointSliceList{})).To(Succeed())
-		Expect(writes.reads.Load()).To(Equal(before), "a List from an informer started on first use is a request at any time, steady state too")
+		Expect(requests.Reads()).To(Equal(before), "a List from an informer started on first use is a request at any time, steady state too")
 	})
 })

@@ -2,10 +2,7 @@ package helm
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,19 +38,10 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	}
 	helm("install", "-n", namespace, "--create-namespace", releaseName, chartDir(), "--set", "proxyServer.entrypointAddress=proxy.example.com")
 
-	var writes, cmaWrites atomic.Int64
+	var requests testenv.Requests
+	cmaWrites := func() int64 { return requests.WritesTo("clustermanagementaddons") }
 	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet && req.Method != http.MethodHead {
-				writes.Add(1)
-				if strings.Contains(req.URL.Path, "/clustermanagementaddons") {
-					cmaWrites.Add(1)
-				}
-			}
-			return rt.RoundTrip(req)
-		})
-	}
+	cfg.WrapTransport = requests.Wrap
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: controller.NewScheme(), Cache: controller.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -75,16 +63,6 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc)).To(Succeed())
 		g.Expect(meta.IsStatusConditionTrue(mpc.Status.Conditions, proxyv1alpha1.ConditionReady)).To(BeTrue(), "%v", mpc.Status.Conditions)
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
-	quiet := func() {
-		t.Helper()
-		last := int64(-1)
-		g.Eventually(func() bool {
-			n := writes.Load()
-			q := n == last
-			last = n
-			return q
-		}, time.Minute, time.Second).Should(BeTrue(), "the manager keeps writing")
-	}
 	cma := func() *addonv1alpha1.ClusterManagementAddOn {
 		t.Helper()
 		live := &addonv1alpha1.ClusterManagementAddOn{}
@@ -92,25 +70,21 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 		return live
 	}
 
-	quiet()
+	g.Eventually(testenv.Settled(requests.Writes), time.Minute, time.Second).Should(BeTrue(), "the manager keeps writing")
 	live := cma()
 	g.Expect(live.Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyPlacements), "Helm's install strategy stays")
 	g.Expect(live.Labels).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"), "Helm's labels stay")
 	g.Expect(metav1.GetControllerOf(live)).NotTo(BeNil(), "the manager took the add-on over: the configuration owns it")
 
 	t.Log("a user labels the add-on: a pass of the configuration and of the add-ons, no write")
-	before, cmaBefore := writes.Load(), cmaWrites.Load()
+	before, cmaBefore := requests.Writes(), cmaWrites()
 	live.Labels["team"] = "platform"
 	g.Expect(c.Update(ctx, live, client.FieldOwner("kubectl-label"))).To(Succeed())
-	g.Consistently(writes.Load, 3*time.Second, 100*time.Millisecond).Should(Equal(before))
+	g.Consistently(requests.Writes, 3*time.Second, 100*time.Millisecond).Should(Equal(before))
 
 	t.Log("'helm upgrade' to the Manual install strategy: Helm's value holds, the manager writes no add-on")
 	helm("upgrade", "-n", namespace, releaseName, chartDir(), "-f", valuesFile("manual"))
 	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
-	g.Consistently(cmaWrites.Load, 3*time.Second, 100*time.Millisecond).Should(Equal(cmaBefore))
+	g.Consistently(cmaWrites, 3*time.Second, 100*time.Millisecond).Should(Equal(cmaBefore))
 	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

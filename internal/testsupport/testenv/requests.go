@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Requests counts the API requests of a client whose rest.Config.WrapTransport is Wrap: writes (every method but GET
+// and HEAD) apart from reads (GET, which LIST and WATCH are too), and the writes to each resource.
+type Requests struct {
+	writes, reads atomic.Int64
+	mu            sync.Mutex
+	byResource    map[string]int64
+}
+
+// Wrap is a rest.Config.WrapTransport that counts the requests rt carries.
+func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet || req.Method == http.MethodHead {
+			r.reads.Add(1)
+		} else {
+			r.writes.Add(1)
+			r.mu.Lock()
+			if r.byResource == nil {
+				r.byResource = map[string]int64{}
+			}
+			r.byResource[resourceOf(req.URL.Path)]++
+			r.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// Writes is the number of writes so far.
+func (r *Requests) Writes() int64 { return r.writes.Load() }
+
+// Reads is the number of reads so far.
+func (r *Requests) Reads() int64 { return r.reads.Load() }
+
+// WritesTo is the number of writes so far to resource (a plural such as "clustermanagementaddons"), subresources
+// included.
+func (r *Requests) WritesTo(resource string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byResource[resource]
+}
+
+// resourceOf is the resource of an API path: /api/v1/[namespaces/<ns>/]<resource>/... or
+// /apis/<group>/<version>/[namespaces/<ns>/]<resource>/...; a namespace itself is "namespaces".
+func resourceOf(path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2 // after api/v1
+	if len(segs) > 0 && segs[0] == "apis" {
+		i = 3
+	}
+	if len(segs) > i+2 && segs[i] == "namespaces" {
+		i += 2
+	}
+	if i < len(segs) {
+		return segs[i]
+	}
+	return ""
+}
+
+// Settled returns a condition for Eventually, polled at the quiet period you want: true once count has not changed
+// since the previous poll.
+func Settled(count func() int64) func() bool {
+	last := int64(-1)
+	return func() bool {
+		n := count()
+		settled := n == last
+		last = n
+		return settled
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
