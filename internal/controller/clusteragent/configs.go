@@ -22,24 +22,20 @@ const ReasonConfigNotFound = "ConfigurationNotFound"
 // resolveConfigs reads the ManagedProxyConfiguration and the AddOnDeploymentConfig that apply to the cluster: the
 // add-on's spec.configs first, then the ClusterManagementAddOn's defaults. A missing one is a problem to report.
 func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
-	mpcRef := addonconfig.Find(s.mca, nil, proxyv1alpha1.GroupVersion.Group, addonconfig.ManagedProxyConfigurations)
-	mpcName, mpcField := mpcRef.Name, mpcRef.Field
-	cma := &addonv1alpha1.ClusterManagementAddOn{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); client.IgnoreNotFound(err) != nil {
-		return err
-	}
-	if mpcName == "" {
-		mpcName, mpcField = proxyv1alpha1.DefaultConfigurationName, "ClusterManagementAddOn cluster-proxy defaults"
-	}
+	mpcRef := addonconfig.MPC(s.mca)
 	s.mpc = &proxyv1alpha1.ManagedProxyConfiguration{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: mpcName}, s.mpc); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: mpcRef.Name}, s.mpc); err != nil {
 		s.mpc = nil
 		if client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		s.problem = &proxyenv.FieldError{Field: mpcField, Reason: ReasonConfigNotFound,
-			Message: fmt.Sprintf("ManagedProxyConfiguration %s not found: create it or fix the reference", mpcName)}
+		s.problem = &proxyenv.FieldError{Field: mpcRef.Field, Reason: ReasonConfigNotFound,
+			Message: fmt.Sprintf("ManagedProxyConfiguration %s not found: create it or fix the reference", mpcRef.Name)}
 		return nil
+	}
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); client.IgnoreNotFound(err) != nil {
+		return err
 	}
 
 	ref := addonconfig.ADC(s.mca, cma)
@@ -66,7 +62,7 @@ func (r *Reconciler) addOnsOfADC(ctx context.Context, adc client.Object) []recon
 	keys := []string{adc.GetNamespace() + "/" + adc.GetName()}
 	cma := &addonv1alpha1.ClusterManagementAddOn{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); err == nil {
-		if ref := addonconfig.ADC(&addonv1alpha1.ManagedClusterAddOn{}, cma); ref.Name == adc.GetName() && ref.Namespace == adc.GetNamespace() {
+		if ref := addonconfig.DefaultADC(cma); ref.Name == adc.GetName() && ref.Namespace == adc.GetNamespace() {
 			keys = append(keys, index.UsesDefaultADC)
 		}
 	}

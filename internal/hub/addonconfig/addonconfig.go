@@ -54,12 +54,19 @@ func ADC(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterManag
 	return Find(mca, cma, AddOnGroup, AddOnDeploymentConfigs)
 }
 
-// ConfigurationOf names the ManagedProxyConfiguration the add-on's agent is rendered from: the first
-// managedproxyconfigurations entry of its spec.configs, else (or when that entry has no name) the default
-// configuration.
-func ConfigurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string {
-	if ref := Find(mca, nil, proxyv1alpha1.GroupVersion.Group, ManagedProxyConfigurations); ref.Name != "" {
-		return ref.Name
-	}
-	return proxyv1alpha1.DefaultConfigurationName
+// DefaultADC is the ClusterManagementAddOn's default AddOnDeploymentConfig: the one of every add-on that names none.
+func DefaultADC(cma *addonv1alpha1.ClusterManagementAddOn) Ref {
+	return ADC(&addonv1alpha1.ManagedClusterAddOn{}, cma)
 }
+
+// MPC finds the ManagedProxyConfiguration the add-on's agent is rendered from: the first managedproxyconfigurations
+// entry of its spec.configs, else (or when that entry has no name) the default configuration.
+func MPC(mca *addonv1alpha1.ManagedClusterAddOn) Ref {
+	if ref := Find(mca, nil, proxyv1alpha1.GroupVersion.Group, ManagedProxyConfigurations); ref.Name != "" {
+		return ref
+	}
+	return Ref{Name: proxyv1alpha1.DefaultConfigurationName, Field: "ClusterManagementAddOn cluster-proxy defaults"}
+}
+
+// ConfigurationOf names the ManagedProxyConfiguration of the add-on (see MPC).
+func ConfigurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string { return MPC(mca).Name }

@@ -62,3 +62,14 @@ func TestADCFromSpecConfigsThenTheDefault(t *testing.T) {
 	g.Expect(ADC(own, cma)).To(Equal(Ref{Name: "proxy-config", Namespace: "c1",
 		Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]"}), "the add-on's own reference wins, in its namespace")
 }
+
+func TestMPCNamesTheFieldItCameFrom(t *testing.T) {
+	g := NewWithT(t)
+	mca := &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Namespace: "c1"}}
+	g.Expect(MPC(mca)).To(Equal(Ref{Name: "cluster-proxy", Field: "ClusterManagementAddOn cluster-proxy defaults"}))
+	mca.Spec.Configs = []addonv1alpha1.AddOnConfig{{
+		ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: proxyv1alpha1.GroupVersion.Group, Resource: ManagedProxyConfigurations},
+		ConfigReferent:      addonv1alpha1.ConfigReferent{Name: "edge"},
+	}}
+	g.Expect(MPC(mca)).To(Equal(Ref{Name: "edge", Namespace: "c1", Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]"}))
+}
