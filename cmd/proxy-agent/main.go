@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -35,8 +36,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // certReloadInterval is how often the certificate files are checked for renewed content.

@@ -13,13 +13,12 @@ import (
 	. "github.com/onsi/gomega"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 func writeHubKubeconfig(t *testing.T, server, proxyURL string) string {

@@ -8,10 +8,9 @@ import (
 	. "github.com/onsi/gomega"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,7 +47,7 @@ import (
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
+		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only on a programming error: the kinds are compiled in

@@ -35,13 +35,12 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 var (

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 
@@ -41,8 +42,6 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // clusterName starts with a digit, which the existing addon cannot serve.

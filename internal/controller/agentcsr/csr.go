@@ -21,10 +21,9 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // AgentCertificateDuration is the lifetime of agent certificates unless the CSR asks for a shorter one.

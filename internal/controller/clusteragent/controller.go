@@ -32,13 +32,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // Reconciler keeps the agent of one managed cluster, keyed by its ManagedClusterAddOn cluster-proxy.

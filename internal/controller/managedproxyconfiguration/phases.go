@@ -15,10 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // providedSignerRecheck is how often a user-provided CA secret, which the cache does not watch, is re-read.

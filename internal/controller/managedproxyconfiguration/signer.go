@@ -15,12 +15,11 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (

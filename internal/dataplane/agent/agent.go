@@ -17,14 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // Defaults of the Options left zero.

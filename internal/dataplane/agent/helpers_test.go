@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	"github.com/go-logr/logr/testr"
@@ -37,8 +38,6 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // serverName is the proxy-server's name in tests; --resolve-style mapping sends it to 127.0.0.1. It is not a

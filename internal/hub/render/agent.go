@@ -17,9 +17,8 @@ import (
 	workv1 "open-cluster-management.io/api/work/v1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
-
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 )
 
 // Names of the agent's objects. None is derived from the cluster name, so any valid cluster name works (names

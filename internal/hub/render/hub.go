@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 
@@ -21,8 +22,6 @@ import (
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 

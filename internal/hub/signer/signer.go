@@ -14,7 +14,6 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 

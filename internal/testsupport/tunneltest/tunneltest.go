@@ -26,12 +26,11 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // Hub is a running proxy-server with the objects that describe it.

@@ -23,9 +23,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
-
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
 )
 
 const (

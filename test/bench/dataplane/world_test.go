@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	"github.com/go-logr/logr"
@@ -49,8 +50,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (
