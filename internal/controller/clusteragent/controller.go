@@ -1,7 +1,8 @@
 // Package clusteragent installs and keeps the proxy-agent of every managed cluster, the OCM way: it serves the
 // ManagedClusterAddOn cluster-proxy of each cluster (status, registrations, configs), renders the agent ManifestWork
-// from the ManagedProxyConfiguration and the cluster's AddOnDeploymentConfig, keeps the cluster's ClusterProxyStatus,
-// approves and signs the agents' CSRs (csr.go) and installs the add-on per the install strategy (install.go).
+// from the ManagedProxyConfiguration and the cluster's AddOnDeploymentConfig, and keeps the cluster's
+// ClusterProxyStatus. Approving the agents' CSRs is package agentcsr's job, installing the add-on package
+// addoninstall's.
 package clusteragent
 
 import (

@@ -160,10 +160,9 @@ func workApplied(work *workv1.ManifestWork) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == work.Generation
 }
 
-// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps) and when to look again (s.requeue), from which
-// the add-on's Available condition is derived; writeClusterStatus writes it. The add-on's status is applied in
-// between, as before the tunnel conditions existed, so the next pass sees the add-on's Configured condition already
-// written. It returns apply.ErrNotCached when the status was created by an earlier pass the cache has not seen yet.
+// prepareClusterStatus ensures the cluster's ClusterProxyStatus exists and computes its status (s.cps), from which
+// the add-on's Available condition is derived, and when to look again (s.requeue); writeClusterStatus writes it
+// after the add-on's status, so the next pass sees the add-on's Configured condition already written. It returns apply.ErrNotCached when the status was created by an earlier pass the cache has not seen yet.
 func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) error {
 	cps := &proxyv1alpha1.ClusterProxyStatus{
 		ObjectMeta: metav1.ObjectMeta{

@@ -1,5 +1,7 @@
-// Package apply writes desired objects with server-side apply, but only when the live object differs, so a
-// steady state makes no API writes.
+// Package apply writes desired objects only when the live object differs, so a steady state makes no API writes.
+// Ensure server-side applies the fields the operator renders and leaves the ones other writers add (hub objects a
+// user or Helm may share); EnsureReplaced (replace.go) creates or updates the whole object (per-cluster objects only
+// the operator writes); UpdateStatus writes a status that changed.
 package apply
 
 import (
