@@ -482,6 +482,73 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		}, timeout, interval).Should(Succeed())
 	})
 
+	It("mirrors the agent image by the cluster's image-registries annotation, the AddOnDeploymentConfig's registries first", func() {
+		cluster := "c-" + mpcSuffix()
+		newCluster(cluster)
+		annotate := func(value string) {
+			EventuallyWithOffset(1, func(g Gomega) {
+				mc := get(g, &clusterv1.ManagedCluster{}, "", cluster)
+				if mc.Annotations == nil {
+					mc.Annotations = map[string]string{}
+				}
+				mc.Annotations[clusterv1.ClusterImageRegistriesAnnotationKey] = value
+				g.Expect(k8s.Update(ctx(), mc)).To(Succeed())
+			}, timeout, interval).Should(Succeed())
+		}
+		expectImage := func(image string) {
+			EventuallyWithOffset(1, func(g Gomega) {
+				g.Expect(agentDeployment(g, cluster).Spec.Template.Spec.Containers[0].Image).To(Equal(image))
+				g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.AgentImage).To(Equal(image))
+				g.Expect(addOnCondition(g, cluster, "Configured").Status).To(Equal(metav1.ConditionTrue))
+			}, timeout, interval).Should(Succeed())
+		}
+		adc := &addonv1alpha1.AddOnDeploymentConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: "mirrors", Namespace: cluster},
+			Spec: addonv1alpha1.AddOnDeploymentConfigSpec{
+				Registries: []addonv1alpha1.ImageMirror{{Source: "docker.io", Mirror: "adc-mirror.example/docker"}}},
+		}
+		Expect(k8s.Create(ctx(), adc)).To(Succeed())
+		installAddOn(cluster, addonv1alpha1.AddOnConfig{
+			ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"},
+			ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: cluster, Name: "mirrors"},
+		})
+		expectImage("quay.io/ocm/cluster-proxy:v1")
+
+		By("the annotation a cluster admin sets for every add-on of the cluster rolls the agent to the mirror")
+		annotate(`{"registries":[{"source":"quay.io/ocm","mirror":"cluster-mirror.example/ocm"}]}`)
+		expectImage("cluster-mirror.example/ocm/cluster-proxy:v1")
+
+		By("an AddOnDeploymentConfig registry that matches the image wins over the annotation")
+		Eventually(func(g Gomega) {
+			live := get(g, &addonv1alpha1.AddOnDeploymentConfig{}, cluster, "mirrors")
+			live.Spec.Registries = append(live.Spec.Registries, addonv1alpha1.ImageMirror{Source: "quay.io/ocm", Mirror: "adc-mirror.example/ocm"})
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		expectImage("adc-mirror.example/ocm/cluster-proxy:v1")
+		var good *workv1.ManifestWork
+		Eventually(func(g Gomega) { good, _ = agentManifests(g, cluster) }, timeout, interval).Should(Succeed())
+
+		By("a malformed annotation is reported on the add-on, naming the cluster and the annotation; the last good work stays")
+		annotate(`{"registries":[{"source":"quay.io/ocm","mirror":"HTTPS://mirror"}]}`)
+		Eventually(func(g Gomega) {
+			configured := addOnCondition(g, cluster, "Configured")
+			g.Expect(configured.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(configured.Reason).To(Equal("InvalidImageRegistries"))
+			g.Expect(configured.Message).To(And(ContainSubstring("ManagedCluster "+cluster),
+				ContainSubstring("metadata.annotations[open-cluster-management.io/image-registries].registries[0].mirror")))
+			g.Expect(statusCondition(g, cluster, "ProxySettingsApplied").Reason).To(Equal("InvalidImageRegistries"))
+		}, timeout, interval).Should(Succeed())
+		Expect(get(Default, &workv1.ManifestWork{}, cluster, agentWork).ResourceVersion).To(Equal(good.ResourceVersion))
+
+		By("removing the annotation clears the problem")
+		Eventually(func(g Gomega) {
+			mc := get(g, &clusterv1.ManagedCluster{}, "", cluster)
+			delete(mc.Annotations, clusterv1.ClusterImageRegistriesAnnotationKey)
+			g.Expect(k8s.Update(ctx(), mc)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		expectImage("adc-mirror.example/ocm/cluster-proxy:v1")
+	})
+
 	DescribeTable("keeps the last good work and names the field of a bad configuration",
 		func(breakIt func(*addonv1alpha1.AddOnDeploymentConfig), reason, field string) {
 			cluster := "c-" + mpcSuffix()

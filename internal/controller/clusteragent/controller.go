@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -148,12 +149,21 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 		return false, client.IgnoreNotFound(err) // the configuration's own reconcile publishes it; its creation re-queues us
 	}
 	host, _ := render.SplitEntrypoint(s.mpc.Status.Entrypoint)
-	work, summary, err := render.AgentWork(render.AgentInput{
-		Cluster: s.mca.Namespace, MPC: s.mpc, ADC: s.adc, EntrypointHost: host, CABundle: bundle.Data["ca.crt"],
-	})
+	mirrors, err := proxyenv.ClusterRegistries(s.cluster.Annotations)
+	var work *workv1.ManifestWork
+	var summary *render.AgentSummary
+	if err == nil {
+		work, summary, err = render.AgentWork(render.AgentInput{
+			Cluster: s.mca.Namespace, MPC: s.mpc, ADC: s.adc, ClusterRegistries: mirrors,
+			EntrypointHost: host, CABundle: bundle.Data["ca.crt"],
+		})
+	}
 	var fieldErr *proxyenv.FieldError
 	if errors.As(err, &fieldErr) {
-		if s.adc != nil {
+		switch {
+		case strings.HasPrefix(fieldErr.Field, proxyenv.ClusterRegistriesField):
+			fieldErr.Message = fmt.Sprintf("ManagedCluster %s: %s", s.cluster.Name, fieldErr.Message)
+		case s.adc != nil:
 			fieldErr.Message = fmt.Sprintf("AddOnDeploymentConfig %s: %s", s.adcRef, fieldErr.Message)
 		}
 		s.problem = fieldErr

@@ -6,10 +6,11 @@ const (
 	ReasonInvalidProxyCABundle        = "InvalidProxyCABundle"
 	ReasonInvalidRegistryMirror       = "InvalidRegistryMirror"
 	ReasonInvalidResourceRequirements = "InvalidResourceRequirements"
+	ReasonInvalidImageRegistries      = "InvalidImageRegistries"
 )
 
-// FieldError says which AddOnDeploymentConfig field is wrong and why; Reason is a CamelCase
-// condition reason.
+// FieldError says which AddOnDeploymentConfig field (or, for ClusterRegistriesField, which part of the
+// ManagedCluster's image-registries annotation) is wrong and why; Reason is a CamelCase condition reason.
 type FieldError struct {
 	// Field is the path of the offending field, e.g. "spec.proxyConfig.httpsProxy" or
 	// "spec.registries[1].mirror".

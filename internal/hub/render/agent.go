@@ -67,6 +67,9 @@ type AgentInput struct {
 	MPC     *proxyv1alpha1.ManagedProxyConfiguration
 	// ADC is the cluster's AddOnDeploymentConfig; nil when none applies.
 	ADC *addonv1alpha1.AddOnDeploymentConfig
+	// ClusterRegistries are the image mirrors of the ManagedCluster's image-registries annotation
+	// (proxyenv.ClusterRegistries); the ADC's registries win over them.
+	ClusterRegistries []addonv1alpha1.ImageMirror
 	// EntrypointHost is the address agents dial (MPC status); "" while unknown.
 	EntrypointHost string
 	// CABundle is the hub CA bundle (proxy-server-ca ca.crt).
@@ -94,7 +97,7 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	image, err := proxyenv.MirrorImage(in.MPC.Spec.ProxyAgent.Image, spec.Registries)
+	image, err := proxyenv.AgentImage(in.MPC.Spec.ProxyAgent.Image, spec.Registries, in.ClusterRegistries)
 	if err != nil {
 		return nil, nil, err
 	}

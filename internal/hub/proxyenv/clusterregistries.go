@@ -1,0 +1,81 @@
+package proxyenv
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+)
+
+// ClusterRegistriesField is where a FieldError of ClusterRegistries points: the ManagedCluster annotation
+// open-cluster-management.io/image-registries.
+const ClusterRegistriesField = "metadata.annotations[" + clusterv1.ClusterImageRegistriesAnnotationKey + "]"
+
+// ClusterRegistries reads the image mirrors a ManagedCluster's annotation open-cluster-management.io/image-registries
+// sets for every add-on of the cluster, a JSON object {"registries": [{"source": ..., "mirror": ...}]}. No annotation
+// gives none. An entry's mirror is validated as in MirrorImage; its source may be empty, which in OCM means every
+// image. Malformed JSON or an entry gives a *FieldError under ClusterRegistriesField with Reason
+// ReasonInvalidImageRegistries.
+func ClusterRegistries(annotations map[string]string) ([]addonv1alpha1.ImageMirror, error) {
+	raw, ok := annotations[clusterv1.ClusterImageRegistriesAnnotationKey]
+	if !ok || strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	var value struct {
+		Registries []addonv1alpha1.ImageMirror `json:"registries"`
+	}
+	if err := json.Unmarshal([]byte(raw), &value); err != nil {
+		return nil, fieldError(ClusterRegistriesField, ReasonInvalidImageRegistries, fmt.Sprintf(
+			"not a JSON object like {\"registries\":[{\"source\":\"quay.io/ocm\",\"mirror\":\"mirror.local:5000/ocm\"}]}: %v", err))
+	}
+	for i, r := range value.Registries {
+		if r.Source != "" {
+			if err := validateRegistry(fmt.Sprintf("%s.registries[%d].source", ClusterRegistriesField, i), "source", r.Source); err != nil {
+				return nil, asImageRegistriesError(err)
+			}
+		}
+		if err := validateRegistry(fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i), "mirror", r.Mirror); err != nil {
+			return nil, asImageRegistriesError(err)
+		}
+	}
+	return value.Registries, nil
+}
+
+func asImageRegistriesError(err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		fe.Reason = ReasonInvalidImageRegistries
+	}
+	return err
+}
+
+// AgentImage is the image the agent runs: image mirrored by the AddOnDeploymentConfig's registries (MirrorImage),
+// and, when none of those matches, by the cluster's (ClusterRegistries), as OCM's add-on framework does it: the
+// configuration wins over the annotation. Among the cluster's entries the last matching one wins, and an entry
+// without a source matches every image and keeps only its last path segment, so every add-on of a cluster maps an
+// image the same way.
+func AgentImage(image string, configured, cluster []addonv1alpha1.ImageMirror) (string, error) {
+	out, err := MirrorImage(image, configured)
+	if err != nil || out != image {
+		return out, err
+	}
+	field := ""
+	for i, r := range cluster {
+		if r.Source == "" {
+			out, field = r.Mirror+"/"+image[strings.LastIndex(image, "/")+1:], fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i)
+			continue
+		}
+		if rest, ok := matchSource(image, r.Source); ok {
+			out, field = r.Mirror+rest, fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i)
+		}
+	}
+	if out != image && !isImageReference(out) {
+		return "", fieldError(field, ReasonInvalidImageRegistries, fmt.Sprintf(
+			"mirroring image %q gives %q, which is not a valid image reference; the mirror must be a registry host[:port] "+
+				"optionally followed by /path, without a tag or digest", image, out))
+	}
+	return out, nil
+}
