@@ -25,6 +25,7 @@ require (
 	open-cluster-management.io/api v1.2.0
 	sigs.k8s.io/apiserver-network-proxy v0.36.0
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0
+	sigs.k8s.io/cluster-inventory-api v0.1.3
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -112,21 +112,27 @@ func (k *kubeconfigCommand) server(userServer string, resolve clusterproxy.Resol
 }
 
 func (k *kubeconfigCommand) bearerToken(h *hub) (string, error) {
-	switch {
-	case k.token != "":
+	if k.token != "" {
 		return k.token, nil
-	case h.config.BearerToken != "":
-		return h.config.BearerToken, nil
-	case h.config.BearerTokenFile != "":
-		raw, err := os.ReadFile(h.config.BearerTokenFile)
-		if err != nil {
-			return "", fmt.Errorf("read the hub kubeconfig's token file: %w", err)
-		}
-		return strings.TrimSpace(string(raw)), nil
-	default:
-		return "", errors.New("no token: pass --token with a token valid on the managed cluster or a hub service account " +
+	}
+	token, err := configToken(h.config.BearerToken, h.config.BearerTokenFile)
+	if err == nil && token == "" {
+		err = errors.New("no token: pass --token with a token valid on the managed cluster or a hub service account " +
 			"token (the hub kubeconfig has none to reuse)")
 	}
+	return token, err
+}
+
+// configToken is a kubeconfig's bearer token, read from its file when it names one; "" when it has none.
+func configToken(token, file string) (string, error) {
+	if token != "" || file == "" {
+		return token, nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read the hub kubeconfig's token file: %w", err)
+	}
+	return strings.TrimSpace(string(raw)), nil
 }
 
 // userServerKubeconfig is a kubeconfig with one cluster, user and context, all named after the managed cluster.

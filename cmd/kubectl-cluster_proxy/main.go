@@ -2,6 +2,7 @@
 //
 //	kubectl cluster-proxy health                 probe every managed cluster through its tunnel now
 //	kubectl cluster-proxy kubeconfig <cluster>   a kubeconfig that reaches the cluster through the user-server
+//	kubectl-cluster_proxy credential             an exec credential plugin for the user-server (ClusterProfile)
 //
 // It reads the hub with the current kubeconfig (--kubeconfig, --context). The proxy-server and user-server are
 // in-cluster Services; from outside the hub cluster, point their names at a port-forward with --resolve.
@@ -39,6 +40,9 @@ const usage = `Usage:
       tunnel, now) and LATENCY.
   kubectl cluster-proxy kubeconfig <cluster> [-o file] [--token token] [--user-server-url url] [flags]
       Write a kubeconfig whose server is the user-server URL of <cluster>, trusting the hub's proxy CA.
+  kubectl-cluster_proxy credential [--token token | --token-file file] [flags]
+      An exec credential plugin (client.authentication.k8s.io v1 and v1beta1) for the user-server: name it in a
+      kubeconfig's exec or in the provider file of a ClusterProfile consumer (provider open-cluster-management).
 
 Flags for every command:
 `
@@ -98,7 +102,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	remaining := fs.Args()
 	if len(remaining) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: a command is required: health or kubeconfig", errUsage)
+		return fmt.Errorf("%w: a command is required: health, kubeconfig or credential", errUsage)
 	}
 	command, rest := remaining[0], remaining[1:]
 	switch command {
@@ -127,9 +131,21 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		k.cluster = positional[0]
 		return k.run(ctx, stdout)
+	case "credential":
+		c := credentialCommand{globals: g}
+		fs := newFlagSet("credential", stderr, &c.globals)
+		c.register(fs)
+		positional, err := parse(fs, rest)
+		if err != nil {
+			return err
+		}
+		if len(positional) > 0 {
+			return fmt.Errorf("%w: credential takes no arguments, got %q", errUsage, positional)
+		}
+		return c.run(stdout)
 	default:
 		fs.Usage()
-		return fmt.Errorf("%w: unknown command %q: want health or kubeconfig", errUsage, command)
+		return fmt.Errorf("%w: unknown command %q: want health, kubeconfig or credential", errUsage, command)
 	}
 }
 
@@ -168,12 +184,21 @@ type hub struct {
 	client client.Client
 }
 
-func (g *globals) hub() (*hub, error) {
+// hubConfig loads the hub's rest.Config: --kubeconfig, $KUBECONFIG, ~/.kube/config, else the pod's service account.
+func (g *globals) hubConfig() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = g.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+func (g *globals) hub() (*hub, error) {
+	cfg, err := g.hubConfig()
+	if err != nil {
+		return nil, err
 	}
 	cfg.Timeout = 30 * time.Second
 	s := runtime.NewScheme()

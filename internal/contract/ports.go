@@ -1,6 +1,11 @@
 package contract
 
-import proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+import (
+	"net"
+	"strconv"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
 
 const (
 	// AgentHealthPort serves the agent's /healthz and /readyz.
@@ -40,6 +45,12 @@ func ServiceName(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
 		return n
 	}
 	return "proxy-entrypoint"
+}
+
+// UserServerAddress is the in-cluster host:port of the user-server Service; a cluster's URL is
+// https://<address>/<cluster>.
+func UserServerAddress(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	return net.JoinHostPort(proxyv1alpha1.UserServerServiceName+"."+Namespace(mpc)+".svc", strconv.Itoa(proxyv1alpha1.UserServerPort))
 }
 
 // SecretNames are the secrets of the hub certificates.

@@ -1,8 +1,9 @@
 // Package controller wires the operator's reconcilers into a controller-runtime manager, one package per job:
 // managedproxyconfiguration (the hub objects of a configuration), proxycertificate (issuing and renewal),
 // clustercount (the configurations' cluster counts), clusteragent (one cluster's agent, add-on status and
-// ClusterProxyStatus), agentcsr (approving and signing the agents' CSRs) and addoninstall (the install strategy).
-// They share only the cache indexes of package index; none imports another.
+// ClusterProxyStatus), agentcsr (approving and signing the agents' CSRs), addoninstall (the install strategy) and,
+// where the hub serves ClusterProfiles, clusterprofile (the access provider of every cluster). They share only the
+// cache indexes of package index; none imports another.
 package controller
 
 import (
@@ -24,6 +25,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 	workv1 "open-cluster-management.io/api/work/v1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +37,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/agentcsr"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/clusteragent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/clustercount"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/clusterprofile"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/proxycertificate"
@@ -48,6 +51,7 @@ func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
+		cpv1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only on a programming error: the kinds are compiled in
@@ -116,6 +120,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
 		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
 		&addoninstall.Reconciler{Client: mgr.GetClient()},
+	}
+	profiles, err := clusterprofile.Served(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if profiles {
+		reconcilers = append(reconcilers, &clusterprofile.Reconciler{Client: mgr.GetClient(), Recorder: recorder})
+	} else {
+		ctrl.Log.WithName("setup").Info("The hub does not serve ClusterProfiles (multicluster.x-k8s.io/v1alpha1): no access " +
+			"providers are published. Turn on OCM's ClusterProfile feature, then restart the manager.")
 	}
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr, options); err != nil {

@@ -87,7 +87,7 @@ func AddressesOf(mpc *proxyv1alpha1.ManagedProxyConfiguration) Addresses {
 		Namespace:   ns,
 		Frontend:    net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),
 		HTTPConnect: net.JoinHostPort(host, strconv.Itoa(int(ports.HTTPConnectServer))),
-		UserServer:  net.JoinHostPort(proxyv1alpha1.UserServerServiceName+"."+ns+".svc", strconv.Itoa(proxyv1alpha1.UserServerPort)),
+		UserServer:  contract.UserServerAddress(mpc),
 	}
 }
 

@@ -53,28 +53,49 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
-// CRDPaths are the operator's CRDs and the OCM hub CRDs, read from the open-cluster-management.io/api module
-// in the Go module cache.
+// CRDPaths are the operator's CRDs, the OCM hub CRDs, read from the open-cluster-management.io/api module in the Go
+// module cache, and the ClusterProfile CRD of sigs.k8s.io/cluster-inventory-api (a hub with OCM's ClusterProfile
+// feature on).
 func CRDPaths() ([]string, error) {
 	ocm, err := OCMAPIFiles(ocmHubCRDs...)
 	if err != nil {
 		return nil, err
 	}
-	return append([]string{filepath.Join(RepoRoot(), "config", "crd", "bases")}, ocm...), nil
+	profiles, err := ClusterProfileCRDFile()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{filepath.Join(RepoRoot(), "config", "crd", "bases"), profiles}, ocm...), nil
+}
+
+// ClusterProfileCRDFile is the ClusterProfile CRD of the sigs.k8s.io/cluster-inventory-api module the operator
+// builds with.
+func ClusterProfileCRDFile() (string, error) {
+	files, err := moduleFiles("sigs.k8s.io/cluster-inventory-api", "config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml")
+	if err != nil {
+		return "", err
+	}
+	return files[0], nil
 }
 
 // OCMAPIFiles are the paths of files of the open-cluster-management.io/api module (given by their path inside it) in
 // the Go module cache.
 func OCMAPIFiles(paths ...string) ([]string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "open-cluster-management.io/api")
+	return moduleFiles("open-cluster-management.io/api", paths...)
+}
+
+// moduleFiles are the paths of files of a module of this repository's build (given by their path inside it) in the
+// Go module cache.
+func moduleFiles(module string, paths ...string) ([]string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
 	cmd.Dir = RepoRoot()
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("locate the open-cluster-management.io/api module (run 'go mod download'): %w", err)
+		return nil, fmt.Errorf("locate the %s module (run 'go mod download'): %w", module, err)
 	}
 	dir := strings.TrimSpace(string(out))
 	if dir == "" {
-		return nil, errors.New("open-cluster-management.io/api is not in the module cache: run 'go mod download'")
+		return nil, fmt.Errorf("%s is not in the module cache: run 'go mod download'", module)
 	}
 	files := make([]string, 0, len(paths))
 	for _, p := range paths {
