@@ -43,19 +43,30 @@ func (s *System) ocmImage() (string, error) {
 }
 
 // deployOCMHub installs OCM's hub CRDs and runs its hub controllers (registration, add-on manager, work) as a pod, as
-// OCM's cluster-manager does, with the bootstrap RBAC its chart creates.
+// OCM's cluster-manager does, with the bootstrap RBAC its chart creates. Its ClusterProfile feature is on: OCM keeps a
+// ClusterProfile per cluster in the namespace open-cluster-management, with the CRD of the cluster-inventory-api
+// version the operator builds with (OCM v1.0.0's own predates status.accessProviders).
 func (s *System) deployOCMHub(ctx context.Context) error {
 	crds, err := testenv.OCMHubCRDFiles()
 	if err != nil {
 		return err
 	}
-	if _, err := envtest.InstallCRDs(s.Hub.Config, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+	profiles, err := testenv.ClusterProfileCRDFile()
+	if err != nil {
+		return err
+	}
+	if _, err := envtest.InstallCRDs(s.Hub.Config, envtest.CRDInstallOptions{Paths: append(crds, profiles), ErrorIfPathMissing: true}); err != nil {
 		return fmt.Errorf("install OCM's hub CRDs: %w", err)
 	}
 	objs := append(adminPodRBAC(ocmHubNamespace, "ocm-hub"), ocmjoin.BootstrapRBAC()...)
-	objs = append(objs, ocmDeployment(ocmHubNamespace, "ocm-hub", []string{"hub", "--hub-apiserver-url=" + s.Hub.APIServer()}, nil, nil))
+	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClusterProfileNamespace}},
+		ocmDeployment(ocmHubNamespace, "ocm-hub", []string{"hub", "--hub-apiserver-url=" + s.Hub.APIServer(),
+			"--feature-gates=ClusterProfile=true"}, nil, nil))
 	return testenv.CreateAll(ctx, s.HubClient, objs...)
 }
+
+// ClusterProfileNamespace is where OCM v1.0.0 keeps its ClusterProfiles.
+const ClusterProfileNamespace = "open-cluster-management"
 
 // joinCluster installs the klusterlet's CRDs on c, runs the klusterlet agent there as a pod with a bootstrap
 // kubeconfig for the hub (through squid for cluster1), and accepts the cluster as 'clusteradm accept' does. Several

@@ -29,8 +29,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	workv1 "open-cluster-management.io/api/work/v1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	"sigs.k8s.io/cluster-inventory-api/pkg/access"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -41,6 +45,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 var (
@@ -183,6 +188,46 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			result := must(p.Probe(ctx(), cluster))
 			Expect(result.Healthy).To(BeTrue(), "%s: %s", cluster, result.Message)
 			Expect(result.Latency).To(BeNumerically(">", 0))
+		}
+	})
+
+	It("lets a ClusterProfile consumer list every cluster's namespaces through the tunnel (cluster-inventory-api/pkg/access)", func() {
+		// As Kueue's MultiKueue or multicluster-runtime would: a provider file naming this product's credential plugin,
+		// and a rest.Config per ClusterProfile that OCM keeps. The hub user's token is mapped on each managed cluster.
+		tokenFile := filepath.Join(workDir, "hub-user.token")
+		Expect(os.WriteFile(tokenFile, []byte(hubUserToken()), 0o600)).To(Succeed())
+		providerFile := filepath.Join(workDir, "clusterprofile-providers.json")
+		Expect(os.WriteFile(providerFile, []byte(fmt.Sprintf(`{"providers":[{"name":"open-cluster-management","execConfig":{
+			"apiVersion":"client.authentication.k8s.io/v1","command":%q,"args":["credential","--token-file",%q],
+			"provideClusterInfo":true}}]}`, binary("kubectl-cluster_proxy"), tokenFile)), 0o600)).To(Succeed())
+		providers := must(access.NewFromFile(providerFile))
+		resolve := must(clusterproxy.ParseResolve(sys.Resolve()))
+		for _, cluster := range clusterNames() {
+			By(cluster)
+			viewerToken(cluster) // the RBAC of the mapped hub user
+			profile := &cpv1alpha1.ClusterProfile{}
+			Eventually(func(g Gomega) {
+				g.Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Namespace: localsystem.ClusterProfileNamespace, Name: cluster}, profile)).To(Succeed())
+				g.Expect(profile.Status.AccessProviders).To(ContainElement(HaveField("Name", "open-cluster-management")))
+			}).Should(Succeed(), "OCM keeps a ClusterProfile of %s and the operator publishes its provider", cluster)
+			cfg := must(providers.BuildConfigFromCP(profile))
+			Expect(cfg.Host).To(Equal(fmt.Sprintf("https://%s.%s.svc:%d/%s", proxyv1alpha1.UserServerServiceName,
+				localsystem.Namespace, proxyv1alpha1.UserServerPort, cluster)))
+			// This program runs beside the hub cluster, not in it: the Service's name goes to its node port, as in a
+			// pod it would go to the Service. TLS still checks the certificate against that name.
+			cfg.Dial = func(c context.Context, network, addr string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(c, network, resolve.Address(addr))
+			}
+			var names []string
+			Eventually(func(g Gomega) {
+				list, err := must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().List(ctx(), metav1.ListOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				names = names[:0]
+				for _, ns := range list.Items {
+					names = append(names, ns.Name)
+				}
+				g.Expect(names).To(ContainElement("open-cluster-management-agent"), "the managed cluster's namespaces, not the hub's")
+			}).Should(Succeed())
 		}
 	})
 
@@ -400,6 +445,52 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		Expect(second.Stop()).To(Succeed())
 		Expect(second.Tunnels()).To(ContainElement(squid.Tunnel{Target: net.JoinHostPort(localsystem.EntrypointHost, itoa(localsystem.EntrypointPort)), TLS: false}),
 			"the second squid carried the agent's tunnel on its plain-HTTP port")
+	})
+
+	It("rolls an agent to the mirror its cluster's image-registries annotation names, and back", func() {
+		target := sys.Managed[len(sys.Managed)-1]
+		cluster := target.Name()
+		agent := func(g Gomega) *appsv1.Deployment {
+			d := &appsv1.Deployment{}
+			g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentDeploymentName), d)).To(Succeed())
+			return d
+		}
+		original := agent(Default).Spec.Template.Spec.Containers[0].Image
+		source := original[:strings.LastIndex(original, "/")]
+		mirrored := "mirror.example" + original[strings.Index(original, "/"):]
+		// The mirror's copy of the image, as a registry mirror would serve it to the node (pull policy IfNotPresent).
+		Expect(target.TagImage(ctx(), original, mirrored)).To(Succeed())
+		annotate := func(value *string) {
+			Eventually(func(g Gomega) {
+				mc := &clusterv1.ManagedCluster{}
+				g.Expect(sys.HubClient.Get(ctx(), types("", cluster), mc)).To(Succeed())
+				if value == nil {
+					delete(mc.Annotations, clusterv1.ClusterImageRegistriesAnnotationKey)
+				} else {
+					metav1.SetMetaDataAnnotation(&mc.ObjectMeta, clusterv1.ClusterImageRegistriesAnnotationKey, *value)
+				}
+				g.Expect(sys.HubClient.Update(ctx(), mc)).To(Succeed())
+			}).Should(Succeed())
+		}
+		expectAgent := func(image string) {
+			Eventually(func(g Gomega) {
+				d := agent(g)
+				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(image))
+				g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
+				cps := &proxyv1alpha1.ClusterProxyStatus{}
+				g.Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), cps)).To(Succeed())
+				g.Expect(cps.Status.AgentImage).To(Equal(image))
+				g.Expect(meta.IsStatusConditionTrue(cps.Status.Conditions, proxyv1alpha1.ConditionAvailable)).To(BeTrue())
+				g.Expect(grpcHealthz(cluster)).To(Equal("ok"))
+			}).WithTimeout(3 * time.Minute).Should(Succeed())
+		}
+		DeferCleanup(func() {
+			annotate(nil)
+			expectAgent(original)
+		})
+
+		annotate(ptr.To(fmt.Sprintf(`{"registries":[{"source":%q,"mirror":%q}]}`, source, "mirror.example"+source[strings.Index(source, "/"):])))
+		expectAgent(mirrored)
 	})
 
 	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {

@@ -73,3 +73,13 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	}
 	return nil
 }
+
+// TagImage gives an image already in the node's containerd another name, as a registry mirror would serve it.
+func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
+		"images", "tag", "--force", source, target).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images tag %s %s on %s: %w: %s", source, target, c.opts.Name, err, out)
+	}
+	return nil
+}
