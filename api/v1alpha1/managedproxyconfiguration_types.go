@@ -24,6 +24,19 @@ type ManagedProxyConfigurationSpec struct {
 	// userServer configures the HTTPS user-server that routes https://<user-server>/<cluster>/... to managed clusters.
 	// +optional
 	UserServer *ManagedProxyConfigurationUserServer `json:"userServer,omitempty"`
+	// networkPolicies, when enabled, adds NetworkPolicies that admit to the proxy-server pods only the ports they serve,
+	// and to each agent only its health port, with egress limited to DNS, the kube-apiserver, the entrypoint and the
+	// forward proxy (any egress while the user-server is on: the service-proxy reaches the allowed services). They take
+	// effect where the network plugin enforces NetworkPolicies.
+	// +optional
+	NetworkPolicies *ManagedProxyConfigurationNetworkPolicies `json:"networkPolicies,omitempty"`
+}
+
+// ManagedProxyConfigurationNetworkPolicies turns the product's NetworkPolicies on.
+type ManagedProxyConfigurationNetworkPolicies struct {
+	// enabled adds the NetworkPolicies; turning it off removes them.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // AuthenticationSignerType is the source of the CA that signs every proxy certificate.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -169,6 +172,35 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		expectGone(&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-addon-agent:portforward"}})
 		expectReady(mpc)
 		Expect(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Status.Entrypoint).To(Equal("hub.example.com:443"))
+	})
+
+	It("keeps the proxy-servers' NetworkPolicy while networkPolicies is enabled, and removes it when it is not", func() {
+		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
+			m.Spec.NetworkPolicies = &proxyv1alpha1.ManagedProxyConfigurationNetworkPolicies{Enabled: true}
+		})
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		policy := &networkingv1.NetworkPolicy{}
+		Eventually(func(g Gomega) { policy = get(g, &networkingv1.NetworkPolicy{}, ns, mpc.Name) }, timeout, interval).Should(Succeed())
+		deployment := get(Default, &appsv1.Deployment{}, ns, mpc.Name)
+		Expect(labels.SelectorFromSet(policy.Spec.PodSelector.MatchLabels).Matches(labels.Set(deployment.Spec.Template.Labels))).To(BeTrue())
+		Expect(policy.Spec.Ingress[0].Ports).To(HaveLen(len(deployment.Spec.Template.Spec.Containers[0].Ports)))
+
+		By("a deleted policy comes back")
+		Expect(k8s.Delete(ctx(), policy)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &networkingv1.NetworkPolicy{}, ns, mpc.Name).UID).NotTo(Equal(policy.UID))
+		}, timeout, interval).Should(Succeed())
+
+		By("turned off, it goes")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			live.Spec.NetworkPolicies = nil
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		expectGone(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}})
+		expectReady(mpc)
 	})
 
 	It("keeps the LoadBalancer Service in sync and uses its ingress hostname, else its IP", func() {

@@ -14,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -74,6 +75,7 @@ func CacheOptions() cache.Options {
 		&rbacv1.Role{}:                      owned,
 		&rbacv1.RoleBinding{}:               owned,
 		&rbacv1.ClusterRoleBinding{}:        owned,
+		&networkingv1.NetworkPolicy{}:       owned,
 		// The proxy-servers' endpoints (the EndpointSlice controller copies the Service's labels): tunnel health
 		// asks every replica.
 		&discoveryv1.EndpointSlice{}: owned,

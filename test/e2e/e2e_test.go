@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -548,6 +549,43 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		AddReportEntry("requests during the CA rotation", fmt.Sprintf("%d answered, %d failed", ok.Load(), failures.Load()))
 		Expect(errs).To(BeEmpty())
 		Expect(failures.Load()).To(BeZero())
+	})
+
+	It("adds NetworkPolicies that select every component's pods with helm's networkPolicies.enabled, and removes them", func() {
+		// The nodes' bridge CNI does not enforce NetworkPolicies: this proves they are accepted, applied on every
+		// cluster (the agent's by OCM's work agent) and select the running pods, and that nothing else changes.
+		chart := filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy")
+		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+		selected := func(g Gomega, c client.Client, namespace, name string, want []string) {
+			policy := &networkingv1.NetworkPolicy{}
+			g.Expect(c.Get(ctx(), types(namespace, name), policy)).To(Succeed())
+			g.Expect(want).NotTo(BeEmpty())
+			g.Expect(podUIDs(c, namespace, policy.Spec.PodSelector.MatchLabels)).To(ConsistOf(want), "NetworkPolicy %s/%s selects the pods", namespace, name)
+		}
+		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", chart, "--reuse-values", "--set", "networkPolicies.enabled=true"))
+		Eventually(func(g Gomega) {
+			selected(g, sys.HubClient, localsystem.Namespace, "cluster-proxy-addon-manager", podUIDs(sys.HubClient, localsystem.Namespace, managerLabels))
+			selected(g, sys.HubClient, localsystem.Namespace, proxyv1alpha1.DefaultConfigurationName, servers)
+			for _, cluster := range clusterNames() {
+				ns := agentNamespace(g, cluster)
+				selected(g, managedClient(cluster), ns, render.AgentNetworkPolicyName, podUIDs(managedClient(cluster), ns, agentLabels))
+			}
+		}).Should(Succeed())
+		for _, cluster := range clusterNames() {
+			Expect(grpcHealthz(cluster)).To(Equal("ok"), cluster)
+		}
+		Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-servers did not roll")
+
+		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", chart, "--reuse-values", "--set", "networkPolicies.enabled=false"))
+		Eventually(func(g Gomega) {
+			policies := &networkingv1.NetworkPolicyList{}
+			g.Expect(sys.HubClient.List(ctx(), policies, client.InNamespace(localsystem.Namespace))).To(Succeed())
+			g.Expect(policies.Items).To(BeEmpty())
+			for _, cluster := range clusterNames() {
+				g.Expect(managedClient(cluster).List(ctx(), policies, client.InNamespace(agentNamespace(g, cluster)))).To(Succeed())
+				g.Expect(policies.Items).To(BeEmpty(), cluster)
+			}
+		}).Should(Succeed())
 	})
 
 	It("rolls only the manager on a helm upgrade that changes only the manager's flags", func() {

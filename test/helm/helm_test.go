@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -124,6 +125,7 @@ func TestRenderedValues(t *testing.T) {
 		placement                    string // namespace/name, "" for Manual
 		chartPlacement               bool   // the chart renders Placement cluster-proxy-placement and the set binding
 		managerImage, agentImage     string
+		networkPolicies              bool
 	}
 	wants := map[string]want{
 		"default": {entrypoint: "PortForward", replicas: 1, agentReplicas: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement",
@@ -132,7 +134,7 @@ func TestRenderedValues(t *testing.T) {
 		"hostname": {entrypoint: "Hostname", hostname: "proxy-entrypoint.open-cluster-management-addon.svc", replicas: 3, agentReplicas: 3, userServer: true,
 			allowedServices: 1, strategy: "Placements", placement: namespace + "/cluster-proxy-placement", chartPlacement: true,
 			managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0",
-			agentImage:   "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0-agent"},
+			agentImage:   "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0-agent", networkPolicies: true},
 		"loadbalancer": {entrypoint: "LoadBalancerService", lbName: "proxy-agent-entrypoint", replicas: 1, agentReplicas: 2, strategy: "Placements",
 			placement: "fleet/edge-clusters", managerImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0",
 			agentImage: "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0"},
@@ -189,6 +191,33 @@ func TestRenderedValues(t *testing.T) {
 			containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 			g.Expect(containers).To(HaveLen(1))
 			g.Expect(containers[0].(map[string]any)["image"]).To(Equal(w.managerImage))
+
+			enabled, _, _ := unstructured.NestedBool(mpc.Object, "spec", "networkPolicies", "enabled")
+			g.Expect(enabled).To(Equal(w.networkPolicies))
+			policy := find(objs, "NetworkPolicy", namespace, "cluster-proxy-addon-manager")
+			g.Expect(policy != nil).To(Equal(w.networkPolicies))
+			if policy != nil {
+				selector, _, _ := unstructured.NestedStringMap(policy.Object, "spec", "podSelector", "matchLabels")
+				podLabels, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "labels")
+				g.Expect(labels.SelectorFromSet(selector).Matches(labels.Set(podLabels))).To(BeTrue(), "it selects the manager pods")
+				// Every port the manager serves: its container ports and its probes'.
+				served := map[int64]bool{}
+				c := containers[0].(map[string]any)
+				for _, p := range c["ports"].([]any) {
+					served[p.(map[string]any)["containerPort"].(int64)] = true
+				}
+				for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+					port, _, _ := unstructured.NestedInt64(c, probe, "httpGet", "port")
+					served[port] = true
+				}
+				rules, _, _ := unstructured.NestedSlice(policy.Object, "spec", "ingress")
+				g.Expect(rules).To(HaveLen(1))
+				admitted := map[int64]bool{}
+				for _, p := range rules[0].(map[string]any)["ports"].([]any) {
+					admitted[p.(map[string]any)["port"].(int64)] = true
+				}
+				g.Expect(admitted).To(Equal(served))
+			}
 		})
 	}
 }

@@ -123,6 +123,11 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 			}
 		}
 	}
+	if policy := render.ServerNetworkPolicy(mpc); render.NetworkPoliciesEnabled(mpc) {
+		desired = append(desired, policy)
+	} else if err := r.deleteOwned(ctx, policy); err != nil {
+		return ctrl.Result{}, err
+	}
 	deployment := render.ServerDeployment(mpc)
 	desired = append(desired, deployment)
 	for _, o := range desired {

@@ -131,6 +131,9 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 		},
 		agentDeployment(in, ns, image, settings, vars, resources, nodePlacement(in, spec)),
 	)
+	if NetworkPoliciesEnabled(in.MPC) {
+		objects = append(objects, agentNetworkPolicy(in, ns, settings))
+	}
 
 	manifests := make([]workv1.Manifest, 0, len(objects))
 	for _, o := range objects {

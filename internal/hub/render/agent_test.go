@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,6 +85,7 @@ type agentObjects struct {
 	clusterRoleBinding *rbacv1.ClusterRoleBinding
 	secret             *corev1.Secret
 	deployment         *appsv1.Deployment
+	networkPolicy      *networkingv1.NetworkPolicy
 }
 
 func (o agentObjects) container() corev1.Container {
@@ -145,6 +147,10 @@ func decodeAgentWork(g Gomega, work *workv1.ManifestWork) agentObjects {
 			g.Expect(o.deployment).To(BeNil(), "a second Deployment")
 			o.deployment = &appsv1.Deployment{}
 			target = o.deployment
+		case "NetworkPolicy":
+			g.Expect(o.networkPolicy).To(BeNil(), "a second NetworkPolicy")
+			o.networkPolicy = &networkingv1.NetworkPolicy{}
+			target = o.networkPolicy
 		default:
 			g.Expect(head.Kind).To(BeEmpty(), "unexpected kind in manifest %d", i)
 			continue
