@@ -48,6 +48,7 @@ type config struct {
 	clusterCACert, clusterCert        string
 	clusterKey                        string
 	userServerCert, userServerKey     string
+	tlsProfileFile                    string
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
 	verbosity                         int
@@ -78,6 +79,8 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "agent endpoint serving key")
 	fs.StringVar(&c.userServerCert, "user-server-cert", "", "user-server serving certificate")
 	fs.StringVar(&c.userServerKey, "user-server-key", "", "user-server serving key")
+	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
+		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
 	fs.Func("allowed-service", "a service the user-server may reach, namespace/name[:port]; repeatable", func(v string) error {
 		allowed = append(allowed, v)
@@ -162,6 +165,7 @@ func (c *config) options() server.Options {
 		ServerCert:      c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,
 		ClusterCert: c.clusterCert, ClusterKey: c.clusterKey, ClusterCACert: c.clusterCACert,
 		UserServerCert: c.userServerCert, UserServerKey: c.userServerKey,
+		TLSProfileFile:     c.tlsProfileFile,
 		ShutdownTimeout:    drainTimeout,
 		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive,
 	}

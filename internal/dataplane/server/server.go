@@ -57,6 +57,9 @@ type Options struct {
 	ClusterCert, ClusterKey, ClusterCACert string
 	// User-server serving certificate (no client certificates).
 	UserServerCert, UserServerKey string
+	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of every TLS listener, re-read every
+	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
+	TLSProfileFile string
 
 	ReloadInterval        time.Duration
 	ShutdownTimeout       time.Duration
@@ -108,6 +111,7 @@ type Server struct {
 	agents *Agents
 
 	frontendTLS, agentTLS, userTLS *tlsreload.Source
+	tlsProfile                     *tlsreload.Profile
 
 	frontend, agentEndpoint    *grpc.Server
 	httpConnect, health, admin *http.Server
@@ -141,16 +145,22 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("the frontend client CA and the agent CA are required")
 	}
 	var err error
+	if s.tlsProfile, err = tlsreload.NewProfile(opts.TLSProfileFile); err != nil {
+		return nil, err
+	}
 	if s.frontendTLS, err = tlsreload.New(opts.ServerCert, opts.ServerKey, opts.ServerCACert); err != nil {
 		return nil, fmt.Errorf("frontend certificates: %w", err)
 	}
 	if s.agentTLS, err = tlsreload.New(opts.ClusterCert, opts.ClusterKey, opts.ClusterCACert); err != nil {
 		return nil, fmt.Errorf("agent endpoint certificates: %w", err)
 	}
+	s.frontendTLS.WithProfile(s.tlsProfile)
+	s.agentTLS.WithProfile(s.tlsProfile)
 	if opts.UserServerAddr != "" {
 		if s.userTLS, err = tlsreload.New(opts.UserServerCert, opts.UserServerKey, ""); err != nil {
 			return nil, fmt.Errorf("user-server certificates: %w", err)
 		}
+		s.userTLS.WithProfile(s.tlsProfile)
 	}
 
 	s.anp = anpserver.NewProxyServer(opts.ServerID, []proxystrategies.ProxyStrategy{proxystrategies.ProxyStrategyDestHost},
@@ -303,6 +313,7 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 			go src.Run(reloadCtx, s.opts.ReloadInterval, log)
 		}
 	}
+	go s.tlsProfile.Run(reloadCtx, s.opts.ReloadInterval, log)
 
 	failed := make(chan error, 8)
 	var serving sync.WaitGroup

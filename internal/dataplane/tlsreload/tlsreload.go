@@ -25,6 +25,13 @@ type Source struct {
 	mu      sync.RWMutex
 	cur     *Material
 	changes atomic.Uint64
+	profile *Profile
+}
+
+// WithProfile makes the server configs of s follow profile (minimum version, cipher suites) on every handshake.
+func (s *Source) WithProfile(profile *Profile) *Source {
+	s.profile = profile
+	return s
 }
 
 // PEM is a certificate, its key and a CA bundle as read. A part whose name is empty is absent; the names say where
@@ -159,6 +166,9 @@ func (s *Source) ServerConfig() *tls.Config {
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		c := base.Clone()
 		c.GetConfigForClient = nil
+		if s.profile != nil {
+			s.profile.apply(c)
+		}
 		c.Certificates = []tls.Certificate{*s.Certificate()}
 		if pool := s.CAPool(); pool != nil {
 			c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, pool
