@@ -9,6 +9,7 @@ const (
 	ConditionUserServerSecretSigned  = "UserServerSecretSigned"
 	ConditionSignerReady             = "SignerReady"
 	ConditionEntrypointReady         = "EntrypointReady"
+	ConditionTLSProfileApplied       = "TLSProfileApplied"
 	ConditionReady                   = "Ready"
 )
 
@@ -48,6 +49,10 @@ const (
 	ReasonLoadBalancerPending     = "LoadBalancerIngressPending"
 	ReasonPortForwardEntrypoint   = "PortForward"
 	ReasonEntrypointMisconfigured = "EntrypointMisconfigured"
+
+	// TLSProfileApplied.
+	ReasonTLSProfileApplied = "TLSProfileApplied"
+	ReasonInvalidTLSProfile = "InvalidTLSProfile"
 
 	// Ready.
 	ReasonAllComponentsReady = "AllComponentsReady"

@@ -30,6 +30,25 @@ type ManagedProxyConfigurationSpec struct {
 	// effect where the network plugin enforces NetworkPolicies.
 	// +optional
 	NetworkPolicies *ManagedProxyConfigurationNetworkPolicies `json:"networkPolicies,omitempty"`
+	// tlsProfile is the lowest TLS version and the TLS 1.2 cipher suites of every TLS listener of the proxy-servers
+	// (gRPC frontend, agent endpoint, HTTP CONNECT, user-server). A change applies to new handshakes without a
+	// restart; open tunnels stay. Unset: OCM's ocm-tls-profile ConfigMap in the manager's namespace (the manager's
+	// --tls-profile-namespace), else TLS 1.2 and Go's secure cipher suites.
+	// +optional
+	TLSProfile *ManagedProxyConfigurationTLSProfile `json:"tlsProfile,omitempty"`
+}
+
+// ManagedProxyConfigurationTLSProfile is a TLS security profile.
+type ManagedProxyConfigurationTLSProfile struct {
+	// minTLSVersion is the lowest TLS version a server accepts.
+	// +optional
+	// +kubebuilder:validation:Enum=VersionTLS12;VersionTLS13
+	MinTLSVersion string `json:"minTLSVersion,omitempty"`
+	// cipherSuites are the IANA names of the TLS 1.2 cipher suites a server accepts (Go's secure ones, e.g.
+	// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256); TLS 1.3 suites are fixed. Empty: Go's defaults.
+	// +optional
+	// +listType=atomic
+	CipherSuites []string `json:"cipherSuites,omitempty"`
 }
 
 // ManagedProxyConfigurationNetworkPolicies turns the product's NetworkPolicies on.

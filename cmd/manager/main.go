@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,6 +44,9 @@ func main() {
 	flag.Func("resolve", "host:port=addr:port, dial addr:port for host:port, e.g. the proxy-server Service where in-cluster "+
 		"names do not resolve (local environments); repeatable", func(v string) error { resolve = append(resolve, v); return nil })
 	zapOpts := zap.Options{}
+	var tlsProfileNamespace string
+	flag.StringVar(&tlsProfileNamespace, "tls-profile-namespace", inClusterNamespace(), "the namespace of OCM's ocm-tls-profile "+
+		"ConfigMap, the TLS profile of configurations without spec.tlsProfile (default the manager's own); empty reads none")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -75,7 +79,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	opts := controller.Options{}
+	opts := controller.Options{TLSProfileNamespace: tlsProfileNamespace}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{
@@ -105,4 +109,13 @@ func main() {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// inClusterNamespace is the namespace of the manager's pod, "" outside a cluster.
+func inClusterNamespace() string {
+	raw, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(raw))
 }

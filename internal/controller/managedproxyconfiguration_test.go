@@ -2,8 +2,11 @@ package controller_test
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -80,11 +83,17 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		Expect(*c.SecurityContext.AllowPrivilegeEscalation).To(BeFalse())
 		Expect(*c.SecurityContext.ReadOnlyRootFilesystem).To(BeTrue())
 		Expect(c.SecurityContext.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
-		var volumeSecrets []string
+		var volumeSecrets, volumeConfigMaps []string
 		for _, v := range pod.Volumes {
-			volumeSecrets = append(volumeSecrets, v.Secret.SecretName)
+			if v.Secret != nil {
+				volumeSecrets = append(volumeSecrets, v.Secret.SecretName)
+			}
+			if v.ConfigMap != nil {
+				volumeConfigMaps = append(volumeConfigMaps, v.ConfigMap.Name)
+			}
 		}
 		Expect(volumeSecrets).To(ConsistOf("proxy-server-ca", "proxy-server", "agent-server", "cluster-proxy-user-serving-cert"))
+		Expect(volumeConfigMaps).To(ConsistOf(mpc.Name + "-tls-profile"))
 
 		bundle := get(g, &corev1.Secret{}, ns, "proxy-server-ca")
 		bundleCerts, err := certs.ParseCertificates(bundle.Data["ca.crt"])
@@ -201,6 +210,68 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		}, timeout, interval).Should(Succeed())
 		expectGone(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}})
 		expectReady(mpc)
+	})
+
+	It("publishes the TLS profile from spec.tlsProfile, else OCM's ocm-tls-profile, without rolling the proxy-servers", func() {
+		mpc := newMPC()
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		profileOf := func(g Gomega) contract.TLSProfile {
+			cm := get(g, &corev1.ConfigMap{}, ns, mpc.Name+"-tls-profile")
+			var p contract.TLSProfile
+			g.Expect(json.Unmarshal([]byte(cm.Data["profile.json"]), &p)).To(Succeed())
+			return p
+		}
+		Expect(profileOf(Default)).To(Equal(contract.TLSProfile{}))
+		Expect(condition(Default, mpc, proxyv1alpha1.ConditionTLSProfileApplied).Message).To(ContainSubstring("from the default"))
+		deployment := get(Default, &appsv1.Deployment{}, ns, mpc.Name)
+		Expect(deployment.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--tls-profile-file=/etc/cluster-proxy/tls-profile/profile.json"))
+		template := deployment.Spec.Template
+
+		By("OCM's ocm-tls-profile in the manager's namespace applies to a configuration without its own")
+		ocm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: managerNamespace, Name: "ocm-tls-profile"},
+			Data: map[string]string{"minTLSVersion": "VersionTLS12", "cipherSuites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}}
+		Expect(k8s.Create(ctx(), ocm)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(ctx(), ocm) })
+		Eventually(func(g Gomega) {
+			g.Expect(profileOf(g)).To(Equal(contract.TLSProfile{MinTLSVersion: "VersionTLS12",
+				CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}}))
+			g.Expect(condition(g, mpc, proxyv1alpha1.ConditionTLSProfileApplied).Message).To(ContainSubstring("ConfigMap " + managerNamespace + "/ocm-tls-profile"))
+		}, timeout, interval).Should(Succeed())
+
+		By("spec.tlsProfile wins")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			live.Spec.TLSProfile = &proxyv1alpha1.ManagedProxyConfigurationTLSProfile{MinTLSVersion: "VersionTLS13"}
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(profileOf(g)).To(Equal(contract.TLSProfile{MinTLSVersion: "VersionTLS13"}))
+		}, timeout, interval).Should(Succeed())
+		expectReady(mpc)
+		Expect(get(Default, &appsv1.Deployment{}, ns, mpc.Name).Spec.Template).To(Equal(template), "no rollout: the pods re-read the profile")
+
+		By("an unknown cipher suite is reported by its field; the published profile stays")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			live.Spec.TLSProfile = &proxyv1alpha1.ManagedProxyConfigurationTLSProfile{MinTLSVersion: "VersionTLS12",
+				CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_NOT_A_SUITE"}}
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := condition(g, mpc, proxyv1alpha1.ConditionTLSProfileApplied)
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonInvalidTLSProfile))
+			g.Expect(c.Message).To(ContainSubstring("spec.tlsProfile.cipherSuites[1]"))
+			g.Expect(condition(g, mpc, proxyv1alpha1.ConditionReady).Reason).To(Equal(proxyv1alpha1.ReasonInvalidTLSProfile))
+		}, timeout, interval).Should(Succeed())
+		Expect(profileOf(Default)).To(Equal(contract.TLSProfile{MinTLSVersion: "VersionTLS13"}))
+
+		By("a version below TLS 1.2 is refused by the API server, naming the field")
+		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+		live.Spec.TLSProfile = &proxyv1alpha1.ManagedProxyConfigurationTLSProfile{MinTLSVersion: "VersionTLS11"}
+		Expect(k8s.Update(ctx(), live)).To(MatchError(ContainSubstring("spec.tlsProfile.minTLSVersion")))
 	})
 
 	It("keeps the LoadBalancer Service in sync and uses its ingress hostname, else its IP", func() {

@@ -69,6 +69,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&proxyv1alpha1.ClusterProxyStatus{}: {Transform: apply.KeepForeignManagedFields},
 		&corev1.Secret{}:                    owned,
+		&corev1.ConfigMap{}:                 owned,
 		&corev1.Service{}:                   owned,
 		&corev1.ServiceAccount{}:            owned,
 		&appsv1.Deployment{}:                owned,
@@ -95,6 +96,9 @@ type Options struct {
 	Tunnels clusteragent.TunnelSource
 	// CountsDelay is how long the cluster counts wait for more changes (clustercount.DefaultDelay when zero).
 	CountsDelay time.Duration
+	// TLSProfileNamespace is where OCM's ocm-tls-profile ConfigMap is read from (the manager's namespace); "" reads
+	// none.
+	TLSProfileNamespace string
 }
 
 // Setup registers the field indexes and every reconciler with mgr.
@@ -114,10 +118,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	recorder := mgr.GetEventRecorder("cluster-proxy-operator")
 	options := controller.Options{RateLimiter: RateLimiter()}
+	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder}
+	if opts.TLSProfileNamespace != "" {
+		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
+		profiles, err := cache.New(mgr.GetConfig(), cache.Options{
+			Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+			DefaultNamespaces: map[string]cache.Config{opts.TLSProfileNamespace: {}},
+			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", managedproxyconfiguration.OCMTLSProfileName)}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(profiles); err != nil {
+			return err
+		}
+		configurations.OCMTLSProfile, configurations.OCMTLSProfileNamespace = profiles, opts.TLSProfileNamespace
+	}
 	reconcilers := []interface {
 		SetupWithManager(ctrl.Manager, controller.Options) error
 	}{
-		&managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		configurations,
 		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
 		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
 		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},

@@ -9,6 +9,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,11 +32,13 @@ var (
 	k8sWatch  client.WithWatch
 	fakeClock *clocktesting.FakeClock
 	requests  testenv.Requests // the manager's API requests
-	mgrClient client.Client    // the manager's cached client
-	tunnels   *fakeTunnels     // what the proxy-servers see of each cluster's tunnel
-	gc        *testenv.Process
-	cancel    context.CancelFunc
-	mgrDone   chan struct{} // closed when the manager has stopped
+	// managerNamespace stands for the manager's own namespace, where OCM's ocm-tls-profile ConfigMap is read.
+	managerNamespace = "cluster-proxy-manager"
+	mgrClient        client.Client // the manager's cached client
+	tunnels          *fakeTunnels  // what the proxy-servers see of each cluster's tunnel
+	gc               *testenv.Process
+	cancel           context.CancelFunc
+	mgrDone          chan struct{} // closed when the manager has stopped
 )
 
 func TestControllers(t *testing.T) {
@@ -78,7 +82,9 @@ var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
 	tunnels = newFakeTunnels()
 	mgrClient = mgr.GetClient()
-	Expect(controller.Setup(ctx, mgr, controller.Options{Clock: fakeClock, Tunnels: tunnels, CountsDelay: countsDelay})).To(Succeed())
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
+	Expect(controller.Setup(ctx, mgr, controller.Options{Clock: fakeClock, Tunnels: tunnels, CountsDelay: countsDelay,
+		TLSProfileNamespace: managerNamespace})).To(Succeed())
 	mgrDone = make(chan struct{})
 	go func() {
 		defer GinkgoRecover()

@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -492,6 +494,59 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 
 		annotate(ptr.To(fmt.Sprintf(`{"registries":[{"source":%q,"mirror":%q}]}`, source, "mirror.example"+source[strings.Index(source, "/"):])))
 		expectAgent(mirrored)
+	})
+
+	It("refuses TLS 1.2 clients once spec.tlsProfile asks for TLS 1.3, without a restart or a dropped tunnel", func() {
+		cert, key, ca := hubClientFiles()
+		pair := must(tls.LoadX509KeyPair(cert, key))
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM(must(os.ReadFile(ca)))).To(BeTrue())
+		frontend := net.JoinHostPort(sys.Hub.NodeIP.String(), itoa(localsystem.HTTPConnectNodePort))
+		handshake := func(maxVersion uint16) error {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", frontend, &tls.Config{
+				Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: frontendServerName,
+				MinVersion: tls.VersionTLS12, MaxVersion: maxVersion})
+			if err != nil {
+				return err
+			}
+			return conn.Close()
+		}
+		Expect(handshake(tls.VersionTLS12)).To(Succeed())
+		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+		agents := map[string][]string{}
+		for _, cluster := range clusterNames() {
+			agents[cluster] = podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)
+		}
+		setProfile := func(profile *proxyv1alpha1.ManagedProxyConfigurationTLSProfile) {
+			Eventually(func(g Gomega) {
+				mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+				g.Expect(sys.HubClient.Get(ctx(), types("", proxyv1alpha1.DefaultConfigurationName), mpc)).To(Succeed())
+				mpc.Spec.TLSProfile = profile
+				g.Expect(sys.HubClient.Update(ctx(), mpc)).To(Succeed())
+			}).Should(Succeed())
+		}
+		DeferCleanup(func() {
+			setProfile(nil)
+			Eventually(func() error { return handshake(tls.VersionTLS12) }).WithTimeout(3 * time.Minute).Should(Succeed())
+		})
+
+		setProfile(&proxyv1alpha1.ManagedProxyConfigurationTLSProfile{MinTLSVersion: "VersionTLS13"})
+		// The kubelet updates the mounted ConfigMap within its sync period; the proxy-servers re-read it.
+		Eventually(func() error { return handshake(tls.VersionTLS12) }).WithTimeout(3 * time.Minute).
+			Should(MatchError(ContainSubstring("protocol version")))
+		Expect(handshake(tls.VersionTLS13)).To(Succeed())
+		for _, cluster := range clusterNames() {
+			Expect(grpcHealthz(cluster)).To(Equal("ok"), cluster)
+			Expect(podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)).To(ConsistOf(agents[cluster]), "%s's agents stay", cluster)
+		}
+		Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-servers did not restart")
+		Eventually(func(g Gomega) {
+			states, err := sys.States(ctx())
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, st := range states {
+				g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
+			}
+		}).Should(Succeed())
 	})
 
 	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {

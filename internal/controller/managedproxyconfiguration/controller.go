@@ -20,12 +20,14 @@ import (
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -39,6 +41,10 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// OCMTLSProfile, when set, holds OCM's ocm-tls-profile ConfigMap of OCMTLSProfileNamespace: the TLS profile of
+	// configurations without spec.tlsProfile.
+	OCMTLSProfile          cache.Cache
+	OCMTLSProfileNamespace string
 }
 
 // scope is everything one pass reads and decides.
@@ -59,6 +65,7 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
@@ -78,7 +85,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
 
-	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates, r.reconcileServer, r.reconcileAddOn}
+	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates,
+		r.reconcileTLSProfile, r.reconcileServer, r.reconcileAddOn}
 	var result ctrl.Result
 	var errs []error
 	for _, p := range phases {
@@ -147,9 +155,30 @@ var agentIssuerChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
+// allConfigurations are a request for every ManagedProxyConfiguration.
+func (r *Reconciler) allConfigurations(ctx context.Context) []reconcile.Request {
+	list := &proxyv1alpha1.ManagedProxyConfigurationList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.OCMTLSProfile != nil {
+		// OCM's profile applies to every configuration without its own.
+		b = b.WatchesRawSource(source.Kind(r.OCMTLSProfile, &corev1.ConfigMap{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *corev1.ConfigMap) []reconcile.Request {
+				return r.allConfigurations(ctx)
+			})))
+	}
+	return b.
 		// Every update, its own status writes included: a pass that read a stale cached status and found nothing
 		// to write must be followed by one that sees the status it raced with.
 		For(&proxyv1alpha1.ManagedProxyConfiguration{}).
@@ -160,6 +189,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.ConfigMap{}).
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&proxyv1alpha1.ProxyCertificate{}).
 		Owns(&addonv1alpha1.ClusterManagementAddOn{}).

@@ -192,6 +192,7 @@ func setReadyCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, ge
 		proxyv1alpha1.ConditionSignerReady, proxyv1alpha1.ConditionEntrypointReady, proxyv1alpha1.ConditionProxyServerDeployed,
 		proxyv1alpha1.ConditionProxyServerSecretSigned, proxyv1alpha1.ConditionAgentServerSecretSigned,
 		proxyv1alpha1.ConditionProxyClientSecretSigned, proxyv1alpha1.ConditionUserServerSecretSigned,
+		proxyv1alpha1.ConditionTLSProfileApplied,
 	} {
 		c := meta.FindStatusCondition(status.Conditions, t)
 		if c == nil {

@@ -3,6 +3,7 @@
 package render
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"sort"
@@ -224,6 +225,7 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		"--user-server-cert=" + userServerMount + "/tls.crt",
 		"--user-server-key=" + userServerMount + "/tls.key",
 		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
+		"--tls-profile-file=" + contract.TLSProfileMount + "/" + contract.TLSProfileKey,
 	}
 	args = append(args, AllowedServiceArgs(mpc)...)
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
@@ -301,6 +303,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							{Name: "proxy-server", MountPath: serverCertMount, ReadOnly: true},
 							{Name: "agent-server", MountPath: agentServerMount, ReadOnly: true},
 							{Name: "user-server", MountPath: userServerMount, ReadOnly: true},
+							{Name: "tls-profile", MountPath: contract.TLSProfileMount, ReadOnly: true},
 						},
 					}},
 					Volumes: []corev1.Volume{
@@ -308,11 +311,34 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 						secretVolume("proxy-server", secrets.ProxyServer),
 						secretVolume("agent-server", secrets.AgentServer),
 						secretVolume("user-server", secrets.UserServer),
+						{Name: "tls-profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: TLSProfileConfigMapName(mpc)},
+							// A missing profile is the default one; the pods do not wait for it.
+							Optional: ptr.To(true),
+						}}},
 					},
 				},
 			},
 		},
 	}
+}
+
+// TLSProfileConfigMapName names the ConfigMap of the proxy-servers' TLS profile.
+func TLSProfileConfigMapName(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	return mpc.Name + "-tls-profile"
+}
+
+// TLSProfileConfigMap holds the TLS profile the proxy-servers apply (contract.TLSProfileKey, JSON). The Deployment
+// mounts it, so a change reaches the running pods as the kubelet updates the volume: no rollout, no dropped tunnel.
+func TLSProfileConfigMap(mpc *proxyv1alpha1.ManagedProxyConfiguration, profile contract.TLSProfile) (*corev1.ConfigMap, error) {
+	raw, err := json.Marshal(profile)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: objectMeta(mpc, TLSProfileConfigMapName(mpc), contract.Namespace(mpc)),
+		Data:       map[string]string{contract.TLSProfileKey: string(raw)},
+	}, nil
 }
 
 // CABundleSecret publishes the CA bundle every proxy client and agent trusts.
