@@ -300,6 +300,9 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 		"--server-cert": "pki/proxy-server/tls.crt", "--server-key": "pki/proxy-server/tls.key",
 		"--cluster-cert": "pki/agent-server/tls.crt", "--cluster-key": "pki/agent-server/tls.key",
 		"--user-server-cert": "pki/user-server/tls.crt", "--user-server-key": "pki/user-server/tls.key",
+		// The profile ConfigMap the operator renders, as the pod mounts it.
+		"--tls-profile-file": writeFile("tls-profile/"+contract.TLSProfileKey,
+			[]byte(must(render.TLSProfileConfigMap(mpc, contract.TLSProfile{})).Data[contract.TLSProfileKey])),
 	}
 	args := replaceFiles(render.ServerArgs(mpc), files)
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
