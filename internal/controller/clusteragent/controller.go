@@ -201,7 +201,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, addOnSpecChanged)).
 		Owns(&workv1.ManifestWork{}, builder.WithPredicates(workChangedByOthers)).
 		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(renderedChangedByOthers)).
-		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster)).
+		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster), builder.WithPredicates(clusterInputChanged)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(agentInputChanged)).
 		// The published CA bundle goes into every agent work.
@@ -243,6 +243,16 @@ var workChangedByOthers = predicate.Funcs{
 		old, ok1 := e.ObjectOld.(*workv1.ManifestWork)
 		cur, ok2 := e.ObjectNew.(*workv1.ManifestWork)
 		return !ok1 || !ok2 || renderedChangedByOthers.UpdateFunc(e) || !equality.Semantic.DeepEqual(old.Status, cur.Status)
+	},
+}
+
+// clusterInputChanged passes what a pass reads of a ManagedCluster: that it exists, that it is being deleted, and its
+// image-registries annotation. Not the status the klusterlet keeps updating (conditions, capacity, claims).
+var clusterInputChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		key := clusterv1.ClusterImageRegistriesAnnotationKey
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero() ||
+			e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
 	},
 }
 

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -101,5 +102,52 @@ func TestAPassesOwnWritesQueueNoOtherPass(t *testing.T) {
 		if !p.Delete(event.DeleteEvent{Object: &workv1.ManifestWork{}}) {
 			t.Errorf("a deleted %s queues no pass", name)
 		}
+	}
+}
+
+// TestAClusterQueuesAPassOnlyForWhatAPassReads: the klusterlet's status updates of a ManagedCluster queue no pass;
+// its deletion and its image-registries annotation do.
+func TestAClusterQueuesAPassOnlyForWhatAPassReads(t *testing.T) {
+	cluster := func(annotation string, deleting bool, mutate func(*clusterv1.ManagedCluster)) *clusterv1.ManagedCluster {
+		c := &clusterv1.ManagedCluster{}
+		if annotation != "" {
+			c.Annotations = map[string]string{clusterv1.ClusterImageRegistriesAnnotationKey: annotation}
+		}
+		if deleting {
+			now := metav1.Now()
+			c.DeletionTimestamp = &now
+		}
+		if mutate != nil {
+			mutate(c)
+		}
+		return c
+	}
+	status := func(c *clusterv1.ManagedCluster) {
+		c.Status.Conditions = []metav1.Condition{{Type: clusterv1.ManagedClusterConditionAvailable, Status: metav1.ConditionTrue}}
+		c.Status.Version.Kubernetes = "v1.36.3"
+	}
+	for _, tc := range []struct {
+		name     string
+		old, cur *clusterv1.ManagedCluster
+		want     bool
+	}{
+		{"a status update", cluster("", false, nil), cluster("", false, status), false},
+		{"another annotation or label", cluster("", false, nil), cluster("", false, func(c *clusterv1.ManagedCluster) {
+			c.Labels = map[string]string{"env": "prod"}
+			c.Annotations = map[string]string{"note": "x"}
+		}), false},
+		{"the image-registries annotation set", cluster("", false, nil), cluster(`{"registries":[]}`, false, nil), true},
+		{"the image-registries annotation changed", cluster(`{"registries":[]}`, false, nil), cluster(`{"registries":[{"mirror":"m"}]}`, false, nil), true},
+		{"deletion", cluster("", false, nil), cluster("", true, nil), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clusterInputChanged.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.cur}); got != tc.want {
+				t.Fatalf("passes %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if !clusterInputChanged.Create(event.CreateEvent{Object: cluster("", false, nil)}) ||
+		!clusterInputChanged.Delete(event.DeleteEvent{Object: cluster("", false, nil)}) {
+		t.Fatal("a cluster's creation and deletion queue its pass")
 	}
 }
