@@ -63,6 +63,7 @@ type config struct {
 	serviceDomain       string
 	enableImpersonation bool
 	serviceCAFile       string
+	oidc                oidcFlags
 	verbosity           int
 }
 
@@ -119,6 +120,7 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
 	fs.StringVar(&c.serviceCAFile, "service-ca-file", "", "PEM CAs the service-proxy trusts for https services besides the system roots; "+
 		"re-read when it changes, and may be absent (an optional ConfigMap volume)")
+	c.oidc.bind(fs)
 	// -v is also a service-proxy flag (ManagedProxyConfiguration spec.proxyAgent.additionalServiceProxyArgs).
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
 	fs.Func("resolve", "host:port=addr:port, dial addr:port for host:port (like a hostAlias); repeatable", appendTo(&c.resolve))
@@ -173,6 +175,10 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
+		oidc, err := c.oidc.options()
+		if err != nil {
+			return err
+		}
 		services, err = serviceproxy.New(serviceproxy.Options{
 			Kube:          kube,
 			Hub:           hub,
@@ -180,6 +186,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 			DialContext:   resolver.DialContext,
 			ServiceDomain: c.serviceDomain,
 			ServiceCAFile: c.serviceCAFile,
+			OIDC:          oidc,
 		})
 		if err != nil {
 			return fmt.Errorf("service-proxy: %w", err)

@@ -54,6 +54,9 @@ type Options struct {
 	ServiceCAFile string
 	// ServiceCACheckInterval is how often, at most, ServiceCAFile is read again; 0 means 5s.
 	ServiceCACheckInterval time.Duration
+	// OIDC, when set, accepts the ID tokens of an OpenID Connect issuer that neither cluster authenticates, and
+	// impersonates the user and groups they map to.
+	OIDC *OIDC
 
 	// systemRoots replaces x509.SystemCertPool in tests.
 	systemRoots func() (*x509.CertPool, error)
@@ -97,6 +100,13 @@ func New(opts Options) (http.Handler, error) {
 		if p.hub, err = newReviewer("hub", opts.Hub, ttl, now); err != nil {
 			return nil, err
 		}
+	}
+	if opts.OIDC != nil {
+		if p.oidc, err = newOIDCAuthenticator(*opts.OIDC, dial, now); err != nil {
+			return nil, err
+		}
+	}
+	if p.hub != nil || p.oidc != nil {
 		if p.agentToken, err = newAgentToken(opts.Kube); err != nil {
 			return nil, err
 		}
@@ -122,8 +132,9 @@ type proxy struct {
 	allowed    allowlist.List
 	domain     string
 	managed    *reviewer
-	hub        *reviewer   // nil: hub tokens are not accepted
-	agentToken *agentToken // the credential of impersonated requests; nil without a hub
+	hub        *reviewer          // nil: hub tokens are not accepted
+	oidc       *oidcAuthenticator // nil: OIDC tokens are not accepted
+	agentToken *agentToken        // the credential of impersonated requests; nil without hub or OIDC tokens
 	kube       *httputil.ReverseProxy
 	services   *httputil.ReverseProxy
 }
@@ -181,23 +192,36 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if id.authenticated {
-			credential, err := p.agentToken.get()
-			if err != nil {
-				logger.Error(err, "Cannot read the agent's token for an impersonated request")
-				proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-					"the proxy-agent has no credential for the managed cluster; try again later")
-				return
-			}
-			rt := &route{target: p.kubeURL, impersonate: &impersonation{
-				user:          managedUserName(id.user),
-				groups:        impersonatedGroups(id.groups),
-				authorization: "Bearer " + credential,
-			}}
-			p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), rt)))
+			p.impersonate(w, r, managedUserName(id.user), impersonatedGroups(id.groups))
+			return
+		}
+	}
+	if p.oidc != nil {
+		if id, err = p.oidc.authenticate(ctx, token); err != nil {
+			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
+			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				"cannot reach the OIDC issuer to authenticate the request; try again later")
+			return
+		}
+		if id.authenticated {
+			p.impersonate(w, r, id.user, impersonatedGroups(id.groups))
 			return
 		}
 	}
 	proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+}
+
+// impersonate forwards the request as user and groups, with the agent's own credential.
+func (p *proxy) impersonate(w http.ResponseWriter, r *http.Request, user string, groups []string) {
+	credential, err := p.agentToken.get()
+	if err != nil {
+		logger.Error(err, "Cannot read the agent's token for an impersonated request")
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"the proxy-agent has no credential for the managed cluster; try again later")
+		return
+	}
+	rt := &route{target: p.kubeURL, impersonate: &impersonation{user: user, groups: groups, authorization: "Bearer " + credential}}
+	p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), rt)))
 }
 
 // route is what the handler decided for one request; the reverse proxies' Rewrite applies it.

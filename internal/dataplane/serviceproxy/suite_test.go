@@ -57,6 +57,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		"run through 'make test', or export KUBEBUILDER_ASSETS=$(make -s envtest-assets)")
 
 	managedEnv, hubEnv = &envtest.Environment{}, &envtest.Environment{}
+	// The hub's ServiceAccount issuer is the OIDC issuer of the OIDC specs: its discovery document must name keys at
+	// an address of this machine.
+	hubEnv.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, env := range []*envtest.Environment{managedEnv, hubEnv} {
