@@ -257,14 +257,16 @@ func proxyServerPods(g Gomega) []string {
 	return names
 }
 
-// podUIDs are the UIDs of the pods in namespace matching labels on the cluster c reaches.
+// podUIDs are the UIDs of the pods in namespace matching labels on the cluster c reaches, terminating ones left out.
 func podUIDs(c client.Client, namespace string, labels map[string]string) []string {
 	GinkgoHelper()
 	pods := &corev1.PodList{}
 	Expect(c.List(ctx(), pods, client.InNamespace(namespace), client.MatchingLabels(labels))).To(Succeed())
 	var uids []string
 	for _, p := range pods.Items {
-		uids = append(uids, string(p.UID))
+		if p.DeletionTimestamp == nil { // a terminating pod (an earlier rollout's) is on its way out
+			uids = append(uids, string(p.UID))
+		}
 	}
 	return uids
 }
