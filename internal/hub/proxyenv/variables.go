@@ -2,6 +2,7 @@ package proxyenv
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -26,13 +27,24 @@ type AgentVariables struct {
 	ServiceDomain string // "" keeps the agent's default
 	// DisableImpersonation is true when enableImpersonation is "false".
 	DisableImpersonation bool
+	// OIDC are the service-proxy's OpenID Connect settings; nil without oidcIssuerURL.
+	OIDC *OIDCVariables
 }
 
 // Variables reads the customized variables the agent understands; a bad value is a *FieldError naming the entry.
 func Variables(vars []addonv1alpha1.CustomizedVariable) (AgentVariables, error) {
 	var out AgentVariables
+	var oidc OIDCVariables
+	oidcFields := map[string]string{} // variable name -> the field of its entry
 	for i, v := range vars {
 		field := fmt.Sprintf("spec.customizedVariables[%d].value", i)
+		if isOIDCVariable(v.Name) {
+			if err := oidc.set(v.Name, v.Value, field); err != nil {
+				return AgentVariables{}, err
+			}
+			oidcFields[v.Name] = field
+			continue
+		}
 		switch v.Name {
 		case VariableServiceDomain:
 			domain := strings.TrimSuffix(v.Value, ".")
@@ -50,5 +62,25 @@ func Variables(vars []addonv1alpha1.CustomizedVariable) (AgentVariables, error) 
 			out.DisableImpersonation = !enabled
 		}
 	}
+	switch {
+	case oidc.IssuerURL != "" && oidc.ClientID == "":
+		return AgentVariables{}, fieldError(oidcFields[VariableOIDCIssuerURL], ReasonInvalidCustomizedVariable,
+			VariableOIDCIssuerURL+" needs "+VariableOIDCClientID+", the audience the tokens carry")
+	case oidc.IssuerURL == "" && len(oidcFields) > 0:
+		name := sortedKeys(oidcFields)[0]
+		return AgentVariables{}, fieldError(oidcFields[name], ReasonInvalidCustomizedVariable,
+			name+" needs "+VariableOIDCIssuerURL+" and "+VariableOIDCClientID)
+	case oidc.IssuerURL != "":
+		out.OIDC = &oidc
+	}
 	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -172,6 +172,40 @@ func ServiceProxyEnabled(mpc *proxyv1alpha1.ManagedProxyConfiguration) bool {
 	return mpc.Spec.UserServer != nil
 }
 
+const (
+	// OIDCCAKey is the key of the oidcCAConfigMap that holds the OIDC issuer's CA.
+	OIDCCAKey = "ca.crt"
+	// OIDCCAMount is where the agent mounts the oidcCAConfigMap.
+	OIDCCAMount  = "/etc/oidc-ca"
+	oidcCAVolume = "oidc-ca"
+)
+
+// oidcArgs are the service-proxy's OpenID Connect flags of a cluster's customized variables.
+func oidcArgs(o *proxyenv.OIDCVariables) []string {
+	if o == nil {
+		return nil
+	}
+	args := []string{"--oidc-issuer-url=" + o.IssuerURL, "--oidc-client-id=" + o.ClientID}
+	for _, f := range []struct{ flag, value string }{
+		{"--oidc-username-claim", o.UsernameClaim}, {"--oidc-username-prefix", o.UsernamePrefix},
+		{"--oidc-groups-claim", o.GroupsClaim}, {"--oidc-groups-prefix", o.GroupsPrefix}, {"--oidc-signing-algs", o.SigningAlgs},
+	} {
+		if f.value != "" {
+			args = append(args, f.flag+"="+f.value)
+		}
+	}
+	if o.ReservedNamePrefixes != nil {
+		args = append(args, "--oidc-reserved-name-prefixes="+*o.ReservedNamePrefixes)
+	}
+	if o.CAConfigMap != "" {
+		args = append(args, "--oidc-ca-file="+OIDCCAMount+"/"+OIDCCAKey)
+	}
+	for _, kv := range o.RequiredClaims {
+		args = append(args, "--oidc-required-claim="+kv)
+	}
+	return args
+}
+
 // serviceCAConfigMap is the managed-cluster ConfigMap whose CAs the service-proxy trusts for https services, or "".
 // Only the service-proxy reads it, so without the service-proxy the agent does not mount it: setting the field alone
 // does not roll the agents.
@@ -270,6 +304,7 @@ func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string 
 		if serviceCAConfigMap(in.MPC) != "" {
 			args = append(args, "--service-ca-file="+ServiceCAMount+"/"+ServiceCAKey)
 		}
+		args = append(args, oidcArgs(vars.OIDC)...)
 		// After the rendered service-proxy flags, so a user's value wins over ours; before additionalArgs, which win
 		// last. Without the service-proxy they are dropped, so setting the field alone does not roll the agents.
 		args = append(args, in.MPC.Spec.ProxyAgent.AdditionalServiceProxyArgs...)
@@ -327,6 +362,16 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 			// would stall a rollout or, on a new cluster, leave it without a tunnel at all. The service-proxy then
 			// trusts the system roots only, and the kubelet adds the file once the ConfigMap appears; the
 			// service-proxy re-reads it.
+			Optional: ptr.To(true),
+		}}})
+	}
+	if o := vars.OIDC; o != nil && o.CAConfigMap != "" && ServiceProxyEnabled(in.MPC) {
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: oidcCAVolume, MountPath: OIDCCAMount, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: oidcCAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.CAConfigMap},
+			Items:                []corev1.KeyToPath{{Key: OIDCCAKey, Path: OIDCCAKey}},
+			// As the service CA: a missing ConfigMap does not keep the agent from starting; OIDC tokens get 503 until
+			// it appears, and the service-proxy reads it then without a restart.
 			Optional: ptr.To(true),
 		}}})
 	}
