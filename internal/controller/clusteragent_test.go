@@ -609,6 +609,10 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		Entry("a customized variable the agent cannot use", func(a *addonv1alpha1.AddOnDeploymentConfig) {
 			a.Spec.CustomizedVariables = []addonv1alpha1.CustomizedVariable{{Name: "enableImpersonation", Value: "sometimes"}}
 		}, "InvalidCustomizedVariable", "spec.customizedVariables[0].value"),
+		Entry("a malformed OIDC issuer URL", func(a *addonv1alpha1.AddOnDeploymentConfig) {
+			a.Spec.CustomizedVariables = []addonv1alpha1.CustomizedVariable{
+				{Name: "oidcClientID", Value: "cluster-proxy"}, {Name: "oidcIssuerURL", Value: "http://issuer.example.com"}}
+		}, "InvalidCustomizedVariable", "spec.customizedVariables[1].value"),
 	)
 
 	It("reports a missing referenced AddOnDeploymentConfig by the field that references it", func() {
