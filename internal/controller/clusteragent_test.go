@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/managedproxyconfiguration"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -833,6 +835,12 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		By("the klusterlet requests anew with the new subject: signed by the new CA, and the old CA leaves the bundle")
 		second := newCSR(cluster, "second-"+cluster, signer, renewed.User, renewed.Groups, renewed.OrganizationUnits)
 		Expect(agent.Create(ctx(), second)).To(Succeed())
+		Eventually(func(g Gomega) {
+			signerSecret := get(g, &corev1.Secret{}, hub.Spec.ProxyServer.Namespace, "cluster-proxy-signer")
+			g.Expect(signerSecret.Annotations).To(HaveKey("proxy.open-cluster-management.io/previous-ca-unused-since"))
+		}, timeout, interval).Should(Succeed(), "no certificate of the old CA is in use: its grace period runs")
+		fakeClock.Step(managedproxyconfiguration.CARolloverGrace)
+		poke(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name))
 		Eventually(func(g Gomega) {
 			status := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status.Signer
 			g.Expect(status.BundleFingerprints).To(Equal([]string{status.CAFingerprint}))

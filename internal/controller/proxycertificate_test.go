@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"time"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/managedproxyconfiguration"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -190,7 +192,7 @@ var _ = Describe("ProxyCertificate", func() {
 		live.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "2026-11-20"}
 		Expect(k8s.Update(ctx(), live)).To(Succeed())
 
-		By("every certificate is re-issued under the new CA, then the old CA leaves the bundle")
+		By("every certificate is re-issued under the new CA; the old CA stays trusted for the grace period")
 		var newCA string
 		Eventually(func(g Gomega) {
 			mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
@@ -200,6 +202,17 @@ var _ = Describe("ProxyCertificate", func() {
 			for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
 				g.Expect(certificateStatus(g, ns, name).Status.IssuerFingerprint).To(Equal(newCA), name)
 			}
+			g.Expect(get(g, &corev1.Secret{}, ns, "cluster-proxy-signer").Annotations).To(HaveKey("proxy.open-cluster-management.io/previous-ca-unused-since"))
+		}, timeout, interval).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Status.Signer.BundleFingerprints).To(ConsistOf(newCA, oldCA))
+		}, 2*time.Second, interval).Should(Succeed(), "the pods may still serve old-CA certificates until their volumes update")
+
+		By("after the grace period, the old CA leaves the bundle")
+		fakeClock.Step(managedproxyconfiguration.CARolloverGrace)
+		poke(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name))
+		Eventually(func(g Gomega) {
+			mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
 			g.Expect(mpcNow.Status.Signer.BundleFingerprints).To(Equal([]string{newCA}))
 			signer := get(g, &corev1.Secret{}, ns, "cluster-proxy-signer")
 			g.Expect(signer.Data).NotTo(HaveKey("previous-ca.crt"))

@@ -29,6 +29,13 @@ const (
 	CAValidity = 10 * 365 * 24 * time.Hour
 	// rotationHandledAnnotation on the signer secret records the last RotateCAAnnotation value acted on.
 	rotationHandledAnnotation = "proxy.open-cluster-management.io/rotate-ca-handled"
+	// previousCAUnusedAnnotation on the signer secret records when the previous CA stopped signing any live
+	// certificate: it leaves the bundle CARolloverGrace later.
+	previousCAUnusedAnnotation = "proxy.open-cluster-management.io/previous-ca-unused-since"
+	// CARolloverGrace is how long the previous CA stays in the bundle after every certificate it signed was re-issued:
+	// pods serve the new certificates only once the kubelet has updated their Secret volumes (its sync period plus
+	// its cache's TTL, about a minute each), and a client that read a bundle without the old CA must trust them.
+	CARolloverGrace = 3 * time.Minute
 )
 
 // reconcileSigner makes the CA ready to sign (generating or rotating a self-signed one) and publishes the bundle
@@ -55,11 +62,23 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var graceLeft time.Duration
+	finish := len(retained) == 0 && mpc.Spec.Authentication.Signer.Type != proxyv1alpha1.Provided && len(secret.Data[signer.KeyPreviousCA]) > 0
+	if finish {
+		if graceLeft, err = r.previousCAGrace(ctx, mpc, secret); err != nil {
+			return ctrl.Result{}, err
+		}
+		if graceLeft > 0 {
+			// Unused, but maybe still served: it stays trusted until the pods have the new certificates.
+			finish = false
+			retained, _ = certs.ParseCertificates(secret.Data[signer.KeyPreviousCA])
+		}
+	}
 	bundle := append([]*x509.Certificate{s.ca.Cert}, retained...)
 	if _, err := apply.Ensure(ctx, r.Client, render.CABundleSecret(mpc, certs.EncodeBundle(bundle...))); err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(retained) == 0 && mpc.Spec.Authentication.Signer.Type != proxyv1alpha1.Provided && len(secret.Data[signer.KeyPreviousCA]) > 0 {
+	if finish {
 		if err := r.finishRollover(ctx, mpc, secret); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -79,7 +98,26 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
 		return ctrl.Result{RequeueAfter: providedSignerRecheck}, nil
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: graceLeft}, nil
+}
+
+// previousCAGrace is how long the previous CA, which signs no live certificate any more, stays in the bundle: it
+// records the moment it found it unused on the signer secret, and answers what is left of CARolloverGrace since.
+func (r *Reconciler) previousCAGrace(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, secret *corev1.Secret) (time.Duration, error) {
+	now := r.Clock.Now()
+	since, err := time.Parse(time.RFC3339, secret.Annotations[previousCAUnusedAnnotation])
+	if err != nil {
+		since = now
+		annotations := map[string]string{previousCAUnusedAnnotation: now.UTC().Format(time.RFC3339)}
+		if handled := secret.Annotations[rotationHandledAnnotation]; handled != "" {
+			annotations[rotationHandledAnnotation] = handled
+		}
+		signerSecret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, secret.Data, annotations)
+		if _, err := apply.Ensure(ctx, r.Client, signerSecret); err != nil {
+			return 0, err
+		}
+	}
+	return max(since.Add(CARolloverGrace).Sub(now), 0), nil
 }
 
 // ensureSelfSignedCA generates the CA once, and rotates it when 2/3 of its life has passed or a rotation was
