@@ -93,20 +93,27 @@ func New(opts Options) (http.Handler, error) {
 	}
 
 	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain}
-	if p.managed, err = newReviewer("managed cluster", opts.Kube, ttl, now); err != nil {
+	managed, err := newReviewer("managed cluster", opts.Kube, ttl, now)
+	if err != nil {
 		return nil, err
 	}
+	p.chain = []authenticator{{name: "the managed cluster", authenticate: managed.review}}
 	if opts.Hub != nil {
-		if p.hub, err = newReviewer("hub", opts.Hub, ttl, now); err != nil {
+		hub, err := newReviewer("hub", opts.Hub, ttl, now)
+		if err != nil {
 			return nil, err
 		}
+		p.chain = append(p.chain, authenticator{name: "the hub", authenticate: hub.review, mapUser: managedUserName})
 	}
 	if opts.OIDC != nil {
-		if p.oidc, err = newOIDCAuthenticator(*opts.OIDC, dial, now); err != nil {
+		oidc, err := newOIDCAuthenticator(*opts.OIDC, dial, now)
+		if err != nil {
 			return nil, err
 		}
+		p.chain = append(p.chain, authenticator{name: "the OIDC issuer", authenticate: oidc.authenticate,
+			mapUser: func(user string) string { return user }})
 	}
-	if p.hub != nil || p.oidc != nil {
+	if len(p.chain) > 1 { // hub or OIDC identities are impersonated with the agent's credential
 		if p.agentToken, err = newAgentToken(opts.Kube); err != nil {
 			return nil, err
 		}
@@ -131,10 +138,8 @@ type proxy struct {
 	kubeURL    *url.URL
 	allowed    allowlist.List
 	domain     string
-	managed    *reviewer
-	hub        *reviewer          // nil: hub tokens are not accepted
-	oidc       *oidcAuthenticator // nil: OIDC tokens are not accepted
-	agentToken *agentToken        // the credential of impersonated requests; nil without hub or OIDC tokens
+	chain      []authenticator // the managed cluster, then the hub and the OIDC issuer when configured
+	agentToken *agentToken     // the credential of impersonated requests; nil without hub or OIDC tokens
 	kube       *httputil.ReverseProxy
 	services   *httputil.ReverseProxy
 }
@@ -163,7 +168,7 @@ func (p *proxy) serveService(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveKube authenticates the caller's token and forwards to the kube-apiserver: a managed-cluster token as it came,
-// a hub token as impersonation of the hub identity with the agent's own credential.
+// a hub or OIDC token as impersonation of the identity it maps to, with the agent's own credential.
 func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 	token := proxyhttp.BearerToken(r.Header)
 	if token == "" {
@@ -173,42 +178,34 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), tokenReviewTimeout)
 	defer cancel()
 
-	id, err := p.managed.review(ctx, token)
-	if err != nil {
-		logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
-		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			"cannot authenticate the request on the managed cluster; try again later")
-		return
-	}
-	if id.authenticated {
-		p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: p.kubeURL})))
-		return
-	}
-	if p.hub != nil {
-		if id, err = p.hub.review(ctx, token); err != nil {
-			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
+	for _, a := range p.chain {
+		id, err := a.authenticate(ctx, token)
+		if err != nil {
+			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path, "with", a.name)
 			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-				"cannot authenticate the request on the hub; try again later")
+				fmt.Sprintf("cannot authenticate the request with %s; try again later", a.name))
 			return
 		}
-		if id.authenticated {
-			p.impersonate(w, r, managedUserName(id.user), impersonatedGroups(id.groups))
+		if !id.authenticated {
+			continue // only a rejection falls through to the next authenticator
+		}
+		if a.mapUser == nil {
+			p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: p.kubeURL})))
 			return
 		}
-	}
-	if p.oidc != nil {
-		if id, err = p.oidc.authenticate(ctx, token); err != nil {
-			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path)
-			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-				"cannot reach the OIDC issuer to authenticate the request; try again later")
-			return
-		}
-		if id.authenticated {
-			p.impersonate(w, r, id.user, impersonatedGroups(id.groups))
-			return
-		}
+		p.impersonate(w, r, a.mapUser(id.user), impersonatedGroups(id.groups))
+		return
 	}
 	proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+}
+
+// authenticator is one link of the chain a bearer token goes through, in order: the managed cluster's TokenReview,
+// the hub's, then an OIDC issuer.
+type authenticator struct {
+	name         string // for the 503 answer and the log: "the managed cluster", "the hub", "the OIDC issuer"
+	authenticate func(ctx context.Context, token string) (identity, error)
+	// mapUser is the user an authenticated identity is impersonated as; nil forwards the caller's own token.
+	mapUser func(user string) string
 }
 
 // impersonate forwards the request as user and groups, with the agent's own credential.
