@@ -72,29 +72,10 @@ func (p *Profile) Reload() (changed bool, err error) {
 
 // Run reloads every interval until ctx ends.
 func (p *Profile) Run(ctx context.Context, interval time.Duration, log logr.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	reported := "" // a malformed profile is logged once, not on every reload while it lasts
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			changed, err := p.Reload()
-			if err != nil {
-				if err.Error() != reported {
-					log.Error(err, "Keeping the previous TLS profile")
-					reported = err.Error()
-				}
-				continue
-			}
-			reported = ""
-			if changed {
-				cur := p.cur.Load()
-				log.Info("Applied the TLS profile", "file", p.file, "minVersion", tls.VersionName(cur.minVersion), "cipherSuites", len(cur.cipherSuites))
-			}
-		}
-	}
+	poll(ctx, interval, p.Reload, func() {
+		cur := p.cur.Load()
+		log.Info("Applied the TLS profile", "file", p.file, "minVersion", tls.VersionName(cur.minVersion), "cipherSuites", len(cur.cipherSuites))
+	}, func(err error) { log.Error(err, "Keeping the previous TLS profile") })
 }
 
 // apply sets the current profile on a handshake's config.

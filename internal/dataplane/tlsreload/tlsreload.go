@@ -125,18 +125,33 @@ func (s *Source) Reload() (changed bool, err error) {
 // Run reloads every interval until ctx ends. Secret volumes are updated by swapping a symlink, which file
 // notifications report unreliably; polling a few small files is cheap and always right.
 func (s *Source) Run(ctx context.Context, interval time.Duration, log logr.Logger) {
+	poll(ctx, interval, s.Reload, func() {
+		log.Info("Reloaded certificates", "cert", s.certFile, "ca", s.caFile)
+	}, func(err error) { log.Error(err, "Keeping the previous certificates") })
+}
+
+// poll calls reload every interval until ctx ends, and reports a change with changed; a failure is reported with
+// failed once, not again while the same failure lasts.
+func poll(ctx context.Context, interval time.Duration, reload func() (bool, error), changed func(), failed func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	reported := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			changed, err := s.Reload()
+			ok, err := reload()
 			if err != nil {
-				log.Error(err, "Keeping the previous certificates")
-			} else if changed {
-				log.Info("Reloaded certificates", "cert", s.certFile, "ca", s.caFile)
+				if err.Error() != reported {
+					failed(err)
+					reported = err.Error()
+				}
+				continue
+			}
+			reported = ""
+			if ok {
+				changed()
 			}
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -262,4 +264,31 @@ func TestParseParsesOnlyChangedContent(t *testing.T) {
 	caOnly, _, err := Parse(nil, PEM{CA: p.ca.CertPEM, CAName: "ca"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(caOnly.Cert).To(BeNil(), "no pair without its name")
+}
+
+// TestPollReportsAFailureOnceWhileItLasts: a file that stays broken is reported once, not on every reload; a new
+// failure, after a good read or a different one, is reported again, and a change is reported each time.
+func TestPollReportsAFailureOnceWhileItLasts(t *testing.T) {
+	broken, other := errors.New("broken"), errors.New("other")
+	steps := []struct {
+		changed bool
+		err     error
+	}{{err: broken}, {err: broken}, {err: broken}, {err: other}, {changed: true}, {err: broken}, {changed: true}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	reload := func() (bool, error) {
+		if calls == len(steps) {
+			cancel()
+			return false, nil
+		}
+		calls++
+		return steps[calls-1].changed, steps[calls-1].err
+	}
+	var changes int
+	var failures []string
+	poll(ctx, time.Millisecond, reload, func() { changes++ }, func(err error) { failures = append(failures, err.Error()) })
+	if got := strings.Join(failures, ","); got != "broken,other,broken" || changes != 2 {
+		t.Fatalf("failures %q, changes %d; want broken,other,broken and 2", got, changes)
+	}
 }
