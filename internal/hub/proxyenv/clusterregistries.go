@@ -2,7 +2,6 @@ package proxyenv
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -33,23 +32,15 @@ func ClusterRegistries(annotations map[string]string) ([]addonv1alpha1.ImageMirr
 	}
 	for i, r := range value.Registries {
 		if r.Source != "" {
-			if err := validateRegistry(fmt.Sprintf("%s.registries[%d].source", ClusterRegistriesField, i), "source", r.Source); err != nil {
-				return nil, asImageRegistriesError(err)
+			if err := validateRegistry(fmt.Sprintf("%s.registries[%d].source", ClusterRegistriesField, i), ReasonInvalidImageRegistries, "source", r.Source); err != nil {
+				return nil, err
 			}
 		}
-		if err := validateRegistry(fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i), "mirror", r.Mirror); err != nil {
-			return nil, asImageRegistriesError(err)
+		if err := validateRegistry(fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i), ReasonInvalidImageRegistries, "mirror", r.Mirror); err != nil {
+			return nil, err
 		}
 	}
 	return value.Registries, nil
-}
-
-func asImageRegistriesError(err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		fe.Reason = ReasonInvalidImageRegistries
-	}
-	return err
 }
 
 // AgentImage is the image the agent runs: image mirrored by the AddOnDeploymentConfig's registries (MirrorImage),
@@ -62,20 +53,17 @@ func AgentImage(image string, configured, cluster []addonv1alpha1.ImageMirror) (
 	if err != nil || out != image {
 		return out, err
 	}
-	field := ""
+	last := -1 // the last matching entry wins
 	for i, r := range cluster {
-		if r.Source == "" {
-			out, field = r.Mirror+"/"+image[strings.LastIndex(image, "/")+1:], fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i)
-			continue
-		}
-		if rest, ok := matchSource(image, r.Source); ok {
-			out, field = r.Mirror+rest, fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i)
+		if rest, ok := matchSource(image, r.Source); ok || r.Source == "" {
+			if r.Source == "" {
+				rest = "/" + image[strings.LastIndex(image, "/")+1:]
+			}
+			out, last = r.Mirror+rest, i
 		}
 	}
-	if out != image && !isImageReference(out) {
-		return "", fieldError(field, ReasonInvalidImageRegistries, fmt.Sprintf(
-			"mirroring image %q gives %q, which is not a valid image reference; the mirror must be a registry host[:port] "+
-				"optionally followed by /path, without a tag or digest", image, out))
+	if last < 0 {
+		return image, nil
 	}
-	return out, nil
+	return mirrored(image, out, fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, last), ReasonInvalidImageRegistries)
 }

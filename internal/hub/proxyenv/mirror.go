@@ -30,10 +30,10 @@ import (
 // ([host[:port]/]path[:tag][@digest]); otherwise the Mirror of the matching entry is reported.
 func MirrorImage(image string, registries []addonv1alpha1.ImageMirror) (string, error) {
 	for i, r := range registries {
-		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].source", i), "source", r.Source); err != nil {
+		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].source", i), ReasonInvalidRegistryMirror, "source", r.Source); err != nil {
 			return "", err
 		}
-		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].mirror", i), "mirror", r.Mirror); err != nil {
+		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].mirror", i), ReasonInvalidRegistryMirror, "mirror", r.Mirror); err != nil {
 			return "", err
 		}
 	}
@@ -42,13 +42,7 @@ func MirrorImage(image string, registries []addonv1alpha1.ImageMirror) (string, 
 		if !ok {
 			continue
 		}
-		out := r.Mirror + rest
-		if !isImageReference(out) {
-			return "", fieldError(fmt.Sprintf("spec.registries[%d].mirror", i), ReasonInvalidRegistryMirror,
-				fmt.Sprintf("mirroring image %q with source %q and mirror %q gives %q, which is not a valid image reference; "+
-					"the mirror must be a registry host[:port] optionally followed by /path, without a tag or digest", image, r.Source, r.Mirror, out))
-		}
-		return out, nil
+		return mirrored(image, r.Mirror+rest, fmt.Sprintf("spec.registries[%d].mirror", i), ReasonInvalidRegistryMirror)
 	}
 	return image, nil
 }
@@ -68,9 +62,19 @@ func matchSource(image, source string) (string, bool) {
 	return "", false
 }
 
-func validateRegistry(field, what, v string) error {
+// mirrored returns out, image rewritten by the mirror of field, when it is still an image reference.
+func mirrored(image, out, field, reason string) (string, error) {
+	if !isImageReference(out) {
+		return "", fieldError(field, reason, fmt.Sprintf("mirroring image %q gives %q, which is not a valid image reference; "+
+			"the mirror must be a registry host[:port] optionally followed by /path, without a tag or digest", image, out))
+	}
+	return out, nil
+}
+
+// validateRegistry checks the source or mirror (what) v of an entry, reporting field with reason.
+func validateRegistry(field, reason, what, v string) error {
 	bad := func(format string, args ...any) error {
-		return fieldError(field, ReasonInvalidRegistryMirror, fmt.Sprintf(format, args...))
+		return fieldError(field, reason, fmt.Sprintf(format, args...))
 	}
 	shown := maskUserinfo(v)
 	switch {
