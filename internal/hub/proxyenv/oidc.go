@@ -101,5 +101,14 @@ func (o *OIDCVariables) set(name, value string, field string) error {
 	return nil
 }
 
-// isOIDCVariable reports whether name is one of the OIDC variables.
-func isOIDCVariable(name string) bool { return strings.HasPrefix(name, "oidc") }
+// isOIDCVariable reports whether name is one of the OIDC variables; other names, another add-on's included, are not
+// this agent's business.
+func isOIDCVariable(name string) bool {
+	switch name {
+	case VariableOIDCIssuerURL, VariableOIDCClientID, VariableOIDCUsernameClaim, VariableOIDCUsernamePrefix,
+		VariableOIDCGroupsClaim, VariableOIDCGroupsPrefix, VariableOIDCReservedNamePrefixes, VariableOIDCCAConfigMap,
+		VariableOIDCSigningAlgs, VariableOIDCRequiredClaimsJSON:
+		return true
+	}
+	return false
+}

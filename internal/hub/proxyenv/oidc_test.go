@@ -28,7 +28,8 @@ func TestOIDCVariables(t *testing.T) {
 	})
 	t.Run("none", func(t *testing.T) {
 		g := NewWithT(t)
-		got, err := Variables([]v{{Name: "serviceDomain", Value: "svc"}})
+		// Another add-on's variable that happens to start with oidc is left alone.
+		got, err := Variables([]v{{Name: "serviceDomain", Value: "svc"}, {Name: "oidcAudienceOfAnotherAddOn", Value: "x"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got.OIDC).To(BeNil())
 	})
