@@ -101,12 +101,27 @@ var _ = Describe("ClusterProfile access providers", func() {
 		Expect(json.Unmarshal(cfg.ExecProvider.Config.(*runtime.Unknown).Raw, &ext)).To(Succeed())
 		Expect(ext).To(HaveKeyWithValue("clusterName", cluster))
 
-		By("at steady state, nothing is written to the profile")
+		By("at steady state, a pass of the profile writes nothing to it")
 		expectQuiet()
 		before := requests.WritesTo("clusterprofiles")
-		poke(get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, proxyv1alpha1.AddonName))
+		// Both pass the profile's predicate: a new label, and another writer changing its own provider.
+		Eventually(func(g Gomega) {
+			live := get(g, &cpv1alpha1.ClusterProfile{}, profile.Namespace, profile.Name)
+			live.Labels["example.com/touched"] = "yes"
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			live := get(g, &cpv1alpha1.ClusterProfile{}, profile.Namespace, profile.Name)
+			for i := range live.Status.AccessProviders {
+				if live.Status.AccessProviders[i].Name == "another-product" {
+					live.Status.AccessProviders[i].Cluster.Server = "https://moved.example"
+				}
+			}
+			g.Expect(k8s.Status().Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
 		expectQuiet()
 		Expect(requests.WritesTo("clusterprofiles")).To(Equal(before))
+		Expect(providersOf(Default, profile)["another-product"].Cluster.Server).To(Equal("https://moved.example"), "theirs stays as they wrote it")
 
 		By("a CA rotation puts the new bundle in the provider")
 		oldCA := caOf(Default)
