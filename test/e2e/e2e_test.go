@@ -453,11 +453,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 	It("rolls an agent to the mirror its cluster's image-registries annotation names, and back", func() {
 		target := sys.Managed[len(sys.Managed)-1]
 		cluster := target.Name()
-		agent := func(g Gomega) *appsv1.Deployment {
-			d := &appsv1.Deployment{}
-			g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentDeploymentName), d)).To(Succeed())
-			return d
-		}
+		agent := func(g Gomega) *appsv1.Deployment { return agentDeployment(g, cluster) }
 		original := agent(Default).Spec.Template.Spec.Containers[0].Image
 		source := original[:strings.LastIndex(original, "/")]
 		mirrored := "mirror.example" + original[strings.Index(original, "/"):]
@@ -513,10 +509,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		}
 		Expect(handshake(tls.VersionTLS12)).To(Succeed())
 		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
-		agents := map[string][]string{}
-		for _, cluster := range clusterNames() {
-			agents[cluster] = podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)
-		}
+		agents := agentPods(Default)
 		setProfile := func(profile *proxyv1alpha1.ManagedProxyConfigurationTLSProfile) {
 			Eventually(func(g Gomega) {
 				mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
@@ -537,16 +530,10 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		Expect(handshake(tls.VersionTLS13)).To(Succeed())
 		for _, cluster := range clusterNames() {
 			Expect(grpcHealthz(cluster)).To(Equal("ok"), cluster)
-			Expect(podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)).To(ConsistOf(agents[cluster]), "%s's agents stay", cluster)
+			Expect(agentPods(Default)[cluster]).To(ConsistOf(agents[cluster]), "%s's agents stay", cluster)
 		}
 		Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-servers did not restart")
-		Eventually(func(g Gomega) {
-			states, err := sys.States(ctx())
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, st := range states {
-				g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
-			}
-		}).Should(Succeed())
+		expectEveryClusterAvailable()
 	})
 
 	It("rotates the CA while clients loop over every cluster, with zero failed requests", func() {
@@ -654,10 +641,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 	It("rolls only the manager on a helm upgrade that changes only the manager's flags", func() {
 		manager := podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)
 		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
-		agents := map[string][]string{}
-		for _, cluster := range clusterNames() {
-			agents[cluster] = podUIDs(managedClient(cluster), agentNamespace(Default, cluster), agentLabels)
-		}
+		agents := agentPods(Default)
 		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
 			"--reuse-values", "--set", "manager.extraArgs={--tunnel-health-interval=4s}"))
 		Eventually(func(g Gomega) {
@@ -668,17 +652,11 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).To(HaveLen(1))
 		}).Should(Succeed())
 		Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).NotTo(ContainElements(manager), "a new manager pod")
-		Eventually(func(g Gomega) {
-			states, err := sys.States(ctx())
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, st := range states {
-				g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
-			}
-		}).Should(Succeed())
+		expectEveryClusterAvailable()
 		Consistently(func(g Gomega) {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-server pods stay")
 			for _, cluster := range clusterNames() {
-				g.Expect(podUIDs(managedClient(cluster), agentNamespace(g, cluster), agentLabels)).To(ConsistOf(agents[cluster]), "%s's agent pods stay", cluster)
+				g.Expect(agentPods(g)[cluster]).To(ConsistOf(agents[cluster]), "%s's agent pods stay", cluster)
 			}
 		}, "10s", "1s").Should(Succeed())
 	})

@@ -370,8 +370,7 @@ func setProxy(proxyURL string, caBundle []byte) {
 func expectAgentRunsWithProxy(proxyURL string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		d := &appsv1.Deployment{}
-		g.Expect(managedClient(localsystem.ProxiedCluster).Get(ctx(), types(agentNamespace(g, localsystem.ProxiedCluster), render.AgentDeploymentName), d)).To(Succeed())
+		d := agentDeployment(g, localsystem.ProxiedCluster)
 		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
 		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
 		g.Expect(grpcHealthz(localsystem.ProxiedCluster)).To(Equal("ok"))
@@ -443,4 +442,32 @@ func leftAfterUninstall(g Gomega) []string {
 		}
 	}
 	return left
+}
+
+// agentDeployment is cluster's agent Deployment, in the namespace its add-on reports.
+func agentDeployment(g Gomega, cluster string) *appsv1.Deployment {
+	d := &appsv1.Deployment{}
+	g.Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(g, cluster), render.AgentDeploymentName), d)).To(Succeed())
+	return d
+}
+
+// agentPods are the UIDs of every cluster's running agent pods, by cluster.
+func agentPods(g Gomega) map[string][]string {
+	pods := map[string][]string{}
+	for _, cluster := range clusterNames() {
+		pods[cluster] = podUIDs(managedClient(cluster), agentNamespace(g, cluster), agentLabels)
+	}
+	return pods
+}
+
+// expectEveryClusterAvailable waits until every cluster's ClusterProxyStatus and add-on say Available.
+func expectEveryClusterAvailable() {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		states, err := sys.States(ctx())
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, st := range states {
+			g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
+		}
+	}).Should(Succeed())
 }
