@@ -68,13 +68,7 @@ func (r *Reconciler) addOnsOfADC(ctx context.Context, adc client.Object) []recon
 	}
 	var reqs []reconcile.Request
 	for _, key := range keys {
-		list := &addonv1alpha1.ManagedClusterAddOnList{}
-		if err := r.Client.List(ctx, list, client.MatchingFields{index.AddOnADC: key}); err != nil {
-			return nil
-		}
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
+		reqs = append(reqs, index.Requests(ctx, r.Client, &addonv1alpha1.ManagedClusterAddOnList{}, client.MatchingFields{index.AddOnADC: key})...)
 	}
 	return reqs
 }

@@ -35,6 +35,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
@@ -290,15 +291,8 @@ func (r *Reconciler) addOnsOfTunnelChange(ctx context.Context, cluster string) [
 }
 
 func (r *Reconciler) allAddOns(ctx context.Context, _ client.Object) []reconcile.Request {
-	list := &addonv1alpha1.ManagedClusterAddOnList{}
-	if err := r.Client.List(ctx, list /* the cache holds only the add-ons named cluster-proxy */); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	// The cache holds only the add-ons named cluster-proxy.
+	return index.Requests(ctx, r.Client, &addonv1alpha1.ManagedClusterAddOnList{})
 }
 
 // TrimCachedWork is the cache transform of ManifestWorks: it drops the rendered manifests, the bulk of a work, which

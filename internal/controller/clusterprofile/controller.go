@@ -31,6 +31,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 )
@@ -235,25 +236,9 @@ func (r *Reconciler) profilesOfName(ctx context.Context, o client.Object) []reco
 }
 
 func (r *Reconciler) profilesOf(ctx context.Context, cluster string) []reconcile.Request {
-	list := &cpv1alpha1.ClusterProfileList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{byCluster: cluster}); err != nil {
-		return nil
-	}
-	return requests(list)
+	return index.Requests(ctx, r.Client, &cpv1alpha1.ClusterProfileList{}, client.MatchingFields{byCluster: cluster})
 }
 
 func (r *Reconciler) allProfiles(ctx context.Context, _ client.Object) []reconcile.Request {
-	list := &cpv1alpha1.ClusterProfileList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil
-	}
-	return requests(list)
-}
-
-func requests(list *cpv1alpha1.ClusterProfileList) []reconcile.Request {
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return index.Requests(ctx, r.Client, &cpv1alpha1.ClusterProfileList{})
 }

@@ -6,8 +6,11 @@ import (
 	"context"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
@@ -56,4 +59,20 @@ func ADCOfAddOn(o client.Object) []string {
 		return []string{ref.Namespace + "/" + ref.Name}
 	}
 	return []string{UsesDefaultADC}
+}
+
+// Requests lists objects from the cache (opts, e.g. client.MatchingFields of one of these indexes, narrow the list)
+// and returns a reconcile request for each, for the map functions of watches; a failed list queues nothing.
+func Requests(ctx context.Context, c client.Reader, list client.ObjectList, opts ...client.ListOption) []reconcile.Request {
+	if err := c.List(ctx, list, opts...); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if obj, ok := o.(client.Object); ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+		}
+		return nil
+	})
+	return reqs
 }

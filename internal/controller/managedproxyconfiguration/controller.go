@@ -31,6 +31,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 )
 
@@ -157,15 +158,7 @@ var agentIssuerChanged = predicate.Funcs{
 
 // allConfigurations are a request for every ManagedProxyConfiguration.
 func (r *Reconciler) allConfigurations(ctx context.Context) []reconcile.Request {
-	list := &proxyv1alpha1.ManagedProxyConfigurationList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return reqs
+	return index.Requests(ctx, r.Client, &proxyv1alpha1.ManagedProxyConfigurationList{})
 }
 
 // SetupWithManager registers the reconciler.

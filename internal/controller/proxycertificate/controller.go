@@ -126,13 +126,5 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 }
 
 func (r *Reconciler) certificatesOfIssuer(ctx context.Context, obj client.Object) []reconcile.Request {
-	list := &proxyv1alpha1.ProxyCertificateList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{index.IssuerName: obj.GetName()}); err != nil {
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, pc := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pc)})
-	}
-	return reqs
+	return index.Requests(ctx, r.Client, &proxyv1alpha1.ProxyCertificateList{}, client.MatchingFields{index.IssuerName: obj.GetName()})
 }
