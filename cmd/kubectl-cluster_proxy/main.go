@@ -108,45 +108,44 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch command {
 	case "health":
 		h := healthCommand{globals: g}
-		fs := newFlagSet("health", stderr, &h.globals)
-		h.register(fs)
-		positional, err := parse(fs, rest)
-		if err != nil {
+		if err := commandLine(command, stderr, &h.globals, h.register, rest, "no arguments"); err != nil {
 			return err
-		}
-		if len(positional) > 0 {
-			return fmt.Errorf("%w: health takes no arguments, got %q", errUsage, positional)
 		}
 		return h.run(ctx, stdout, stderr)
 	case "kubeconfig":
 		k := kubeconfigCommand{globals: g}
-		fs := newFlagSet("kubeconfig", stderr, &k.globals)
-		k.register(fs)
-		positional, err := parse(fs, rest)
-		if err != nil {
+		if err := commandLine(command, stderr, &k.globals, k.register, rest, "one managed cluster name", &k.cluster); err != nil {
 			return err
 		}
-		if len(positional) != 1 {
-			return fmt.Errorf("%w: kubeconfig takes one managed cluster name, got %q", errUsage, positional)
-		}
-		k.cluster = positional[0]
 		return k.run(ctx, stdout)
 	case "credential":
 		c := credentialCommand{globals: g}
-		fs := newFlagSet("credential", stderr, &c.globals)
-		c.register(fs)
-		positional, err := parse(fs, rest)
-		if err != nil {
+		if err := commandLine(command, stderr, &c.globals, c.register, rest, "no arguments"); err != nil {
 			return err
-		}
-		if len(positional) > 0 {
-			return fmt.Errorf("%w: credential takes no arguments, got %q", errUsage, positional)
 		}
 		return c.run(stdout)
 	default:
 		fs.Usage()
 		return fmt.Errorf("%w: unknown command %q: want health, kubeconfig or credential", errUsage, command)
 	}
+}
+
+// commandLine parses command's flags, and the global ones, anywhere in args, as kubectl does; it wants exactly
+// len(into) positional arguments (what says which) and stores them in into.
+func commandLine(command string, stderr io.Writer, g *globals, register func(*flag.FlagSet), args []string, what string, into ...*string) error {
+	fs := newFlagSet(command, stderr, g)
+	register(fs)
+	positional, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != len(into) {
+		return fmt.Errorf("%w: %s takes %s, got %q", errUsage, command, what, positional)
+	}
+	for i, p := range into {
+		*p = positional[i]
+	}
+	return nil
 }
 
 func newFlagSet(name string, stderr io.Writer, g *globals) *flag.FlagSet {
