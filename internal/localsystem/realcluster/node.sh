@@ -96,6 +96,10 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --tls-cert-file "$DIR/pki/apiserver.crt" --tls-private-key-file "$DIR/pki/apiserver.key" \
   --client-ca-file "$DIR/pki/ca.crt" \
   --kubelet-client-certificate "$DIR/pki/apiserver-kubelet-client.crt" --kubelet-client-key "$DIR/pki/apiserver-kubelet-client.key" \
+  --requestheader-client-ca-file "$DIR/pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$DIR/pki/front-proxy-client.crt" --proxy-client-key-file "$DIR/pki/front-proxy-client.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
   --authorization-mode Node,RBAC --allow-privileged=true --profiling=false \

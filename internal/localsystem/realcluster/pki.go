@@ -70,6 +70,9 @@ func (c *Cluster) issueCertificates() (*certs.KeyPair, error) {
 	if err := writeServiceAccountKey(dir); err != nil {
 		return nil, err
 	}
+	if err := writeFrontProxy(dir, now); err != nil {
+		return nil, err
+	}
 	identities := []clientIdentity{
 		{file: "admin", user: "kubernetes-admin", groups: []string{"system:masters"}},
 		{file: "kubelet", user: "system:node:" + c.opts.Name, groups: []string{"system:nodes"}, local: true},
@@ -96,6 +99,30 @@ func (c *Cluster) issueCertificates() (*certs.KeyPair, error) {
 	c.Kubeconfig = filepath.Join(c.opts.Dir, "config", "admin.kubeconfig")
 	return ca, nil
 }
+
+// writeFrontProxy writes the front proxy's CA and client pair (front-proxy-ca, front-proxy-client), as kubeadm makes
+// them: the kube-apiserver proxies requests for aggregated APIs (such as OLM's packages.operators.coreos.com) to
+// their servers with this client certificate and the user in request headers, and publishes the CA in the ConfigMap
+// kube-system/extension-apiserver-authentication, from which those servers learn to trust it.
+func writeFrontProxy(dir string, now time.Time) error {
+	ca, err := certs.NewCA("front-proxy-ca", certLifetime, now)
+	if err != nil {
+		return err
+	}
+	client, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: FrontProxyClient, Usages: []certs.Usage{certs.UsageClientAuth},
+		Duration: certLifetime}, now)
+	if err != nil {
+		return err
+	}
+	if err := writePair(dir, "front-proxy-ca", ca); err != nil {
+		return err
+	}
+	return writePair(dir, "front-proxy-client", client)
+}
+
+// FrontProxyClient is the name of the kube-apiserver's front-proxy client certificate, the one name aggregated API
+// servers accept request headers from.
+const FrontProxyClient = "front-proxy-client"
 
 // writePair writes <name>.crt and <name>.key.
 func writePair(dir, name string, kp *certs.KeyPair) error {

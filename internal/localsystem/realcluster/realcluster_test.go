@@ -107,6 +107,13 @@ func TestTwoClustersRunPodsSideBySideAndLeaveNothing(t *testing.T) {
 		return string(out), err
 	}).WithTimeout(30 * time.Second).Should(Equal("ok\n"))
 
+	// The kube-apiserver proxies aggregated APIs as a front proxy: it publishes the CA and the name of its client
+	// certificate to aggregated API servers (make e2e-olm's OLM package-server is one).
+	auth, err := cs.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(auth.Data["requestheader-client-ca-file"]).To(ContainSubstring("BEGIN CERTIFICATE"))
+	g.Expect(auth.Data["requestheader-allowed-names"]).To(Equal(`["` + realcluster.FrontProxyClient + `"]`))
+
 	// kubectl logs and exec reach the container through the kubelet.
 	g.Expect(testenv.Kubectl(a.Kubeconfig, "logs", "deploy/probe")).To(ContainSubstring("resolve hub.example.test"))
 	g.Expect(testenv.Kubectl(a.Kubeconfig, "exec", "deploy/probe", "--", "/probe", "echo", "from", "exec")).To(Equal("from exec\n"))
