@@ -47,6 +47,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -370,18 +371,18 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		})
 
 		It("serves through the deletion of a proxy-server pod, and the agents reach its replacement by themselves", func() {
-			loop := startLoop(userRESTConfig(userKubeconfig(localsystem.DigitCluster, "viewer", viewerToken(localsystem.DigitCluster))), 100*time.Millisecond)
-			Eventually(loop.succeeded).Should(BeNumerically(">", 5))
+			loop := must(requestloop.Start(userRESTConfig(userKubeconfig(localsystem.DigitCluster, "viewer", viewerToken(localsystem.DigitCluster))), 100*time.Millisecond))
+			Eventually(loop.Succeeded).Should(BeNumerically(">", 5))
 			victim := proxyServerPods(Default)[0]
 			deleted := time.Now()
 			shell("kubectl delete pod -n " + localsystem.Namespace + " " + victim)
 			expectAgentsOnEveryReplica(3)
 			AddReportEntry("every agent on the replacement proxy-server", time.Since(deleted).Round(10*time.Millisecond).String())
-			before := loop.succeeded()
-			Eventually(loop.succeeded).Should(BeNumerically(">", before+5))
+			before := loop.Succeeded()
+			Eventually(loop.Succeeded).Should(BeNumerically(">", before+5))
 			ok, failures := loop.Stop()
 			report("requests while a proxy-server pod was deleted", ok, failures)
-			Expect(gap(failures)).To(BeNumerically("<=", 10*time.Second))
+			Expect(requestloop.Gap(failures)).To(BeNumerically("<=", 10*time.Second))
 		})
 
 		It("brings a deleted agent pod back, connected to every replica", func() {
