@@ -102,6 +102,10 @@ e2e: build node-assets image ocm-local helm squid curl ## The product on real cl
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
 	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
+.PHONY: e2e-olm
+e2e-olm: build node-assets image ocm-local helm olm squid curl ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, a catalog of three releases served by opm, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
+	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
+
 ##@ Build
 
 .PHONY: build
@@ -115,6 +119,10 @@ build: generate ## Build the binaries into bin/.
 .PHONY: ocm-local
 ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as processes (own Go module in hack/ocm; minutes cold, cached after).
 	@hack/ocm-build.sh
+
+.PHONY: olm
+olm: ## Build bin/olm: Operator Lifecycle Manager v0.38.0 (olm, catalog, package-server), opm and OLM's chart, from their Go modules (own module in hack/olm; about ten minutes cold, cached after).
+	@hack/olm-build.sh
 
 .PHONY: run
 run: build node-assets image ocm-local helm squid ## Start the whole product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run, OCM as pods, helm install, squid as cluster1's only route (Ctrl-C stops and removes everything).

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
@@ -61,6 +62,8 @@ type Options struct {
 	Replicas int
 	// HelmValues are further --set values of the helm install, after the local system's own (HelmValues).
 	HelmValues []string
+	// OLM, when set, installs the operator with Operator Lifecycle Manager from a catalog instead of with Helm.
+	OLM *OLMOptions
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 	// ReadyTimeout bounds the wait for every cluster's tunnel to be Available.
@@ -87,6 +90,8 @@ type System struct {
 
 	opts       Options
 	forwarders []*forwarder
+	// catalog is what OLM installs the operator from, with Options.OLM.
+	catalog *olm.Catalog
 }
 
 // Start brings the whole system up and returns once every cluster's ClusterProxyStatus and ManagedClusterAddOn are
@@ -132,8 +137,15 @@ func (s *System) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var olmImages []string
+	if s.opts.OLM != nil {
+		s.logf("writing the catalog of %d releases and the images of OLM and of the catalog server", len(s.opts.OLM.Releases))
+		if olmImages, err = s.prepareOLM(ctx); err != nil {
+			return err
+		}
+	}
 	s.logf("starting three real clusters: the hub, %s and %s", ProxiedCluster, DigitCluster)
-	if err := s.startClusters(ctx, ocmArchive); err != nil {
+	if err := s.startClusters(ctx, ocmArchive, olmImages); err != nil {
 		return err
 	}
 	if s.HubClient, err = client.New(s.Hub.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
@@ -171,9 +183,15 @@ func (s *System) start(ctx context.Context) error {
 	if err := errors.Join(joined...); err != nil {
 		return err
 	}
-	s.logf("installing the operator: helm install -n %s --create-namespace cluster-proxy charts/cluster-proxy", Namespace)
-	if err := s.installOperator(ctx); err != nil {
-		return err
+	if s.opts.OLM != nil {
+		if err := s.installOperatorByOLM(ctx); err != nil {
+			return err
+		}
+	} else {
+		s.logf("installing the operator: helm install -n %s --create-namespace cluster-proxy charts/cluster-proxy", Namespace)
+		if err := s.installOperator(ctx); err != nil {
+			return err
+		}
 	}
 	s.logf("installing the add-on on both clusters (%s through squid, with an AddOnDeploymentConfig proxyConfig)", ProxiedCluster)
 	if err := s.installAddOns(ctx); err != nil {
@@ -183,8 +201,9 @@ func (s *System) start(ctx context.Context) error {
 	return s.waitAvailable(ctx)
 }
 
-// startClusters starts the three clusters side by side.
-func (s *System) startClusters(ctx context.Context, ocmArchive string) error {
+// startClusters starts the three clusters side by side, each with the operator's and OCM's images, the hub with
+// hubImages too.
+func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages []string) error {
 	i := s.opts.FirstIndex
 	digitHost := net.IPv4(100, 66, byte(i+2), 1).String()
 	specs := []realcluster.Options{
@@ -199,6 +218,9 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string) error {
 	for n, spec := range specs {
 		spec.Dir, spec.Binaries, spec.Pause = s.path("clusters", spec.Name), s.opts.NodeAssets, s.opts.Pause
 		spec.Images, spec.KeepDir = []string{s.opts.Image, ocmArchive}, true
+		if spec.Name == "hub" {
+			spec.Images = append(spec.Images, hubImages...)
+		}
 		wg.Go(func() { clusters[n], errs[n] = realcluster.Start(ctx, spec) })
 	}
 	wg.Wait()

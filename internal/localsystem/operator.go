@@ -136,6 +136,12 @@ func (s *System) installOperator(ctx context.Context) error {
 	if _, err := s.Helm(ctx, args...); err != nil {
 		return err
 	}
+	return s.exposeProxyServers(ctx)
+}
+
+// exposeProxyServers exposes the proxy-servers on the hub's node: the agent port at EntrypointPort, the frontends and
+// the user-server at their NodePorts.
+func (s *System) exposeProxyServers(ctx context.Context) error {
 	selector := map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer,
 		render.ConfigurationLabel: proxyv1alpha1.DefaultConfigurationName}
 	nodePort := func(name string, ports ...corev1.ServicePort) *corev1.Service {

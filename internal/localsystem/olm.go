@@ -1,0 +1,118 @@
+package localsystem
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+)
+
+// OLMOptions install the operator with Operator Lifecycle Manager instead of Helm.
+type OLMOptions struct {
+	// Tools is bin/olm (make olm).
+	Tools olm.Tools
+	// Releases are the catalog's, in the order of its channel; the first is installed.
+	Releases []olm.Release
+}
+
+// prepareOLM writes the catalog and the images of OLM and of the catalog server, for the hub to load.
+func (s *System) prepareOLM(ctx context.Context) (images []string, err error) {
+	o := s.opts.OLM
+	if err := o.Tools.Check(); err != nil {
+		return nil, err
+	}
+	if s.catalog, err = olm.WriteCatalog(ctx, o.Tools.Opm(), filepath.Join(testenv.RepoRoot(), "bundle"), s.path("olm"), o.Releases); err != nil {
+		return nil, err
+	}
+	olmImage, catalogImage, err := o.Tools.WriteImages(s.path("images"), s.catalog)
+	if err != nil {
+		return nil, err
+	}
+	return []string{olmImage, catalogImage}, nil
+}
+
+// installOperatorByOLM installs OLM on the hub and the operator from the catalog as an OLM user does: the operator's
+// namespace with an OperatorGroup and a Subscription, the approval of the first release's InstallPlan, and the
+// ManagedProxyConfiguration of the CSV's alm-examples set for this system. The node holds the image of 'make image'
+// under the name of every release's manager image, as a registry would serve them.
+func (s *System) installOperatorByOLM(ctx context.Context) error {
+	ref, err := imageName(s.opts.Image)
+	if err != nil {
+		return err
+	}
+	for _, image := range s.catalog.Images {
+		if err := s.Hub.TagImage(ctx, ref.String(), image); err != nil {
+			return err
+		}
+	}
+	c, err := client.New(s.Hub.Config, client.Options{Scheme: olm.NewScheme()})
+	if err != nil {
+		return err
+	}
+	s.logf("installing OLM %s with its chart, and serving the catalog", olm.Version)
+	if err := s.opts.OLM.Tools.Install(ctx, s.Helm, c); err != nil {
+		return err
+	}
+	first := s.opts.OLM.Releases[0].CSVName()
+	s.logf("subscribing to %s in %s and approving its InstallPlan", first, Namespace)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
+		return err
+	}
+	if err := olm.Subscribe(ctx, c, Namespace, first); err != nil {
+		return err
+	}
+	if err := olm.Approve(ctx, c, Namespace, first); err != nil {
+		return err
+	}
+	if err := olm.WaitSucceeded(ctx, c, Namespace, first, 5*time.Minute); err != nil {
+		return err
+	}
+	csv := &operatorsv1alpha1.ClusterServiceVersion{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: first}, csv); err != nil {
+		return err
+	}
+	mpc, err := sampleConfiguration(csv)
+	if err != nil {
+		return err
+	}
+	mpc.Spec.ProxyServer.Image, mpc.Spec.ProxyAgent.Image = ref.String(), ref.String()
+	mpc.Spec.ProxyServer.Replicas, mpc.Spec.ProxyAgent.Replicas = int32(s.opts.Replicas), int32(s.opts.Replicas)
+	mpc.Spec.ProxyServer.Namespace = Namespace
+	mpc.Spec.ProxyServer.Entrypoint = &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{
+		Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: EntrypointHost},
+		Port: EntrypointPort,
+	}
+	if err := s.HubClient.Create(ctx, mpc); err != nil {
+		return fmt.Errorf("create the ManagedProxyConfiguration of the CSV's alm-examples: %w", err)
+	}
+	return s.exposeProxyServers(ctx)
+}
+
+// sampleConfiguration is the ManagedProxyConfiguration of the CSV's alm-examples, what OLM's consoles offer a user.
+func sampleConfiguration(csv *operatorsv1alpha1.ClusterServiceVersion) (*proxyv1alpha1.ManagedProxyConfiguration, error) {
+	var examples []json.RawMessage
+	if err := json.Unmarshal([]byte(csv.Annotations["alm-examples"]), &examples); err != nil {
+		return nil, fmt.Errorf("%s alm-examples: %w", csv.Name, err)
+	}
+	for _, raw := range examples {
+		var meta metav1.TypeMeta
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, err
+		}
+		if meta.Kind == "ManagedProxyConfiguration" {
+			mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+			return mpc, json.Unmarshal(raw, mpc)
+		}
+	}
+	return nil, fmt.Errorf("%s alm-examples have no ManagedProxyConfiguration", csv.Name)
+}
