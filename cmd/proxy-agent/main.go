@@ -179,6 +179,10 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
+		if oidc != nil {
+			// The issuer is outside the cluster: reached the way the hub is, through the forward proxy.
+			oidc.Dial = agent.ForwardProxyDial(proxy, resolver.DialContext, source.CAPool)
+		}
 		services, err = serviceproxy.New(serviceproxy.Options{
 			Kube:          kube,
 			Hub:           hub,

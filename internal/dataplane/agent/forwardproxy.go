@@ -140,6 +140,15 @@ func checkProxyURL(raw string) error {
 // redactedProxy names a proxy in logs and errors without its credentials.
 func redactedProxy(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
+// ForwardProxyDial dials as the tunnel does: through an HTTP CONNECT tunnel of the forward proxy that proxy names
+// for the address (an https proxy verified with roots, the agent's CA bundle), or directly with dial when it names
+// none. What runs inside, TLS included, is end to end. The service-proxy reaches an OIDC issuer this way.
+func ForwardProxyDial(proxy func(*url.URL) (*url.URL, error), dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	roots func() *x509.CertPool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &serverDialer{proxy: proxy, dial: dial, roots: roots}
+	return func(ctx context.Context, _, addr string) (net.Conn, error) { return d.DialContext(ctx, addr) }
+}
+
 // serverDialer opens the byte stream gRPC runs its TLS over: straight to the proxy-server, or through an HTTP CONNECT
 // tunnel of a forward proxy. Either way the mTLS session is end to end; the proxy only ever sees the CONNECT line.
 type serverDialer struct {

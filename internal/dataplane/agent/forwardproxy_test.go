@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
@@ -180,4 +183,46 @@ func TestProxyFromEnvironment(t *testing.T) {
 
 func fixedProxy(u *url.URL) func(*url.URL) (*url.URL, error) {
 	return func(*url.URL) (*url.URL, error) { return u, nil }
+}
+
+// An OIDC issuer behind an https forward proxy whose CA is not the issuer's: net/http verifies a proxy with the
+// transport's own roots, the issuer's, and so fails; ForwardProxyDial verifies the proxy with the agent's bundle and
+// leaves the issuer's TLS, inside the tunnel, to the transport.
+func TestForwardProxyDialReachesATLSServerBehindAnHTTPSProxyWithAnotherCA(t *testing.T) {
+	g := NewWithT(t)
+	proxyCA, err := certs.NewCA("test-proxy-ca", time.Hour, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	kp, err := certs.IssueLeaf(proxyCA, certs.LeafSpec{CommonName: "proxy", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	proxyCert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	g.Expect(err).NotTo(HaveOccurred())
+	proxy := startConnectProxy(t, &proxyCert, nil)
+	proxyURL := &url.URL{Scheme: "https", Host: proxy.ln.Addr().String()}
+	agentBundle := x509.NewCertPool()
+	g.Expect(agentBundle.AppendCertsFromPEM(proxyCA.CertPEM)).To(BeTrue())
+
+	issuer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "issuer") }))
+	defer issuer.Close()
+	issuerRoots := x509.NewCertPool()
+	issuerRoots.AddCert(issuer.Certificate())
+	get := func(transport *http.Transport) (string, error) {
+		transport.TLSClientConfig = &tls.Config{RootCAs: issuerRoots, MinVersion: tls.VersionTLS12}
+		defer transport.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: transport, Timeout: 5 * time.Second}).Get(issuer.URL)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	}
+
+	_, err = get(&http.Transport{Proxy: http.ProxyURL(proxyURL)})
+	g.Expect(err).To(MatchError(ContainSubstring("certificate signed by unknown authority")), "net/http checks the proxy with the issuer's roots")
+
+	dial := ForwardProxyDial(fixedProxy(proxyURL), resolve.Resolver(nil).DialContext, func() *x509.CertPool { return agentBundle })
+	g.Expect(get(&http.Transport{DialContext: dial})).To(Equal("issuer"))
+	targets, _ := proxy.seen()
+	g.Expect(targets).To(ContainElement(issuer.Listener.Addr().String()), "the issuer was reached through the proxy")
 }

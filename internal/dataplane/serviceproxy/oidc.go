@@ -40,6 +40,10 @@ type OIDC struct {
 	SigningAlgs []string
 	// RequiredClaims must appear in the token with these string values.
 	RequiredClaims map[string]string
+	// Dial, when set, opens every connection to the issuer, forward proxy included (the agent's tunnel dialer: an
+	// https proxy is verified with the agent's bundle, the issuer inside with CAFile). Unset, the issuer is dialed
+	// with Options.DialContext through the proxy of the environment, whose TLS is then verified with CAFile too.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // oidcCACheckInterval is how often, at most, the CA file is read again.
@@ -108,11 +112,15 @@ func (a *oidcAuthenticator) current(ctx context.Context) (*oidc.IDTokenVerifier,
 			return nil, fmt.Errorf("the OIDC CA file %s holds no PEM certificate", a.cfg.CAFile)
 		}
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	transport := &http.Transport{
 		Proxy:           http.ProxyFromEnvironment,
 		DialContext:     a.dial,
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
-	}}
+	}
+	if a.cfg.Dial != nil {
+		transport.Proxy, transport.DialContext = nil, a.cfg.Dial
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, client), a.cfg.IssuerURL)
 	if err != nil {
 		return nil, fmt.Errorf("OIDC discovery at %s: %w", a.cfg.IssuerURL, err)
