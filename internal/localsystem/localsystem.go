@@ -39,6 +39,9 @@ const (
 	// EntrypointHost is the name agents dial the proxy-servers' agent port by, as a public name of the hub: squid
 	// resolves it to the hub's node (its hosts_file), 1st-cluster's CoreDNS to its forwarder.
 	EntrypointHost = "proxy-entrypoint.hub.internal"
+	// DigitIssuerHost names DigitCluster's kube-apiserver as the issuer of its ServiceAccount tokens (DigitIssuer):
+	// squid resolves it to that cluster's node, so agents behind squid reach its OpenID discovery, as an OIDC issuer.
+	DigitIssuerHost = "issuer.1st-cluster.internal"
 	// ProxyConfigName is the AddOnDeploymentConfig with the forward proxy (httpsProxy and caBundle), in cluster1's
 	// namespace.
 	ProxyConfigName = "proxy-config"
@@ -47,6 +50,9 @@ const (
 
 	ocmImage = "registry.local/ocm-local:dev"
 )
+
+// DigitIssuer is the issuer of DigitCluster's ServiceAccount tokens, at its kube-apiserver.
+var DigitIssuer = fmt.Sprintf("https://%s:%d", DigitIssuerHost, realcluster.APIServerPort)
 
 // Options configure Start.
 type Options struct {
@@ -155,7 +161,7 @@ func (s *System) start(ctx context.Context) error {
 	s.logf("starting squid on %s as %s's only route to the hub, and a plain forwarder for %s", proxied.HostIP, ProxiedCluster, DigitCluster)
 	s.Squid, err = squid.Start(s.path("squid"), squid.Options{
 		Listen: proxied.HostIP, Port: SquidPort, TLSPort: SquidTLSPort,
-		Hosts:     map[string]string{EntrypointHost: s.Hub.NodeIP.String()},
+		Hosts:     map[string]string{EntrypointHost: s.Hub.NodeIP.String(), DigitIssuerHost: digit.NodeIP.String()},
 		AllowFrom: []string{proxied.NodeIP.String() + "/32", "127.0.0.0/8"},
 	})
 	if err != nil {
@@ -210,7 +216,8 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages
 		// 1st-cluster's klusterlet dials the hub's kube-apiserver at its forwarder, so the certificate names it.
 		{Name: "hub", Index: i, APIServerSANs: []string{digitHost}},
 		{Name: ProxiedCluster, Index: i + 1},
-		{Name: DigitCluster, Index: i + 2, CoreDNSHosts: map[string]string{EntrypointHost: digitHost}},
+		{Name: DigitCluster, Index: i + 2, CoreDNSHosts: map[string]string{EntrypointHost: digitHost},
+			APIServerSANs: []string{DigitIssuerHost}, ServiceAccountIssuer: DigitIssuer},
 	}
 	clusters := make([]*realcluster.Cluster, len(specs))
 	errs := make([]error, len(specs))

@@ -24,9 +24,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -449,6 +451,53 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		Expect(second.Stop()).To(Succeed())
 		Expect(second.Tunnels()).To(ContainElement(squid.Tunnel{Target: net.JoinHostPort(localsystem.EntrypointHost, itoa(localsystem.EntrypointPort)), TLS: false}),
 			"the second squid carried the agent's tunnel on its plain-HTTP port")
+	})
+
+	It("maps the OIDC tokens of 1st-cluster's ServiceAccount issuer on cluster1, discovered through squid, and refuses forged ones", func() {
+		// The issuer is a real one this project did not write: 1st-cluster's kube-apiserver, whose OpenID discovery
+		// cluster1's agent reaches only through squid, like the hub (cluster1's network has no route to 1st-cluster's
+		// and its CoreDNS does not know the issuer's name; squid logs a CONNECT only when it ends, and the agent keeps
+		// its connection to the issuer). Its tokens are neither cluster1's nor the hub's.
+		issuer, target := managedClient(localsystem.DigitCluster), localsystem.ProxiedCluster
+		createOrExists(issuer, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "oidc-discovery-public"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:unauthenticated"}}})
+		createOrExists(issuer, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "oidc-user"}})
+		request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{oidcClientID}, ExpirationSeconds: ptr.To[int64](3600)}}
+		issued := must(must(kubernetes.NewForConfig(managedConfig(localsystem.DigitCluster))).CoreV1().ServiceAccounts("default").
+			CreateToken(ctx(), "oidc-user", request, metav1.CreateOptions{}))
+		user := "oidc:system:serviceaccount:default:oidc-user"
+
+		c := managedClient(target)
+		viewerToken(target) // the ClusterRole namespace-viewer
+		createOrExists(c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "oidc-namespace-viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "namespace-viewer"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}})
+		createOrExists(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace(Default, target), Name: "issuer-ca"},
+			Data: map[string]string{"ca.crt": string(sys.Managed[1].CA())}})
+
+		setCustomizedVariables([]addonv1alpha1.CustomizedVariable{
+			{Name: "oidcIssuerURL", Value: localsystem.DigitIssuer}, {Name: "oidcClientID", Value: oidcClientID},
+			{Name: "oidcUsernamePrefix", Value: "oidc:"}, {Name: "oidcCAConfigMap", Value: "issuer-ca"},
+			// realcluster signs ServiceAccount tokens with an ECDSA P-256 key.
+			{Name: "oidcSigningAlgs", Value: "ES256"},
+		})
+		DeferCleanup(func() {
+			setCustomizedVariables(nil)
+			expectAgentArgs(target, Not(ContainElement(HavePrefix("--oidc-"))))
+		})
+		expectAgentArgs(target, ContainElement("--oidc-issuer-url="+localsystem.DigitIssuer))
+
+		kc := userKubeconfig(target, "oidc", issued.Status.Token)
+		Eventually(func() (string, error) {
+			return testenv.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+		}).Should(Equal(user), "the token's subject, with the prefix, impersonated on cluster1")
+		Expect(testenv.Kubectl(kc, "get", "namespaces", "-o", "name")).To(ContainSubstring("namespace/open-cluster-management-agent"))
+
+		forged := userKubeconfig(target, "oidc-forged", forgeSignature(issued.Status.Token))
+		_, err := testenv.Kubectl(forged, "get", "namespaces")
+		Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
 	})
 
 	It("rolls an agent to the mirror its cluster's image-registries annotation names, and back", func() {

@@ -22,6 +22,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	gomegatypes "github.com/onsi/gomega/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
@@ -470,4 +471,39 @@ func expectEveryClusterAvailable() {
 			g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
 		}
 	}).Should(Succeed())
+}
+
+// oidcClientID is the audience of the OIDC tokens cluster1 accepts.
+const oidcClientID = "cluster-proxy"
+
+// setCustomizedVariables sets the customized variables of cluster1's AddOnDeploymentConfig.
+func setCustomizedVariables(vars []addonv1alpha1.CustomizedVariable) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		adc := &addonv1alpha1.AddOnDeploymentConfig{}
+		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
+		adc.Spec.CustomizedVariables = vars
+		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
+	}).Should(Succeed())
+}
+
+// expectAgentArgs waits until cluster's agent Deployment's arguments match, it has rolled out, and its tunnel is up.
+func expectAgentArgs(cluster string, match gomegatypes.GomegaMatcher) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		d := agentDeployment(g, cluster)
+		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(match)
+		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
+		g.Expect(grpcHealthz(cluster)).To(Equal("ok"))
+	}).WithTimeout(3 * time.Minute).Should(Succeed())
+}
+
+// forgeSignature is a JWT with its signature's first byte changed.
+func forgeSignature(jwt string) string {
+	i := strings.LastIndex(jwt, ".") + 1
+	b := byte('A')
+	if jwt[i] == 'A' {
+		b = 'B'
+	}
+	return jwt[:i] + string(b) + jwt[i+1:]
 }

@@ -8,6 +8,7 @@
 #   BIN        the folder of etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #   CGROUP     the cgroup (in every v1 hierarchy) the daemons join; kubelet puts pods under $CGROUP/pods
 #   OWNER      the pid of the program that started us: when it is gone, the node stops by itself
+#   SA_ISSUER  the issuer of the ServiceAccount tokens the kube-apiserver signs
 set -uo pipefail
 
 log() { echo "node: $*" >&2; }
@@ -89,6 +90,10 @@ start etcd "$BIN/etcd" --name node --data-dir "$DIR/etcd" \
 
 start containerd containerd --config "$DIR/config/containerd.toml"
 
+# Tokens signed before a change of issuer, and in-cluster clients' expectations, keep the default issuer valid.
+issuers=(--service-account-issuer "$SA_ISSUER")
+default_issuer=https://kubernetes.default.svc.cluster.local
+[ "$SA_ISSUER" = "$default_issuer" ] || issuers+=(--service-account-issuer "$default_issuer")
 start kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers http://127.0.0.1:2379 \
   --bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
@@ -100,7 +105,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
   --requestheader-extra-headers-prefix X-Remote-Extra- \
   --proxy-client-cert-file "$DIR/pki/front-proxy-client.crt" --proxy-client-key-file "$DIR/pki/front-proxy-client.key" \
-  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  "${issuers[@]}" \
   --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
   --authorization-mode Node,RBAC --allow-privileged=true --profiling=false \
   --kubelet-preferred-address-types InternalIP \

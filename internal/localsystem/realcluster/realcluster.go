@@ -16,6 +16,7 @@
 package realcluster
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -74,7 +75,14 @@ type Options struct {
 	APIServerSANs []string
 	// CoreDNSHosts are extra name → address entries CoreDNS answers (its hosts plugin), e.g. a hub's name.
 	CoreDNSHosts map[string]string
+	// ServiceAccountIssuer is the issuer of the ServiceAccount tokens the kube-apiserver signs, and the URL of its
+	// OpenID discovery; empty: DefaultServiceAccountIssuer. Tokens of the default issuer are still accepted.
+	ServiceAccountIssuer string
 }
+
+// DefaultServiceAccountIssuer is the kube-apiserver's ServiceAccount token issuer unless
+// Options.ServiceAccountIssuer names another.
+const DefaultServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // Cluster is a running cluster.
 type Cluster struct {
@@ -217,7 +225,8 @@ func (c *Cluster) startNode() error {
 		"unshare", "--mount", "--propagation", "private", "--", "bash", script)
 	cmd.Env = append(os.Environ(),
 		"DIR="+c.opts.Dir, "BIN="+c.opts.Binaries, "CGROUP="+c.name, "OWNER="+strconv.Itoa(os.Getpid()),
-		"NODE_NAME="+c.opts.Name, "NODE_IP="+c.NodeIP.String(), "SERVICE_CIDR="+ServiceCIDR, "POD_GATEWAY="+podGateway)
+		"NODE_NAME="+c.opts.Name, "NODE_IP="+c.NodeIP.String(), "SERVICE_CIDR="+ServiceCIDR, "POD_GATEWAY="+podGateway,
+		"SA_ISSUER="+cmp.Or(c.opts.ServiceAccountIssuer, DefaultServiceAccountIssuer))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's Ctrl-C reaches only us, and Stop ends the node in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
