@@ -71,7 +71,7 @@ func (s *System) installOperatorByOLM(ctx context.Context) error {
 	if err := olm.Subscribe(ctx, c, Namespace, first); err != nil {
 		return err
 	}
-	if err := olm.Approve(ctx, c, Namespace, first); err != nil {
+	if _, err := olm.Approve(ctx, c, Namespace, first); err != nil {
 		return err
 	}
 	if err := olm.WaitSucceeded(ctx, c, Namespace, first, 5*time.Minute); err != nil {

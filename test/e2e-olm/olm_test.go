@@ -136,7 +136,7 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 
 	It("replaces the first release by the second through the channel, with every tunnel answering throughout", func() {
 		loops := startLoops()
-		Expect(olm.Approve(ctx(), olmHub, localsystem.Namespace, releases[1].CSVName())).To(Succeed())
+		approve(releases[1])
 		Expect(olm.WaitSucceeded(ctx(), olmHub, localsystem.Namespace, releases[1].CSVName(), 5*time.Minute)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(olmHub.Get(ctx(), client.ObjectKey{Namespace: localsystem.Namespace, Name: releases[0].CSVName()},
@@ -149,7 +149,7 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 
 	It("keeps the second release running when the third cannot install, and names the field the kube-apiserver refused", func() {
 		loops := startLoops()
-		Expect(olm.Approve(ctx(), olmHub, localsystem.Namespace, releases[2].CSVName())).To(Succeed())
+		approve(releases[2])
 		Eventually(func(g Gomega) {
 			got := csv(g, releases[2].CSVName())
 			g.Expect(got.Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseFailed))
@@ -164,6 +164,14 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 })
 
 func ctx() context.Context { return context.Background() }
+
+// approve approves the InstallPlan of r, and reports how often OLM had to be made to resolve again (olm.Approve).
+func approve(r olm.Release) {
+	GinkgoHelper()
+	nudges, err := olm.Approve(ctx(), olmHub, localsystem.Namespace, r.CSVName())
+	Expect(err).NotTo(HaveOccurred())
+	AddReportEntry("Subscription changes to make OLM resolve again before the InstallPlan of "+r.Version, nudges)
+}
 
 func csv(g Gomega, name string) *operatorsv1alpha1.ClusterServiceVersion {
 	GinkgoHelper()

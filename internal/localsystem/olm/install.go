@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -233,9 +234,18 @@ func Subscribe(ctx context.Context, c client.Client, namespace, startingCSV stri
 	return nil
 }
 
-// Approve approves the InstallPlan in namespace that installs csv, once OLM has made it.
-func Approve(ctx context.Context, c client.Client, namespace, csv string) error {
-	return poll(ctx, 3*time.Minute, "the InstallPlan of "+csv, func(ctx context.Context) (bool, error) {
+// Approve approves the InstallPlan in namespace that installs csv, once OLM has made it, and returns how many times
+// it had to make OLM resolve the namespace again.
+//
+// OLM v0.38.0 resolves a namespace when one of its Subscriptions changes. The resolution that follows an upgrade can
+// run while the replaced CSV is still being deleted; it then fails ("... exists and is not referenced by a
+// subscription") and nothing resolves again until OLM's periodic resync, minutes later. While no InstallPlan is
+// there, Approve changes an annotation of the Subscription every resolveNudge, as a user would touch it; a
+// ResolutionFailed that lasts is returned with OLM's message.
+func Approve(ctx context.Context, c client.Client, namespace, csv string) (nudges int, err error) {
+	lastNudge := time.Now()
+	var failure string
+	err = poll(ctx, 3*time.Minute, "the InstallPlan of "+csv, func(ctx context.Context) (bool, error) {
 		plans := &operatorsv1alpha1.InstallPlanList{}
 		if err := c.List(ctx, plans, client.InNamespace(namespace)); err != nil {
 			return false, err
@@ -252,9 +262,34 @@ func Approve(ctx context.Context, c client.Client, namespace, csv string) error 
 			plan.Spec.Approved = true
 			return true, c.Patch(ctx, plan, patch)
 		}
-		return false, nil
+		sub := &operatorsv1alpha1.Subscription{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: Package}, sub); err != nil {
+			return false, err
+		}
+		if cond := sub.Status.GetCondition(operatorsv1alpha1.SubscriptionResolutionFailed); cond.Status == corev1.ConditionTrue {
+			failure = cond.Message
+		}
+		if time.Since(lastNudge) < resolveNudge {
+			return false, nil
+		}
+		lastNudge = time.Now()
+		nudges++
+		patch := client.MergeFrom(sub.DeepCopy())
+		metav1.SetMetaDataAnnotation(&sub.ObjectMeta, resolveAnnotation, strconv.Itoa(nudges))
+		return false, c.Patch(ctx, sub, patch)
 	})
+	if err != nil && failure != "" {
+		err = fmt.Errorf("%w; the Subscription's last ResolutionFailed: %s", err, failure)
+	}
+	return nudges, err
 }
+
+const (
+	// resolveNudge is how long Approve waits for an InstallPlan before it makes OLM resolve again.
+	resolveNudge = 10 * time.Second
+	// resolveAnnotation is the Subscription annotation Approve changes to make OLM resolve again.
+	resolveAnnotation = "cluster-proxy-operator.e2e/resolve"
+)
 
 // WaitSucceeded waits until the ClusterServiceVersion csv in namespace is Succeeded.
 func WaitSucceeded(ctx context.Context, c client.Client, namespace, csv string, timeout time.Duration) error {
