@@ -36,6 +36,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -62,10 +63,9 @@ var releases = []olm.Release{
 }
 
 var (
-	sys     *localsystem.System
-	olmHub  client.Client
-	workDir string
-	failed  bool
+	suite  *e2esuite.Suite
+	sys    *localsystem.System
+	olmHub client.Client
 )
 
 func TestOLM(t *testing.T) {
@@ -74,44 +74,21 @@ func TestOLM(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	Expect(os.Getenv("NODE_ASSETS")).NotTo(BeEmpty(), "run through 'make e2e-olm'")
 	ctrllog.SetLogger(GinkgoLogr)
-	var err error
-	workDir, err = os.MkdirTemp("", "cluster-proxy-e2e-olm-")
-	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("work folder: %s\n", workDir)
 	SetDefaultEventuallyTimeout(3 * time.Minute)
 	SetDefaultEventuallyPollingInterval(time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	opts := localsystem.DefaultOptions(workDir, firstIndex)
-	opts.Log = GinkgoWriter
-	opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(testenv.RepoRoot(), "bin", "olm")}, Releases: releases}
-	began := time.Now()
-	sys, err = localsystem.Start(ctx, opts)
-	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("the system was Available in %s\n", time.Since(began).Round(time.Second))
+	suite = e2esuite.Start("cluster-proxy-e2e-olm", "e2e-olm", firstIndex, 20*time.Minute, func(opts *localsystem.Options) {
+		opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(testenv.RepoRoot(), "bin", "olm")}, Releases: releases}
+	})
+	sys = suite.Sys
+	var err error
 	olmHub, err = client.New(sys.Hub.Config, client.Options{Scheme: olm.NewScheme()})
 	Expect(err).NotTo(HaveOccurred())
 })
 
-var _ = ReportAfterEach(func(r SpecReport) {
-	if r.Failed() {
-		failed = true
-	}
-})
+var _ = ReportAfterEach(func(r SpecReport) { suite.Record(r) })
 
-var _ = AfterSuite(func() {
-	if sys != nil {
-		Expect(sys.Stop()).To(Succeed())
-		Expect(sys.Leftovers()).To(BeEmpty(), "nothing of the clusters is left on the machine")
-	}
-	if failed || os.Getenv("KEEP_WORK") != "" {
-		GinkgoWriter.Printf("logs kept in %s\n", workDir)
-		return
-	}
-	_ = os.RemoveAll(workDir)
-})
+var _ = AfterSuite(func() { suite.Stop() })
 
 var _ = Describe("The operator installed by OLM", Ordered, func() {
 	It("is installed from the catalog: CSV Succeeded, the manager Ready, the sample configuration Ready, every tunnel up", func() {
@@ -211,17 +188,7 @@ func expectManagerRuns(version string) {
 	}).Should(Succeed())
 }
 
-func expectEveryClusterAvailable() {
-	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		states, err := sys.States(ctx())
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, st := range states {
-			g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
-			g.Expect(st.AddOnAvailable).To(Equal(metav1.ConditionTrue), st.Name)
-		}
-	}).Should(Succeed())
-}
+func expectEveryClusterAvailable() { suite.ExpectEveryClusterAvailable() }
 
 // clusterConfig reaches cluster's kube-apiserver through its tunnel (pkg/clusterproxy), as its admin.
 func clusterConfig(cluster string) *rest.Config {

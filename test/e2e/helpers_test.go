@@ -462,16 +462,7 @@ func agentPods(g Gomega) map[string][]string {
 }
 
 // expectEveryClusterAvailable waits until every cluster's ClusterProxyStatus and add-on say Available.
-func expectEveryClusterAvailable() {
-	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		states, err := sys.States(ctx())
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, st := range states {
-			g.Expect(st.Available).To(BeTrue(), "%s: %s", st.Name, st.Status)
-		}
-	}).Should(Succeed())
-}
+func expectEveryClusterAvailable() { suite.ExpectEveryClusterAvailable() }
 
 // oidcClientID is the audience of the OIDC tokens cluster1 accepts.
 const oidcClientID = "cluster-proxy"

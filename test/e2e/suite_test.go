@@ -9,7 +9,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -34,9 +34,9 @@ const (
 )
 
 var (
+	suite   *e2esuite.Suite
 	sys     *localsystem.System
 	workDir string
-	failed  bool
 )
 
 func TestE2E(t *testing.T) {
@@ -45,25 +45,17 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	Expect(os.Getenv("NODE_ASSETS")).NotTo(BeEmpty(), "run through 'make e2e'")
 	ctrllog.SetLogger(GinkgoLogr)
-	var err error
-	workDir, err = os.MkdirTemp("", "cluster-proxy-e2e-")
-	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("work folder: %s\n", workDir)
 	SetDefaultEventuallyTimeout(timeout)
 	SetDefaultEventuallyPollingInterval(interval)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	opts := localsystem.DefaultOptions(workDir, firstIndex)
-	opts.Log = GinkgoWriter
-	// The probe Service is reachable through /proxy-service/, as a user allows a service with the chart.
-	opts.HelmValues = []string{"userServer.allowedServices[0].namespace=" + workloadNamespace,
-		"userServer.allowedServices[0].name=probe", "userServer.allowedServices[0].port=80"}
-	began := time.Now()
-	sys, err = localsystem.Start(ctx, opts)
-	Expect(err).NotTo(HaveOccurred())
-	GinkgoWriter.Printf("the system was Available in %s\n", time.Since(began).Round(time.Second))
+	suite = e2esuite.Start("cluster-proxy-e2e", "e2e", firstIndex, 15*time.Minute, func(opts *localsystem.Options) {
+		// The probe Service is reachable through /proxy-service/, as a user allows a service with the chart.
+		opts.HelmValues = []string{"userServer.allowedServices[0].namespace=" + workloadNamespace,
+			"userServer.allowedServices[0].name=probe", "userServer.allowedServices[0].port=80"}
+	})
+	sys, workDir = suite.Sys, suite.WorkDir
 
 	By("running the probe workload on every managed cluster")
 	probe, err := testenv.ProbeImage(filepath.Join(workDir, "probe"))
@@ -82,20 +74,6 @@ var _ = BeforeSuite(func() {
 	}
 })
 
-var _ = ReportAfterEach(func(r SpecReport) {
-	if r.Failed() {
-		failed = true
-	}
-})
+var _ = ReportAfterEach(func(r SpecReport) { suite.Record(r) })
 
-var _ = AfterSuite(func() {
-	if sys != nil {
-		Expect(sys.Stop()).To(Succeed())
-		Expect(sys.Leftovers()).To(BeEmpty(), "nothing of the clusters is left on the machine")
-	}
-	if failed || os.Getenv("KEEP_WORK") != "" {
-		GinkgoWriter.Printf("logs kept in %s\n", workDir)
-		return
-	}
-	_ = os.RemoveAll(workDir)
-})
+var _ = AfterSuite(func() { suite.Stop() })
