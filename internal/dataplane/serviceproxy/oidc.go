@@ -116,6 +116,8 @@ func (a *oidcAuthenticator) current(ctx context.Context) (*oidc.IDTokenVerifier,
 		Proxy:           http.ProxyFromEnvironment,
 		DialContext:     a.dial,
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
+		// Keys are fetched rarely: an idle connection (through a forward proxy, a tunnel there) is not kept open.
+		IdleConnTimeout: 90 * time.Second,
 	}
 	if a.cfg.Dial != nil {
 		transport.Proxy, transport.DialContext = nil, a.cfg.Dial
