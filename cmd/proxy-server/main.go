@@ -87,7 +87,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		return nil
 	})
 	// Flags of ANP's proxy-server that configurations written for the existing addon pass in additionalArgs.
-	fs.DurationVar(&c.keepaliveTime, "keepalive-time", server.DefaultKeepaliveTime, "how often the agent endpoint pings idle agents")
+	fs.DurationVar(&c.keepaliveTime, "keepalive-time", server.DefaultAgentKeepaliveTime, "how often the agent endpoint pings idle agents")
 	fs.DurationVar(&c.frontendKeepalive, "frontend-keepalive-time", server.DefaultKeepaliveTime, "how often the frontends ping idle clients")
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
 	c.zap.BindFlags(fs)

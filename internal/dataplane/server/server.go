@@ -33,6 +33,11 @@ const (
 	DefaultShutdownTimeout = 20 * time.Second
 	DefaultXfrChannelSize  = 10
 	DefaultKeepaliveTime   = time.Hour
+	// DefaultAgentKeepaliveTime is how often the agent endpoint pings an idle agent: not ANP's hour. An agent that
+	// vanished without closing its connection (a pod killed behind a forward proxy, which keeps its side open) stays
+	// the first backend of its cluster, and ANP sends every dial to the first one; the ping (and gRPC's 20 s timeout)
+	// drops it within a minute.
+	DefaultAgentKeepaliveTime = 30 * time.Second
 	// agentKeepaliveMinTime is the shortest keepalive interval agents may use.
 	agentKeepaliveMinTime = 30 * time.Second
 	readHeaderTimeout     = 10 * time.Second
@@ -89,7 +94,7 @@ func (o *Options) defaults() {
 		o.FrontendKeepaliveTime = DefaultKeepaliveTime
 	}
 	if o.AgentKeepaliveTime <= 0 {
-		o.AgentKeepaliveTime = DefaultKeepaliveTime
+		o.AgentKeepaliveTime = DefaultAgentKeepaliveTime
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
