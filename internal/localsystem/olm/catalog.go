@@ -5,7 +5,6 @@
 package olm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"github.com/operator-framework/api/pkg/lib/version"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const (
@@ -69,7 +70,7 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 	if err := os.MkdirAll(pkgDir, 0o755); err != nil {
 		return nil, err
 	}
-	pkg, err := run(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")
+	pkg, err := opmRun(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 		} else if r.Edit != nil {
 			return nil, fmt.Errorf("release %s is bundle/ as it is: it takes no Edit", r.Version)
 		}
-		rendered, err := run(ctx, opm, "render", bundle, "--output=yaml")
+		rendered, err := opmRun(ctx, opm, "render", bundle, "--output=yaml")
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +108,7 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 			return nil, err
 		}
 	}
-	if _, err := run(ctx, opm, "validate", cat.Dir); err != nil {
+	if _, err := opmRun(ctx, opm, "validate", cat.Dir); err != nil {
 		return nil, err
 	}
 	return cat, nil
@@ -182,13 +183,8 @@ func managerImage(csv *operatorsv1alpha1.ClusterServiceVersion) (name.Tag, error
 	return name.NewTag(deployments[0].Spec.Template.Spec.Containers[0].Image)
 }
 
-// run runs one of the tools and returns its standard output.
-func run(ctx context.Context, tool string, args ...string) ([]byte, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, tool, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(tool), strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes(), nil
+// opmRun runs opm and returns its standard output.
+func opmRun(ctx context.Context, opm string, args ...string) ([]byte, error) {
+	out, err := testenv.Output(exec.CommandContext(ctx, opm, args...), "opm "+strings.Join(args, " "))
+	return []byte(out), err
 }

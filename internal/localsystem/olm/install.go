@@ -14,7 +14,6 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const (
@@ -191,10 +191,8 @@ func (t Tools) Install(ctx context.Context, helm Helm, c client.Client) error {
 			Address: fmt.Sprintf("%s.%s.svc:%d", CatalogSource, Namespace, catalogPort),
 		},
 	}
-	for _, o := range []client.Object{deploy, svc, src} {
-		if err := c.Create(ctx, o); err != nil {
-			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
-		}
+	if err := testenv.CreateAll(ctx, c, deploy, svc, src); err != nil {
+		return err
 	}
 	if err := poll(ctx, 3*time.Minute, "OLM's package-server", func(ctx context.Context) (bool, error) {
 		csv := &operatorsv1alpha1.ClusterServiceVersion{}
@@ -216,7 +214,7 @@ func (t Tools) Install(ctx context.Context, helm Helm, c client.Client) error {
 // to the package's channel in the catalog starting at startingCSV, with Manual approval: every InstallPlan, the first
 // one too, waits for Approve.
 func Subscribe(ctx context.Context, c client.Client, namespace, startingCSV string) error {
-	objs := []client.Object{
+	return testenv.CreateAll(ctx, c,
 		&operatorsv1.OperatorGroup{ObjectMeta: metav1.ObjectMeta{Name: Package, Namespace: namespace}},
 		&operatorsv1alpha1.Subscription{
 			ObjectMeta: metav1.ObjectMeta{Name: Package, Namespace: namespace},
@@ -224,14 +222,7 @@ func Subscribe(ctx context.Context, c client.Client, namespace, startingCSV stri
 				CatalogSource: CatalogSource, CatalogSourceNamespace: Namespace, Package: Package, Channel: Channel,
 				StartingCSV: startingCSV, InstallPlanApproval: operatorsv1alpha1.ApprovalManual,
 			},
-		},
-	}
-	for _, o := range objs {
-		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
-		}
-	}
-	return nil
+		})
 }
 
 // Approve approves the InstallPlan in namespace that installs csv, once OLM has made it, and returns how many times
