@@ -104,7 +104,7 @@ e2e: build node-assets image ocm-local helm squid curl ## The product on real cl
 
 .PHONY: e2e-olm
 e2e-olm: build node-assets image ocm-local helm olm squid curl ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, a catalog of three releases served by opm, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
-	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
+	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
 ##@ Build
 

@@ -54,11 +54,11 @@ var exercised = map[string][]runBy{
 	"kubectl get proxycertificates -A":    {{file: "test/e2e/e2e_test.go", text: `shell("kubectl get proxycertificates -A")`}},
 	"kubectl-cluster_proxy health":        {{file: "test/e2e/e2e_test.go", text: `plugin("health")`}},
 	"opm init cluster-proxy-operator --default-channel=stable --output=yaml": {
-		{file: "internal/localsystem/olm/catalog.go", text: `run(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")`}},
-	"opm render bundle --output=yaml": {{file: "internal/localsystem/olm/catalog.go", text: `run(ctx, opm, "render", bundle, "--output=yaml")`}},
-	"opm validate catalog":            {{file: "internal/localsystem/olm/catalog.go", text: `run(ctx, opm, "validate", cat.Dir)`}},
+		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")`}},
+	"opm render bundle --output=yaml": {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "render", bundle, "--output=yaml")`}},
+	"opm validate catalog":            {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "validate", cat.Dir)`}},
 	"kubectl get packagemanifests cluster-proxy-operator": {
-		{file: "test/e2e-olm/olm_test.go", text: `kubectl("get", "packagemanifests", olm.Package,`}},
+		{file: "test/e2e-olm/olm_test.go", text: `testenv.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package,`}},
 }
 
 // TestEveryDocumentedCommandIsRun fails when the README or a page of docs/ gives a command that no test or CI step

@@ -11,8 +11,6 @@ package e2eolm
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,7 +91,7 @@ var _ = AfterSuite(func() { suite.Stop() })
 var _ = Describe("The operator installed by OLM", Ordered, func() {
 	It("is installed from the catalog: CSV Succeeded, the manager Ready, the sample configuration Ready, every tunnel up", func() {
 		By("the package is listed by OLM's package-server, as 'kubectl get packagemanifests' shows it")
-		Expect(kubectl("get", "packagemanifests", olm.Package, "-o", "jsonpath={.status.catalogSource} {.status.defaultChannel} {.status.channels[0].currentCSV}")).
+		Expect(testenv.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package, "-o", "jsonpath={.status.catalogSource} {.status.defaultChannel} {.status.channels[0].currentCSV}")).
 			To(Equal(olm.CatalogSource + " " + olm.Channel + " " + releases[2].CSVName()))
 
 		Expect(csv(Default, releases[0].CSVName()).Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded))
@@ -243,13 +241,4 @@ func stopLoops(loops map[string]*requestloop.Loop, what string) {
 		}
 		Expect(failures).To(BeEmpty(), "%s: %d answered", cluster, ok)
 	}
-}
-
-// kubectl runs kubectl of the node binaries against the hub and returns its output.
-func kubectl(args ...string) string {
-	GinkgoHelper()
-	cmd := exec.Command(filepath.Join(os.Getenv("NODE_ASSETS"), "kubectl"), append([]string{"--kubeconfig", sys.Hub.Kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
-	return string(out)
 }
