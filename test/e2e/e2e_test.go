@@ -24,7 +24,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -463,10 +462,8 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
 			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:unauthenticated"}}})
 		createOrExists(issuer, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "oidc-user"}})
-		request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-			Audiences: []string{oidcClientID}, ExpirationSeconds: ptr.To[int64](3600)}}
-		issued := must(must(kubernetes.NewForConfig(managedConfig(localsystem.DigitCluster))).CoreV1().ServiceAccounts("default").
-			CreateToken(ctx(), "oidc-user", request, metav1.CreateOptions{}))
+		issued := must(testenv.ServiceAccountToken(ctx(), must(kubernetes.NewForConfig(managedConfig(localsystem.DigitCluster))),
+			"default", "oidc-user", time.Hour, oidcClientID))
 		user := "oidc:system:serviceaccount:default:oidc-user"
 
 		c := managedClient(target)
@@ -489,13 +486,13 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		})
 		expectAgentArgs(target, ContainElement("--oidc-issuer-url="+localsystem.DigitIssuer))
 
-		kc := userKubeconfig(target, "oidc", issued.Status.Token)
+		kc := userKubeconfig(target, "oidc", issued)
 		Eventually(func() (string, error) {
 			return testenv.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 		}).Should(Equal(user), "the token's subject, with the prefix, impersonated on cluster1")
 		Expect(testenv.Kubectl(kc, "get", "namespaces", "-o", "name")).To(ContainSubstring("namespace/open-cluster-management-agent"))
 
-		forged := userKubeconfig(target, "oidc-forged", forgeSignature(issued.Status.Token))
+		forged := userKubeconfig(target, "oidc-forged", forgeSignature(issued))
 		_, err := testenv.Kubectl(forged, "get", "namespaces")
 		Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
 	})

@@ -355,13 +355,21 @@ func agentWorkHTTPSProxy(g Gomega) string {
 // setProxy points cluster1's AddOnDeploymentConfig at proxyURL, trusting caBundle.
 func setProxy(proxyURL string, caBundle []byte) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		adc := &addonv1alpha1.AddOnDeploymentConfig{}
-		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
+	updateProxyConfig(func(adc *addonv1alpha1.AddOnDeploymentConfig) {
 		adc.Spec.ProxyConfig.HTTPSProxy = proxyURL
 		if caBundle != nil {
 			adc.Spec.ProxyConfig.CABundle = caBundle
 		}
+	})
+}
+
+// updateProxyConfig changes cluster1's AddOnDeploymentConfig, reading it again on a conflict.
+func updateProxyConfig(change func(*addonv1alpha1.AddOnDeploymentConfig)) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		adc := &addonv1alpha1.AddOnDeploymentConfig{}
+		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
+		change(adc)
 		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
 	}).Should(Succeed())
 }
@@ -470,12 +478,7 @@ const oidcClientID = "cluster-proxy"
 // setCustomizedVariables sets the customized variables of cluster1's AddOnDeploymentConfig.
 func setCustomizedVariables(vars []addonv1alpha1.CustomizedVariable) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		adc := &addonv1alpha1.AddOnDeploymentConfig{}
-		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
-		adc.Spec.CustomizedVariables = vars
-		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
-	}).Should(Succeed())
+	updateProxyConfig(func(adc *addonv1alpha1.AddOnDeploymentConfig) { adc.Spec.CustomizedVariables = vars })
 }
 
 // expectAgentArgs waits until cluster's agent Deployment's arguments match, it has rolled out, and its tunnel is up.

@@ -12,12 +12,12 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	authnv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // The OIDC issuer of these specs is a real one this project did not write: the hub kube-apiserver's ServiceAccount
@@ -43,11 +43,9 @@ var _ = Describe("OIDC tokens", func() {
 
 	// idToken is an ID token of the issuer for hub ServiceAccount hub-team/name, for audience.
 	idToken := func(ctx SpecContext, name, audience string) string {
-		tr, err := hubAdmin.CoreV1().ServiceAccounts(hubNamespace).CreateToken(ctx, name, &authnv1.TokenRequest{
-			Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)},
-		}, metav1.CreateOptions{})
+		tok, err := testenv.ServiceAccountToken(ctx, hubAdmin, hubNamespace, name, time.Hour, audience)
 		Expect(err).NotTo(HaveOccurred())
-		return tr.Status.Token
+		return tok
 	}
 	oidcProxy := func(change func(*OIDC)) *proxyUnderTest {
 		return startProxy(func(o *Options) {

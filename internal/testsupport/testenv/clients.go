@@ -37,10 +37,11 @@ func Output(cmd *exec.Cmd, what string) (string, error) {
 	return string(out), nil
 }
 
-// ServiceAccountToken is a token of ServiceAccount ns/name from the TokenRequest API, valid for ttl.
-func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, ns, name string, ttl time.Duration) (string, error) {
+// ServiceAccountToken is a token of ServiceAccount ns/name from the TokenRequest API, valid for ttl, for audiences
+// (none: the kube-apiserver's own).
+func ServiceAccountToken(ctx context.Context, cs kubernetes.Interface, ns, name string, ttl time.Duration, audiences ...string) (string, error) {
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To(int64(ttl.Seconds()))},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token of ServiceAccount %s/%s: %w", ns, name, err)
