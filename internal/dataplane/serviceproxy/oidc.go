@@ -42,7 +42,8 @@ type OIDC struct {
 	RequiredClaims map[string]string
 	// Dial, when set, opens every connection to the issuer, forward proxy included (the agent's tunnel dialer: an
 	// https proxy is verified with the agent's bundle, the issuer inside with CAFile). Unset, the issuer is dialed
-	// with Options.DialContext through the proxy of the environment, whose TLS is then verified with CAFile too.
+	// directly with Options.DialContext. The proxy of the environment is never used: net/http would verify an https
+	// proxy with CAFile, the issuer's CA.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -112,17 +113,16 @@ func (a *oidcAuthenticator) current(ctx context.Context) (*oidc.IDTokenVerifier,
 			return nil, fmt.Errorf("the OIDC CA file %s holds no PEM certificate", a.cfg.CAFile)
 		}
 	}
-	transport := &http.Transport{
-		Proxy:           http.ProxyFromEnvironment,
-		DialContext:     a.dial,
+	dial := a.cfg.Dial
+	if dial == nil {
+		dial = a.dial
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext:     dial,
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
 		// Keys are fetched rarely: an idle connection (through a forward proxy, a tunnel there) is not kept open.
 		IdleConnTimeout: 90 * time.Second,
-	}
-	if a.cfg.Dial != nil {
-		transport.Proxy, transport.DialContext = nil, a.cfg.Dial
-	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
+	}}
 	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, client), a.cfg.IssuerURL)
 	if err != nil {
 		return nil, fmt.Errorf("OIDC discovery at %s: %w", a.cfg.IssuerURL, err)
