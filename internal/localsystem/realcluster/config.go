@@ -22,12 +22,28 @@ func (c *Cluster) writeConfig() error {
 		"config/resolv.conf":         "# no upstream: only the cluster's own names resolve\n",
 		"cni/net.d/10-pods.conflist": c.cniConfig(),
 	}
+	for _, host := range c.opts.PlainHTTPRegistries {
+		files[filepath.Join("config", "certs.d", host, "hosts.toml")] = plainHTTPHost(host)
+	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// plainHTTPHost is containerd's hosts.toml for a registry served over plain HTTP at host (host:port).
+func plainHTTPHost(host string) string {
+	return fmt.Sprintf(`server = "http://%[1]s"
+
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, host)
 }
 
 func (c *Cluster) containerdConfig() string {
@@ -61,8 +77,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[8]q
     conf_dir = %[9]q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # One hosts.toml per registry of Options.PlainHTTPRegistries; any other registry is pulled from as containerd's
+    # default does (https), which this machine does not reach.
+    config_path = %[10]q
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), nodeContainerdSocket, nodeContainerdSocket+".ttrpc",
-		filepath.Join(d, "opt"), pauseImage, filepath.Join(d, "runc"), cniBinDir, filepath.Join(c.opts.Dir, "cni", "net.d"))
+		filepath.Join(d, "opt"), pauseImage, filepath.Join(d, "runc"), cniBinDir, filepath.Join(c.opts.Dir, "cni", "net.d"),
+		filepath.Join(c.opts.Dir, "config", "certs.d"))
 }
 
 // Inside the node's mount namespace /run and /var/lib are the cluster's own (node.sh), so the node's sockets can have

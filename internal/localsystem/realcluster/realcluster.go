@@ -75,6 +75,9 @@ type Options struct {
 	APIServerSANs []string
 	// CoreDNSHosts are extra name → address entries CoreDNS answers (its hosts plugin), e.g. a hub's name.
 	CoreDNSHosts map[string]string
+	// PlainHTTPRegistries are registries (host:port) the node's containerd pulls from over plain HTTP, as a cluster
+	// with an insecure registry mirror configured does.
+	PlainHTTPRegistries []string
 	// ServiceAccountIssuer is the issuer of the ServiceAccount tokens the kube-apiserver signs, and the URL of its
 	// OpenID discovery; empty: DefaultServiceAccountIssuer. Tokens of the default issuer are still accepted.
 	ServiceAccountIssuer string
@@ -118,6 +121,9 @@ func (c *Cluster) APIServer() string {
 // CA is the PEM of the cluster's CA: it signs the kube-apiserver's certificate and every client certificate.
 func (c *Cluster) CA() []byte { return c.ca.CertPEM }
 
+// HostIP is the machine's end of the veth of the cluster of index: its address while that cluster runs.
+func HostIP(index int) net.IP { return net.IPv4(100, 66, byte(index), 1).To4() }
+
 // Start brings a cluster up and returns once its node is Ready, its images are loaded and CoreDNS answers. A cluster
 // that fails to start is stopped and removed before Start returns.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
@@ -127,7 +133,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c := &Cluster{
 		opts:   opts,
 		NodeIP: net.IPv4(100, 66, byte(opts.Index), 2).To4(),
-		HostIP: net.IPv4(100, 66, byte(opts.Index), 1).To4(),
+		HostIP: HostIP(opts.Index),
 		name:   prefix + strconv.Itoa(opts.Index),
 		done:   make(chan struct{}),
 	}
