@@ -103,7 +103,7 @@ e2e: build node-assets image ocm-local helm squid curl ## The product on real cl
 	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
 .PHONY: e2e-olm
-e2e-olm: build node-assets image ocm-local helm olm squid curl ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, a catalog of three releases served by opm, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
+e2e-olm: build node-assets image ocm-local helm olm busybox squid curl ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
 ##@ Build
@@ -121,7 +121,7 @@ ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as proc
 	@hack/ocm-build.sh
 
 .PHONY: olm
-olm: ## Build bin/olm: Operator Lifecycle Manager v0.38.0 (olm, catalog, package-server), opm and OLM's chart, from their Go modules (own module in hack/olm; about ten minutes cold, cached after).
+olm: ## Build bin/olm: Operator Lifecycle Manager v0.38.0 (olm, catalog, package-server, cpb), opm and OLM's chart (module hack/olm), distribution's registry and grpc_health_probe (module hack/registry); about ten minutes cold, cached after.
 	@hack/olm-build.sh
 
 .PHONY: run
@@ -156,6 +156,10 @@ squid: ## Install squid-openssl (the forward proxy of make run and make e2e) whe
 .PHONY: tinyproxy
 tinyproxy: ## Install tinyproxy (a forward proxy of make test-integration) when it is missing.
 	@command -v tinyproxy >/dev/null || [ -x /usr/bin/tinyproxy ] || $(call APT_INSTALL,tinyproxy)
+
+.PHONY: busybox
+busybox: ## Install busybox-static (the cp of OLM's bundle-unpack Jobs in make e2e-olm) when it is missing.
+	@[ -x /bin/busybox ] || $(call APT_INSTALL,busybox-static)
 
 .PHONY: curl
 curl: ## Install curl (a client of make e2e) when it is missing.

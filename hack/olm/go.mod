@@ -1,5 +1,5 @@
-// Builds Operator Lifecycle Manager (the olm, catalog and package-server operators) and opm, the catalog server, for
-// 'make e2e-olm'. Its own module: OLM v0.38.0 pins k8s.io v0.34 and operator-registry v1.61.0, the operator's module
+// Builds Operator Lifecycle Manager (the olm, catalog and package-server operators, and cpb, which its bundle-unpack
+// Jobs run) and opm, the catalog server, for 'make e2e-olm'. Its own module: OLM v0.38.0 pins k8s.io v0.34 and operator-registry v1.61.0, the operator's module
 // k8s.io v0.37. hack/olm-build.sh builds the tools into bin/olm.
 module github.com/cluster-proxy-operator/cluster-proxy-operator/hack/olm
 
@@ -9,6 +9,7 @@ tool (
 	github.com/operator-framework/operator-lifecycle-manager/cmd/catalog
 	github.com/operator-framework/operator-lifecycle-manager/cmd/olm
 	github.com/operator-framework/operator-lifecycle-manager/cmd/package-server
+	github.com/operator-framework/operator-lifecycle-manager/util/cpb
 	github.com/operator-framework/operator-registry/cmd/opm
 )
 
