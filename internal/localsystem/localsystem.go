@@ -96,8 +96,10 @@ type System struct {
 
 	opts       Options
 	forwarders []*forwarder
-	// catalog is what OLM installs the operator from, with Options.OLM.
-	catalog *olm.Catalog
+	// registry serves the bundle and catalog images to the hub, and catalog is what OLM installs the operator from,
+	// with Options.OLM.
+	registry *olm.Registry
+	catalog  *olm.Catalog
 }
 
 // Start brings the whole system up and returns once every cluster's ClusterProxyStatus and ManagedClusterAddOn are
@@ -145,8 +147,8 @@ func (s *System) start(ctx context.Context) error {
 	}
 	var olmImages []string
 	if s.opts.OLM != nil {
-		s.logf("writing the catalog of %d releases and the images of OLM and of the catalog server", len(s.opts.OLM.Releases))
-		if olmImages, err = s.prepareOLM(ctx); err != nil {
+		s.logf("writing the images of OLM and of opm")
+		if olmImages, err = s.prepareOLM(); err != nil {
 			return err
 		}
 	}
@@ -211,7 +213,7 @@ func (s *System) start(ctx context.Context) error {
 // hubImages too.
 func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages []string) error {
 	i := s.opts.FirstIndex
-	digitHost := net.IPv4(100, 66, byte(i+2), 1).String()
+	digitHost := realcluster.HostIP(i + 2).String()
 	specs := []realcluster.Options{
 		// 1st-cluster's klusterlet dials the hub's kube-apiserver at its forwarder, so the certificate names it.
 		{Name: "hub", Index: i, APIServerSANs: []string{digitHost}},
@@ -227,6 +229,9 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages
 		spec.Images, spec.KeepDir = []string{s.opts.Image, ocmArchive}, true
 		if spec.Name == "hub" {
 			spec.Images = append(spec.Images, hubImages...)
+			if s.opts.OLM != nil {
+				spec.PlainHTTPRegistries = []string{s.registryHost()}
+			}
 		}
 		wg.Go(func() { clusters[n], errs[n] = realcluster.Start(ctx, spec) })
 	}
@@ -251,6 +256,7 @@ func (s *System) Stop() error {
 	for _, f := range s.forwarders {
 		f.Close()
 	}
+	s.registry.Stop()
 	if s.Squid != nil {
 		errs = append(errs, s.Squid.Stop())
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
@@ -14,6 +16,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -25,27 +28,53 @@ type OLMOptions struct {
 	Releases []olm.Release
 }
 
-// prepareOLM writes the catalog and the images of OLM and of the catalog server, for the hub to load.
-func (s *System) prepareOLM(ctx context.Context) (images []string, err error) {
+// prepareOLM writes the images of OLM and of opm, for the hub to load.
+func (s *System) prepareOLM() (images []string, err error) {
 	o := s.opts.OLM
 	if err := o.Tools.Check(); err != nil {
 		return nil, err
 	}
-	if s.catalog, err = olm.WriteCatalog(ctx, o.Tools.Opm(), filepath.Join(testenv.RepoRoot(), "bundle"), s.path("olm"), o.Releases); err != nil {
-		return nil, err
-	}
-	olmImage, catalogImage, err := o.Tools.WriteImages(s.path("images"), s.catalog)
+	olmImage, opmImage, err := o.Tools.WriteImages(s.path("images"))
 	if err != nil {
 		return nil, err
 	}
-	return []string{olmImage, catalogImage}, nil
+	return []string{olmImage, opmImage}, nil
 }
 
-// installOperatorByOLM installs OLM on the hub and the operator from the catalog as an OLM user does: the operator's
-// namespace with an OperatorGroup and a Subscription, the approval of the first release's InstallPlan, and the
+// RegistryPort is the port of the registry of the bundle and catalog images, with Options.OLM.
+const RegistryPort = 5000
+
+// registryHost is where the registry of the bundle and catalog images listens: the machine's end of the hub's veth,
+// which only the hub reaches.
+func (s *System) registryHost() string {
+	return net.JoinHostPort(realcluster.HostIP(s.opts.FirstIndex).String(), strconv.Itoa(RegistryPort))
+}
+
+// Registry is the registry the hub pulls the bundle and catalog images from, with Options.OLM; nil otherwise.
+func (s *System) Registry() *olm.Registry { return s.registry }
+
+// Catalog is the catalog OLM installs the operator from, with Options.OLM; nil otherwise.
+func (s *System) Catalog() *olm.Catalog { return s.catalog }
+
+// installOperatorByOLM installs OLM on the hub and the operator from the catalog as an OLM user does: bundle images
+// and a catalog image pushed to a registry, OLM with a CatalogSource of that image, the operator's namespace with an
+// OperatorGroup and a Subscription, the approval of the first release's InstallPlan, and the
 // ManagedProxyConfiguration of the CSV's alm-examples set for this system. The node holds the image of 'make image'
 // under the name of every release's manager image, as a registry would serve them.
 func (s *System) installOperatorByOLM(ctx context.Context) error {
+	o := s.opts.OLM
+	var err error
+	s.logf("serving images to the hub from a registry at %s", s.registryHost())
+	if s.registry, err = o.Tools.StartRegistry(ctx, s.path("registry"), s.registryHost()); err != nil {
+		return err
+	}
+	s.logf("pushing the bundle images of %d releases, and a catalog image of them", len(o.Releases))
+	if s.catalog, err = olm.WriteCatalog(ctx, o.Tools.Opm(), filepath.Join(testenv.RepoRoot(), "bundle"), s.path("olm"), o.Releases, s.registry); err != nil {
+		return err
+	}
+	if err := o.Tools.PushCatalogImage(ctx, s.registry, s.catalog); err != nil {
+		return err
+	}
 	ref, err := imageName(s.opts.Image)
 	if err != nil {
 		return err
@@ -59,11 +88,11 @@ func (s *System) installOperatorByOLM(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.logf("installing OLM %s with its chart, and serving the catalog", olm.Version)
-	if err := s.opts.OLM.Tools.Install(ctx, s.Helm, c); err != nil {
+	s.logf("installing OLM %s with its chart, and a CatalogSource of %s", olm.Version, s.catalog.Image)
+	if err := o.Tools.Install(ctx, s.Helm, c, s.catalog.Image); err != nil {
 		return err
 	}
-	first := s.opts.OLM.Releases[0].CSVName()
+	first := o.Releases[0].CSVName()
 	s.logf("subscribing to %s in %s and approving its InstallPlan", first, Namespace)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
 		return err

@@ -54,9 +54,10 @@ var exercised = map[string][]runBy{
 	"kubectl get proxycertificates -A":    {{file: "test/e2e/e2e_test.go", text: `shell("kubectl get proxycertificates -A")`}},
 	"kubectl-cluster_proxy health":        {{file: "test/e2e/e2e_test.go", text: `plugin("health")`}},
 	"opm init cluster-proxy-operator --default-channel=stable --output=yaml": {
-		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")`}},
-	"opm render bundle --output=yaml": {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "render", bundle, "--output=yaml")`}},
-	"opm validate catalog":            {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, "validate", cat.Dir)`}},
+		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "init", Package, "--default-channel="+Channel, "--output=yaml")`}},
+	"opm render <registry>/cluster-proxy-operator-bundle:v0.1.0 --output=yaml": {
+		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "render", cat.Bundles[r.Version], "--use-http", "--output=yaml")`}},
+	"opm validate catalog": {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "validate", cat.Dir)`}},
 	"kubectl get packagemanifests cluster-proxy-operator": {
 		{file: "test/e2e-olm/olm_test.go", text: `testenv.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package,`}},
 }

@@ -2,8 +2,9 @@
 
 // Package e2eolm installs the operator as an OLM user does, on the real clusters of internal/localsystem (a hub and
 // two managed clusters, cluster1 behind squid): Operator Lifecycle Manager v0.38.0 installed with the chart its module
-// ships and run from an image of its programs; a file-based catalog of three releases rendered and served by opm;
-// a Subscription whose InstallPlans the suite approves. The first release installs, the second replaces it through
+// ships and run from an image of its programs; bundle images of three releases and a file-based catalog image of
+// them, rendered by opm, that the hub's node pulls from a registry; a Subscription whose InstallPlans the suite
+// approves. The first release installs, the second replaces it through
 // the channel with the tunnels up, the third cannot install and leaves the second running. Run it with
 // 'make e2e-olm'.
 package e2eolm
@@ -97,6 +98,10 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 		Expect(csv(Default, releases[0].CSVName()).Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded))
 		expectManagerRuns(releases[0].Version)
 
+		By("the hub's node pulled the catalog image, and the bundle image for OLM's unpack Job, from the registry")
+		expectPulled(sys.Catalog().Image)
+		expectPulled(sys.Catalog().Bundles[releases[0].Version])
+
 		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 		Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc)).To(Succeed())
 		Expect(meta.IsStatusConditionTrue(mpc.Status.Conditions, proxyv1alpha1.ConditionReady)).To(BeTrue(), "%v", mpc.Status.Conditions)
@@ -113,6 +118,7 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 		loops := startLoops()
 		approve(releases[1])
 		Expect(olm.WaitSucceeded(ctx(), olmHub, localsystem.Namespace, releases[1].CSVName(), 5*time.Minute)).To(Succeed())
+		expectPulled(sys.Catalog().Bundles[releases[1].Version])
 		Eventually(func() bool {
 			return apierrors.IsNotFound(olmHub.Get(ctx(), client.ObjectKey{Namespace: localsystem.Namespace, Name: releases[0].CSVName()},
 				&operatorsv1alpha1.ClusterServiceVersion{}))
@@ -131,6 +137,7 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 			g.Expect(got.Status.Message).To(ContainSubstring("spec.template.spec.containers[0].resources.requests"))
 			AddReportEntry("the third release's CSV", string(got.Status.Reason)+": "+got.Status.Message)
 		}).WithTimeout(5 * time.Minute).Should(Succeed())
+		expectPulled(sys.Catalog().Bundles[releases[2].Version])
 		Expect(csv(Default, releases[1].CSVName()).Status.Phase).NotTo(Equal(operatorsv1alpha1.CSVPhaseFailed))
 		expectManagerRuns(releases[1].Version)
 		expectEveryClusterAvailable()
@@ -146,6 +153,13 @@ func approve(r olm.Release) {
 	nudges, err := olm.Approve(ctx(), olmHub, localsystem.Namespace, r.CSVName())
 	Expect(err).NotTo(HaveOccurred())
 	AddReportEntry("Subscription changes to make OLM resolve again before the InstallPlan of "+r.Version, nudges)
+}
+
+// expectPulled expects that the hub's node pulled the image ref from the registry.
+func expectPulled(ref string) {
+	GinkgoHelper()
+	Expect(ref).NotTo(BeEmpty())
+	Expect(sys.Registry().Pulled(ctx(), sys.Hub.NodeIP, ref)).To(BeTrue(), "the hub's node pulled %s from the registry", ref)
 }
 
 func csv(g Gomega, name string) *operatorsv1alpha1.ClusterServiceVersion {

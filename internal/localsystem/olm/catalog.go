@@ -1,7 +1,9 @@
 // Package olm installs the operator on a real hub cluster the way an OLM user does: Operator Lifecycle Manager
-// installed with the Helm chart its own Go module ships, run from an image of the programs 'make olm' builds; a
-// file-based catalog of the bundle in bundle/, and of later releases derived from it, rendered, validated and served
-// by opm; then an OperatorGroup, a Subscription and the approval of its InstallPlans.
+// installed with the Helm chart its own Go module ships, run from an image of the programs 'make olm' builds; bundle
+// images of bundle/, and of later releases derived from it, pushed to a registry; a file-based catalog of them
+// rendered and validated by opm, in a catalog image pushed there too; a CatalogSource of that image, then an
+// OperatorGroup, a Subscription and the approval of its InstallPlans. The hub's node pulls the bundle and catalog
+// images from the registry.
 package olm
 
 import (
@@ -46,11 +48,16 @@ type Catalog struct {
 	Dir string
 	// Images maps each release's version to its manager image, which the node must hold under that name.
 	Images map[string]string
+	// Bundles maps each release's version to its bundle image in the registry.
+	Bundles map[string]string
+	// Image is the catalog's image in the registry, once pushed (Tools.PushCatalogImage).
+	Image string
 }
 
-// WriteCatalog renders releases of the bundle in bundleDir into a file-based catalog under dir with opm (render,
-// init, validate): one package, one channel in which each release replaces the one before.
-func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Release) (*Catalog, error) {
+// WriteCatalog pushes a bundle image of each release of the bundle in bundleDir to reg, and renders them from there
+// into a file-based catalog under dir with opm (render, init, validate): one package, one channel in which each
+// release replaces the one before.
+func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Release, reg *Registry) (*Catalog, error) {
 	if len(releases) == 0 {
 		return nil, fmt.Errorf("a catalog needs a release")
 	}
@@ -65,12 +72,16 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 	if err != nil {
 		return nil, err
 	}
-	cat := &Catalog{Dir: filepath.Join(dir, "catalog"), Images: map[string]string{}}
+	cat := &Catalog{Dir: filepath.Join(dir, "catalog"), Images: map[string]string{}, Bundles: map[string]string{}}
 	pkgDir := filepath.Join(cat.Dir, Package)
 	if err := os.MkdirAll(pkgDir, 0o755); err != nil {
 		return nil, err
 	}
-	pkg, err := opmRun(ctx, opm, "init", Package, "--default-channel="+Channel, "--output=yaml")
+	home, err := opmHome(dir)
+	if err != nil {
+		return nil, err
+	}
+	pkg, err := opmRun(ctx, opm, home, "init", Package, "--default-channel="+Channel, "--output=yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +99,14 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 		} else if r.Edit != nil {
 			return nil, fmt.Errorf("release %s is bundle/ as it is: it takes no Edit", r.Version)
 		}
-		rendered, err := opmRun(ctx, opm, "render", bundle, "--output=yaml")
+		img, err := BundleImage(bundle)
+		if err != nil {
+			return nil, fmt.Errorf("release %s: %w", r.Version, err)
+		}
+		if cat.Bundles[r.Version], err = reg.Push(ctx, BundleRepository, "v"+r.Version, img); err != nil {
+			return nil, err
+		}
+		rendered, err := opmRun(ctx, opm, home, "render", cat.Bundles[r.Version], "--use-http", "--output=yaml")
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +126,7 @@ func WriteCatalog(ctx context.Context, opm, bundleDir, dir string, releases []Re
 			return nil, err
 		}
 	}
-	if _, err := opmRun(ctx, opm, "validate", cat.Dir); err != nil {
+	if _, err := opmRun(ctx, opm, home, "validate", cat.Dir); err != nil {
 		return nil, err
 	}
 	return cat, nil
@@ -183,8 +201,22 @@ func managerImage(csv *operatorsv1alpha1.ClusterServiceVersion) (name.Tag, error
 	return name.NewTag(deployments[0].Spec.Template.Spec.Containers[0].Image)
 }
 
-// opmRun runs opm and returns its standard output.
-func opmRun(ctx context.Context, opm string, args ...string) ([]byte, error) {
-	out, err := testenv.Output(exec.CommandContext(ctx, opm, args...), "opm "+strings.Join(args, " "))
+// opmHome is a home folder for opm under dir. opm pulls images with the containers libraries, which refuse to pull
+// without a signature policy; the policy there accepts the images of the Registry, which are unsigned, as a user's
+// policy.json does for an insecure registry.
+func opmHome(dir string) (string, error) {
+	home := filepath.Join(dir, "opm-home")
+	policy := filepath.Join(home, ".config", "containers", "policy.json")
+	if err := os.MkdirAll(filepath.Dir(policy), 0o755); err != nil {
+		return "", err
+	}
+	return home, os.WriteFile(policy, []byte(`{"default": [{"type": "insecureAcceptAnything"}]}`+"\n"), 0o644)
+}
+
+// opmRun runs opm with home as its home folder, and returns its standard output.
+func opmRun(ctx context.Context, opm, home string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, opm, args...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	out, err := testenv.Output(cmd, "opm "+strings.Join(args, " "))
 	return []byte(out), err
 }

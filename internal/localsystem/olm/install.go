@@ -12,15 +12,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
@@ -30,20 +28,26 @@ const (
 	// Namespace runs OLM's operators and is its global catalog namespace: a CatalogSource there serves every
 	// namespace.
 	Namespace = "olm"
-	// CatalogSource names the catalog's CatalogSource, and the Deployment and Service of its opm server.
+	// CatalogSource names the catalog's CatalogSource.
 	CatalogSource = "cluster-proxy-catalog"
 	// Version is OLM's, as hack/olm/go.mod pins it.
 	Version = "v0.38.0"
 
-	olmImage     = "registry.local/operator-lifecycle-manager:" + Version
-	catalogImage = "registry.local/cluster-proxy-operator-catalog:dev"
-	catalogPort  = 50051
+	// olmImage and opmImage are loaded on the hub's node, never pulled: OLM's chart runs the first, and OLM's
+	// bundle-unpack Jobs run both. The bundle and catalog images are pulled from the Registry.
+	olmImage = "registry.local/operator-lifecycle-manager:" + Version
+	opmImage = "registry.local/operator-framework/opm:v1.61.0"
+	// BundleRepository and CatalogRepository are the registry's repositories of the bundle and catalog images.
+	BundleRepository  = "cluster-proxy-operator/cluster-proxy-operator-bundle"
+	CatalogRepository = "cluster-proxy-operator/cluster-proxy-operator-catalog"
 	// user runs OLM's programs and opm: the chart's pods are runAsNonRoot, which needs a numeric user in the image.
 	user = 1001
+	// busybox is Debian's busybox-static (make busybox): the cp that OLM's bundle-unpack Jobs run from OLM's image.
+	busybox = "/bin/busybox"
 )
 
-// Tools are the programs of 'make olm' (bin/olm): olm, catalog and package-server (OLM's operators), opm, and chart
-// (OLM's Helm chart, from its module).
+// Tools are the programs of 'make olm' (bin/olm): olm, catalog, package-server and cpb (OLM's), opm,
+// registry and grpc_health_probe, and chart (OLM's Helm chart, from its module).
 type Tools struct{ Dir string }
 
 func (t Tools) path(name string) string { return filepath.Join(t.Dir, name) }
@@ -53,56 +57,118 @@ func (t Tools) Opm() string { return t.path("opm") }
 
 // Check reports a missing tool.
 func (t Tools) Check() error {
-	for _, name := range []string{"olm", "catalog", "package-server", "opm", "chart/Chart.yaml"} {
+	for _, name := range []string{"olm", "catalog", "package-server", "cpb", "opm", "registry", "grpc_health_probe", "chart/Chart.yaml"} {
 		if _, err := os.Stat(t.path(name)); err != nil {
 			return fmt.Errorf("OLM's tools (make olm): %w", err)
 		}
 	}
+	if _, err := os.Stat(busybox); err != nil {
+		return fmt.Errorf("busybox-static (make busybox): %w", err)
+	}
 	return nil
 }
 
-// WriteImages writes two image archives into dir: OLM's (its operators at /bin, as the chart runs them) and the
-// catalog's (opm and the catalog at /configs, served by 'opm serve').
-func (t Tools) WriteImages(dir string, cat *Catalog) (olm, catalog string, err error) {
+// WriteImages writes the archives of the images the hub's node loads into dir: OLM's (its operators at /bin, as the
+// chart runs them, and cp and cpb, which the util container of a bundle-unpack Job runs) and opm's (opm and
+// grpc_health_probe, the base of the catalog image, and what a bundle-unpack Job extracts a bundle with).
+func (t Tools) WriteImages(dir string) (olmArchive, opmArchive string, err error) {
 	var programs []ociimage.File
-	for _, p := range []string{"olm", "catalog", "package-server"} {
+	for _, p := range []string{"olm", "catalog", "package-server", "cpb"} {
 		f, err := ociimage.Copy("bin/"+p, 0o755, t.path(p))
 		if err != nil {
 			return "", "", err
 		}
 		programs = append(programs, f)
 	}
-	opm, err := ociimage.Copy("bin/opm", 0o755, t.Opm())
+	// busybox runs the applet its program is named after.
+	cp, err := ociimage.Copy("bin/cp", 0o755, busybox)
 	if err != nil {
 		return "", "", err
+	}
+	olmPath, opmPath := filepath.Join(dir, "olm.tar"), filepath.Join(dir, "opm.tar")
+	built, err := ociimage.Build(v1.Config{User: owner(), Env: []string{"PATH=/bin"}},
+		ociimage.Step{Files: append([]ociimage.File{ociimage.Dir("bin", 0o755, 0), cp}, programs...), CreatedBy: "make olm"})
+	if err != nil {
+		return "", "", err
+	}
+	if err := ociimage.WriteArchive(olmPath, olmImage, built); err != nil {
+		return "", "", err
+	}
+	opm, err := t.opmStep()
+	if err != nil {
+		return "", "", err
+	}
+	if built, err = ociimage.Build(opmConfig(), opm); err != nil {
+		return "", "", err
+	}
+	return olmPath, opmPath, ociimage.WriteArchive(opmPath, opmImage, built)
+}
+
+func owner() string { return fmt.Sprintf("%d:%d", user, user) }
+
+// opmConfig runs 'opm serve /configs' as user, with /tmp for its cache.
+func opmConfig() v1.Config {
+	return v1.Config{User: owner(), Entrypoint: []string{"/bin/opm"}, Cmd: []string{"serve", "/configs"},
+		Env: []string{"PATH=/bin", "TMPDIR=/tmp"}}
+}
+
+// opmStep is the layer of opm's image: opm and grpc_health_probe at /bin, and /tmp.
+func (t Tools) opmStep() (ociimage.Step, error) {
+	files := []ociimage.File{ociimage.Dir("bin", 0o755, 0), ociimage.Dir("tmp", 0o1777, 0)}
+	for _, p := range []string{"opm", "grpc_health_probe"} {
+		f, err := ociimage.Copy("bin/"+p, 0o755, t.path(p))
+		if err != nil {
+			return ociimage.Step{}, err
+		}
+		files = append(files, f)
+	}
+	return ociimage.Step{Files: files, CreatedBy: "make olm"}, nil
+}
+
+// PushCatalogImage pushes the catalog's image to reg, as a user builds it on opm's (opm's layer, then the catalog at
+// /configs, and 'opm serve /configs' as its command), and sets cat.Image.
+func (t Tools) PushCatalogImage(ctx context.Context, reg *Registry, cat *Catalog) error {
+	opm, err := t.opmStep()
+	if err != nil {
+		return err
 	}
 	configs, err := treeFiles(cat.Dir, "configs")
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	owner := fmt.Sprintf("%d:%d", user, user)
-	images := []struct {
-		path, ref string
-		config    v1.Config
-		files     []ociimage.File
-	}{
-		{filepath.Join(dir, "olm.tar"), olmImage, v1.Config{User: owner}, append([]ociimage.File{ociimage.Dir("bin", 0o755, 0)}, programs...)},
-		{filepath.Join(dir, "catalog.tar"), catalogImage,
-			// Without --cache-dir, opm builds its cache in a temporary folder at start: a cache dir must be prebuilt.
-			v1.Config{User: owner, Entrypoint: []string{"/bin/opm"}, Cmd: []string{"serve", "/configs"}, Env: []string{"TMPDIR=/tmp"},
-				Labels: map[string]string{"operators.operatorframework.io.index.configs.v1": "/configs"}},
-			append([]ociimage.File{ociimage.Dir("bin", 0o755, 0), opm, ociimage.Dir("tmp", 0o1777, 0)}, configs...)},
+	config := opmConfig()
+	config.Labels = map[string]string{"operators.operatorframework.io.index.configs.v1": "/configs"}
+	img, err := ociimage.Build(config, opm, ociimage.Step{Files: configs, CreatedBy: "the catalog"})
+	if err != nil {
+		return err
 	}
-	for _, img := range images {
-		built, err := ociimage.Build(img.config, ociimage.Step{Files: img.files, CreatedBy: "make olm"})
+	cat.Image, err = reg.Push(ctx, CatalogRepository, "latest", img)
+	return err
+}
+
+// BundleImage is the image of the bundle in dir, as bundle.Dockerfile builds it: manifests/ and metadata/ at the
+// root, and the annotations of metadata/annotations.yaml as its labels.
+func BundleImage(dir string) (v1.Image, error) {
+	path := filepath.Join(dir, "metadata", "annotations.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := yaml.UnmarshalStrict(data, &metadata); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var files []ociimage.File
+	for _, sub := range []string{"manifests", "metadata"} {
+		tree, err := treeFiles(filepath.Join(dir, sub), sub)
 		if err != nil {
-			return "", "", err
+			return nil, err
 		}
-		if err := ociimage.WriteArchive(img.path, img.ref, built); err != nil {
-			return "", "", err
-		}
+		files = append(files, tree...)
 	}
-	return images[0].path, images[1].path, nil
+	return ociimage.Build(v1.Config{Labels: metadata.Annotations}, ociimage.Step{Files: files, CreatedBy: "the bundle"})
 }
 
 // treeFiles are the folders and files under dir, at prefix in an image.
@@ -130,12 +196,11 @@ func treeFiles(dir, prefix string) ([]ociimage.File, error) {
 
 // HelmValues install OLM's chart with its images loaded on the node (never pulled), OLM in Namespace, one
 // package-server, and without the chart's operatorhub.io CatalogSource (installType other than upstream): this machine
-// reaches no registry.
+// reaches no registry but the Registry.
 func HelmValues() []string {
 	values := []string{"namespace=" + Namespace, "catalog_namespace=" + Namespace, "installType=local", "package.replicaCount=1",
-		// The bundle-unpack Job and configmap catalogs take these images; inline bundles and a catalog served at an
-		// address need neither, but the catalog operator wants them named.
-		"catalog.opmImageArgs=--opmImage=" + catalogImage, "catalog.commandArgs=--configmapServerImage=" + catalogImage}
+		// A bundle-unpack Job extracts a bundle with the opm image, and a configmap catalog is served by it.
+		"catalog.opmImageArgs=--opmImage=" + opmImage, "catalog.commandArgs=--configmapServerImage=" + opmImage}
 	for _, component := range []string{"olm", "catalog", "package"} {
 		values = append(values, component+".image.ref="+olmImage, component+".image.pullPolicy=Never")
 	}
@@ -145,10 +210,10 @@ func HelmValues() []string {
 // Helm runs helm against the hub.
 type Helm func(ctx context.Context, args ...string) (string, error)
 
-// Install installs OLM on the hub with its chart (bin/olm/chart) and serves the catalog there: opm serve as a
-// Deployment with a Service, and a CatalogSource at its address. It returns once OLM's package-server is Succeeded
-// and the catalog is READY. The images of WriteImages must be on the node.
-func (t Tools) Install(ctx context.Context, helm Helm, c client.Client) error {
+// Install installs OLM on the hub with its chart (bin/olm/chart) and a CatalogSource of catalogImage, an image in a
+// registry: OLM runs it as a pod and pulls it. It returns once OLM's package-server is Succeeded and the catalog is
+// READY. The images of WriteImages must be on the node.
+func (t Tools) Install(ctx context.Context, helm Helm, c client.Client, catalogImage string) error {
 	args := []string{"install", "olm", t.path("chart"), "--namespace", "default", "--wait", "--timeout", "5m"}
 	for _, v := range HelmValues() {
 		args = append(args, "--set", v)
@@ -156,42 +221,15 @@ func (t Tools) Install(ctx context.Context, helm Helm, c client.Client) error {
 	if _, err := helm(ctx, args...); err != nil {
 		return err
 	}
-	labels := map[string]string{"app.kubernetes.io/name": CatalogSource}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: CatalogSource, Namespace: Namespace, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-					Containers: []corev1.Container{{
-						Name: "opm", Image: catalogImage, ImagePullPolicy: corev1.PullNever,
-						Ports:          []corev1.ContainerPort{{Name: "grpc", ContainerPort: catalogPort}},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: catalogPort}}},
-						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-				},
-			},
-		},
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: CatalogSource, Namespace: Namespace},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "grpc", Port: catalogPort,
-			TargetPort: intstr.FromInt32(catalogPort)}}},
-	}
 	src := &operatorsv1alpha1.CatalogSource{
 		ObjectMeta: metav1.ObjectMeta{Name: CatalogSource, Namespace: Namespace},
 		Spec: operatorsv1alpha1.CatalogSourceSpec{
 			SourceType: operatorsv1alpha1.SourceTypeGrpc, DisplayName: "cluster-proxy-operator", Publisher: "cluster-proxy-operator",
-			Address: fmt.Sprintf("%s.%s.svc:%d", CatalogSource, Namespace, catalogPort),
+			Image:         catalogImage,
+			GrpcPodConfig: &operatorsv1alpha1.GrpcPodConfig{SecurityContextConfig: operatorsv1alpha1.Restricted},
 		},
 	}
-	if err := testenv.CreateAll(ctx, c, deploy, svc, src); err != nil {
+	if err := c.Create(ctx, src); err != nil {
 		return err
 	}
 	if err := poll(ctx, 3*time.Minute, "OLM's package-server", func(ctx context.Context) (bool, error) {
