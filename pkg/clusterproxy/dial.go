@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/url"
 	"strconv"
 
 	"k8s.io/client-go/rest"
@@ -49,11 +47,16 @@ func (d *Dialer) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	return d.client.dialCluster(ctx, d.cluster, port)
 }
 
-// RESTConfig is base, reaching cluster's kube-apiserver through its tunnel. base supplies what is valid on the
-// managed cluster: credentials, the kube-apiserver's CA, and as Host the URL its serving certificate names (every
-// connection goes to the tunnel whatever Host says). With an empty Host the URL is https://<cluster>, which then
-// needs TLSClientConfig.ServerName or Insecure. Proxy settings from the environment are not used: the tunnel is the
-// route.
+// RESTConfig is base, reaching cluster's kube-apiserver through its tunnel, with every client-go transport: requests
+// and watches (rest.HTTPClientFor, clientsets), and the upgraded connections of exec, attach and port-forward over
+// SPDY or websocket. base supplies what is valid on the managed cluster: credentials, the kube-apiserver's CA, and as
+// Host the URL its serving certificate names (every connection goes to the tunnel whatever Host says). With an empty
+// Host the URL is https://<cluster>, which then needs TLSClientConfig.ServerName or Insecure. Proxy settings from the
+// environment are not used: the tunnel is the route.
+//
+// Requests dial the tunnel with the config's Dial. client-go's upgrade round trippers ignore Dial and use Proxy, so
+// Proxy gives each upgrade request a one-connection CONNECT proxy on 127.0.0.1, guarded by a credential made for that
+// request, that carries it through the tunnel.
 func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, error) {
 	if base == nil {
 		return nil, errors.New("clusterproxy: RESTConfig needs a base config with credentials of the managed cluster")
@@ -69,7 +72,7 @@ func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, er
 	cfg.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return d.DialPort(ctx, KubeAPIServerPort)
 	}
-	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	cfg.Proxy = d.upgradeProxy
 	return cfg, nil
 }
 

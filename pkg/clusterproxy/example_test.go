@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -45,6 +49,47 @@ func ExampleClient_RESTConfig() {
 	}
 	for _, ns := range namespaces.Items {
 		fmt.Println(ns.Name)
+	}
+}
+
+// The same config runs a command in a pod of cluster1, as kubectl exec does: client-go's executors (SPDY, websocket,
+// and the fallback between them), attach and port-forward go through the tunnel too.
+func ExampleClient_RESTConfig_exec() {
+	ctx := context.Background()
+	hub, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		panic(err)
+	}
+	proxies, err := clusterproxy.New(ctx, hub, clusterproxy.Options{})
+	if err != nil {
+		panic(err)
+	}
+	cfg, err := proxies.RESTConfig("cluster1", &rest.Config{
+		Host:            "https://kubernetes.default.svc",
+		BearerTokenFile: "cluster1.token",
+		TLSClientConfig: rest.TLSClientConfig{CAFile: "cluster1-ca.crt"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	req := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Post().
+		Resource("pods").Namespace("default").Name("web").SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: []string{"cat", "/etc/hostname"}, Stdout: true, Stderr: true},
+			clientgoscheme.ParameterCodec)
+	websocketExec, err := remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, req.URL().String())
+	if err != nil {
+		panic(err)
+	}
+	spdyExec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
+	if err != nil {
+		panic(err)
+	}
+	exec, err := remotecommand.NewFallbackExecutor(websocketExec, spdyExec, httpstream.IsUpgradeFailure)
+	if err != nil {
+		panic(err)
+	}
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr}); err != nil {
+		panic(err)
 	}
 }
 

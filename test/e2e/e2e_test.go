@@ -196,6 +196,38 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		}
 	})
 
+	It("execs into a pod and forwards a port to it from Go (pkg/clusterproxy, client-go's executors and port-forward dialers), over SPDY and websocket", func() {
+		p := proxies()
+		for _, cluster := range clusterNames() {
+			base := rest.CopyConfig(managedConfig(cluster))
+			// A name that resolves nowhere on the machine: only the tunnel can reach the apiserver.
+			base.Host = "https://kubernetes.default.svc"
+			cfg := must(p.RESTConfig(cluster, base))
+			pod := probePod(cfg)
+			for _, transport := range []string{"SPDY", "websocket"} {
+				By(cluster + ": exec and port-forward over " + transport)
+				Expect(goExec(cfg, pod, transport == "websocket", "/probe", "echo", "through", "the", "tunnel")).To(Equal("through the tunnel\n"))
+				port, stop := goPortForward(cfg, pod, transport == "websocket", 8080)
+				resp := must(http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)))
+				body := must(io.ReadAll(resp.Body))
+				resp.Body.Close()
+				stop()
+				Expect(string(body)).To(Equal("ok\n"))
+			}
+		}
+
+		By("a cluster without an agent: exec fails at once, naming the cluster")
+		cfg := must(p.RESTConfig("no-such-cluster", &rest.Config{Host: "https://kubernetes.default.svc",
+			TLSClientConfig: rest.TLSClientConfig{CAData: managedConfig(clusterNames()[0]).CAData}}))
+		c, cancel := context.WithTimeout(ctx(), 20*time.Second)
+		defer cancel()
+		_, err := must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().List(c, metav1.ListOptions{})
+		Expect(err).To(MatchError(ContainSubstring("no-such-cluster")))
+		_, err = goExec(cfg, "any", true, "true")
+		Expect(err).To(MatchError(ContainSubstring("no-such-cluster")))
+		Expect(c.Err()).NotTo(HaveOccurred(), "both failed before the deadline")
+	})
+
 	It("lets a ClusterProfile consumer list every cluster's namespaces through the tunnel (cluster-inventory-api/pkg/access)", func() {
 		// As Kueue's MultiKueue or multicluster-runtime would: a provider file naming this product's credential plugin,
 		// and a rest.Config per ClusterProfile that OCM keeps. The hub user's token is mapped on each managed cluster.

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -31,8 +32,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
@@ -500,4 +506,76 @@ func forgeSignature(jwt string) string {
 		b = 'B'
 	}
 	return jwt[:i] + string(b) + jwt[i+1:]
+}
+
+// probePod is the name of a running pod of the probe workload, read with cfg.
+func probePod(cfg *rest.Config) string {
+	GinkgoHelper()
+	pods := must(must(kubernetes.NewForConfig(cfg)).CoreV1().Pods(workloadNamespace).List(ctx(), metav1.ListOptions{LabelSelector: "app=probe"}))
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			return p.Name
+		}
+	}
+	Fail("no running probe pod")
+	return ""
+}
+
+// goExec runs command in pod with client-go's websocket or SPDY executor and cfg, and returns its standard output.
+func goExec(cfg *rest.Config, pod string, websocket bool, command ...string) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(workloadNamespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
+	var executor remotecommand.Executor
+	if websocket {
+		executor, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, req.URL().String())
+	} else {
+		executor, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
+	}
+	if err != nil {
+		return "", err
+	}
+	c, cancel := context.WithTimeout(ctx(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := executor.StreamWithContext(c, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("exec %v in %s: %w: %s", command, pod, err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// goPortForward forwards a local port to port of pod with client-go's port-forward over websocket or SPDY and cfg,
+// and returns the local port and a function that stops the forwarding.
+func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, func()) {
+	GinkgoHelper()
+	cs := must(kubernetes.NewForConfig(cfg))
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(workloadNamespace).Name(pod).SubResource("portforward").URL()
+	var dialer httpstream.Dialer
+	if websocket {
+		dialer = must(portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg))
+	} else {
+		rt, upgrader, err := spdy.RoundTripperFor(cfg)
+		Expect(err).NotTo(HaveOccurred())
+		dialer = spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	}
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw := must(portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, GinkgoWriter, GinkgoWriter))
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		Fail(fmt.Sprintf("port-forward to %s: %v", pod, err))
+	case <-time.After(30 * time.Second):
+		close(stop)
+		Fail("port-forward to " + pod + " not ready in 30 s")
+	}
+	ports := must(fw.GetPorts())
+	return int(ports[0].Local), func() {
+		close(stop)
+		Expect(<-done).To(Succeed(), "port-forward to %s ended", pod)
+	}
 }
