@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -17,6 +18,9 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
+
+// leaderRetryPeriod is how often a manager that does not lead tries to take the leader-election Lease.
+const leaderRetryPeriod = time.Second
 
 func main() {
 	var metricsAddr, probeAddr, pprofAddr string
@@ -73,6 +77,9 @@ func main() {
 		// The program ends as soon as the manager stops, so the Lease can be given up at once: a rollout's new
 		// manager leads within a retry period instead of waiting for the old Lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+		// A candidate tries every RetryPeriod, stretched by client-go's jitter of up to 1.2 times: 1 s puts a
+		// rollout's handover within 2.2 s of the release (the default 2 s: 4.4 s), for one GET a second per candidate.
+		RetryPeriod: ptr.To(leaderRetryPeriod),
 	})
 	if err != nil {
 		log.Error(err, "Unable to create the manager")

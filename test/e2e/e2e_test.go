@@ -717,10 +717,11 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		}).Should(Succeed())
 	})
 
-	It("rolls only the manager on a helm upgrade that changes only the manager's flags", func() {
+	It("rolls only the manager on a helm upgrade that changes only the manager's flags, and hands its leadership over within 3 s", func() {
 		manager := podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)
 		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
 		agents := agentPods(Default)
+		leases := watchLeaderLease()
 		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
 			"--reuse-values", "--set", "manager.extraArgs={--tunnel-health-interval=4s}"))
 		Eventually(func(g Gomega) {
@@ -731,6 +732,10 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).To(HaveLen(1))
 		}).Should(Succeed())
 		Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).NotTo(ContainElements(manager), "a new manager pod")
+		// The old manager gives the Lease up as it exits; the new one, already running, takes it on its next try.
+		handover := leases.handover()
+		AddReportEntry("manager leadership handover (the old manager's release to the new one's acquisition)", handover.String())
+		Expect(handover).To(BeNumerically("<=", 3*time.Second))
 		expectEveryClusterAvailable()
 		Consistently(func(g Gomega) {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-server pods stay")

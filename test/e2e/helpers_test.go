@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -27,10 +28,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -39,6 +43,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
@@ -578,4 +583,60 @@ func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int,
 		close(stop)
 		Expect(<-done).To(Succeed(), "port-forward to %s ended", pod)
 	}
+}
+
+// leaderLease is the manager's leader-election Lease.
+const leaderLease = "cluster-proxy-addon-manager.proxy.open-cluster-management.io"
+
+// leaseWatch records the versions of the manager's leader-election Lease from when it was started.
+type leaseWatch struct {
+	w       watch.Interface
+	mu      sync.Mutex
+	records []coordinationv1.LeaseSpec
+}
+
+// watchLeaderLease watches the manager's Lease for the rest of the spec.
+func watchLeaderLease() *leaseWatch {
+	GinkgoHelper()
+	cs := must(kubernetes.NewForConfig(sys.Hub.Config))
+	w := must(cs.CoordinationV1().Leases(localsystem.Namespace).Watch(ctx(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", leaderLease).String()}))
+	l := &leaseWatch{w: w}
+	DeferCleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			if lease, ok := ev.Object.(*coordinationv1.Lease); ok {
+				l.mu.Lock()
+				l.records = append(l.records, lease.Spec)
+				l.mu.Unlock()
+			}
+		}
+	}()
+	return l
+}
+
+// handover waits for a release of the Lease (no holder) followed by an acquisition, and returns the time between
+// them as the two managers stamped them: the release's renewTime and the acquisition's acquireTime. Both managers run
+// on the hub's one node, so the two stamps come from one clock.
+func (l *leaseWatch) handover() time.Duration {
+	GinkgoHelper()
+	var d time.Duration
+	Eventually(func(g Gomega) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var released *metav1.MicroTime
+		for _, r := range l.records {
+			holder := ptr.Deref(r.HolderIdentity, "")
+			switch {
+			case holder == "" && released == nil:
+				released = r.RenewTime
+			case holder != "" && released != nil && r.AcquireTime != nil:
+				d = r.AcquireTime.Sub(released.Time)
+				return
+			}
+		}
+		g.Expect(released).NotTo(BeNil(), "the old manager released the Lease")
+		g.Expect("no acquisition").To(Equal("an acquisition after the release"))
+	}).Should(Succeed())
+	return d
 }
