@@ -418,8 +418,10 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			Expect(requestloop.Gap(failures)).To(BeNumerically("<=", 10*time.Second))
 		})
 
-		It("brings a deleted agent pod back, connected to every replica", func() {
+		It("brings a deleted agent pod back, connected to every replica, with no failed request", func() {
 			cluster := localsystem.DigitCluster
+			loop := must(requestloop.Start(userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))), 100*time.Millisecond))
+			Eventually(loop.Succeeded).Should(BeNumerically(">", 5))
 			namespace := agentNamespace(Default, cluster)
 			mc := managedClient(cluster)
 			victim := podUIDs(mc, namespace, agentLabels)[0]
@@ -436,6 +438,11 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			}).Should(Succeed())
 			expectAgentsOnEveryReplica(3)
 			AddReportEntry("deleted agent pod replaced and connected to every replica", time.Since(deleted).Round(10*time.Millisecond).String())
+			before := loop.Succeeded()
+			Eventually(loop.Succeeded).Should(BeNumerically(">", before+5))
+			ok, failures := loop.Stop()
+			report("requests while an agent pod was deleted", ok, failures)
+			Expect(failures).To(BeEmpty())
 		})
 	})
 

@@ -237,3 +237,30 @@ func TestShutdownEndsInProcessTunnels(t *testing.T) {
 	_, err = f.srv.DialCluster(context.Background(), "c1", 443)
 	g.Expect(errors.Is(err, errServerStopping)).To(BeTrue(), "got %v", err)
 }
+
+// An agent that died behind a forward proxy stays registered until the keepalive drops it; its cluster's replacement
+// agent, which connected after it, takes the dials meanwhile.
+func TestDialGoesToTheClusterAgentThatConnectedLast(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	target := startTCPTarget(t, echo)
+	targets := map[string]string{"c1:443": target.addr}
+	dead, err := f.agent(t, "c1", "ns1", "agent-old", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	dead.unresponsive.Store(true)
+	_, err = f.agent(t, "c1", "ns1", "agent-new", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.srv.Agents().Snapshot()["c1"]).To(ConsistOf("agent-old", "agent-new"), "the dead agent is still registered")
+
+	for range 5 {
+		// Bounded, so that a dial sent to the dead agent fails instead of waiting for ANP's dial timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := f.srv.DialCluster(ctx, "c1", 443)
+		cancel()
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := exchange(conn, []byte("ping"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(got)).To(Equal("ping"))
+		g.Expect(conn.Close()).To(Succeed())
+	}
+}

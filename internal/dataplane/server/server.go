@@ -170,6 +170,8 @@ func New(opts Options) (*Server, error) {
 
 	s.anp = anpserver.NewProxyServer(opts.ServerID, []proxystrategies.ProxyStrategy{proxystrategies.ProxyStrategyDestHost},
 		opts.ServerCount, &anpserver.AgentTokenAuthenticationOptions{}, opts.XfrChannelSize)
+	backends := newNewestBackends()
+	s.anp.BackendManagers, s.anp.Readiness = []anpserver.BackendManager{backends}, backends
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates))),

@@ -33,6 +33,9 @@ type testAgent struct {
 
 	// closeReqs receives the connection IDs of CLOSE_REQs for connections this agent does not have.
 	closeReqs chan int64
+	// unresponsive drops every packet while its stream stays open: an agent that died behind a forward proxy,
+	// which holds its connection.
+	unresponsive atomic.Bool
 
 	done chan struct{}
 	err  error // why the stream ended; read after done
@@ -92,6 +95,9 @@ func (a *testAgent) serve() {
 		if err != nil {
 			a.err = err
 			return
+		}
+		if a.unresponsive.Load() {
+			continue
 		}
 		switch pkt.Type {
 		case client.PacketType_DIAL_REQ:
