@@ -403,25 +403,62 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			}
 		})
 
-		It("serves through the deletion of a proxy-server pod, and the agents reach its replacement by themselves", func() {
-			loop := must(requestloop.Start(userRESTConfig(userKubeconfig(localsystem.DigitCluster, "viewer", viewerToken(localsystem.DigitCluster))), 100*time.Millisecond))
-			Eventually(loop.Succeeded).Should(BeNumerically(">", 5))
+		It("serves through the deletion of a proxy-server pod with no failed request through the user-server, and the agents reach its replacement by themselves", func() {
+			loops := startHALoops()
 			victim := proxyServerPods(Default)[0]
 			deleted := time.Now()
 			shell("kubectl delete pod -n " + localsystem.Namespace + " " + victim)
 			expectAgentsOnEveryReplica(3)
 			AddReportEntry("every agent on the replacement proxy-server", time.Since(deleted).Round(10*time.Millisecond).String())
-			before := loop.Succeeded()
-			Eventually(loop.Succeeded).Should(BeNumerically(">", before+5))
-			ok, failures := loop.Stop()
-			report("requests while a proxy-server pod was deleted", ok, failures)
-			Expect(requestloop.Gap(failures)).To(BeNumerically("<=", 10*time.Second))
+			failed := loops.stop("while a proxy-server pod was deleted")
+			Expect(failedThrough(failed, "user-server")).To(BeEmpty())
+			// A single-use tunnel of the gRPC frontend can land on the replacement before the cluster's agents do
+			// (issue 16): those failures are reported, and bounded.
+			for name, f := range failedThrough(failed, "gRPC frontend") {
+				Expect(requestloop.Gap(f)).To(BeNumerically("<=", 10*time.Second), name)
+			}
+		})
+
+		It("serves through a SIGKILL of a proxy-server process with no failed request", func() {
+			loops := startHALoops()
+			pod := &corev1.Pod{}
+			Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, proxyServerPods(Default)[0]), pod)).To(Succeed())
+			restarts := pod.Status.ContainerStatuses[0].RestartCount
+			Expect(sys.Hub.KillContainer(ctx(), pod.Status.ContainerStatuses[0].ContainerID, "SIGKILL")).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(sys.HubClient.Get(ctx(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+				g.Expect(pod.Status.ContainerStatuses[0].RestartCount).To(BeNumerically(">", restarts))
+				g.Expect(pod.Status.ContainerStatuses[0].Ready).To(BeTrue())
+			}).Should(Succeed())
+			expectAgentsOnEveryReplica(3)
+			Expect(loops.stop("while a proxy-server process was killed")).To(BeEmpty())
+		})
+
+		// A new replica is Ready before any agent has reached it: the agents, which still hold a tunnel to every old
+		// replica, look for it only when an old one goes. Requests that land there meanwhile fail (issue 16); the
+		// spec reports how many, and asserts that every replica ends up with every agent and serves again.
+		It("rolls every proxy-server replica on a helm upgrade that changes their arguments, and serves again once it is done", func() {
+			loops := startHALoops()
+			servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+				"--reuse-values", "--set", "proxyServer.additionalArgs={--v=1}"))
+			Eventually(func(g Gomega) {
+				now := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
+				g.Expect(now).To(HaveLen(3))
+				g.Expect(now).NotTo(ContainElements(servers[0]), "every replica is new")
+				g.Expect(now).NotTo(ContainElements(servers[1]))
+				g.Expect(now).NotTo(ContainElements(servers[2]))
+			}).WithTimeout(5 * time.Minute).Should(Succeed())
+			expectAgentsOnEveryReplica(3)
+			failed := loops.stop("while helm upgrade rolled every proxy-server")
+			after := startHALoops()
+			Expect(after.stop("after helm upgrade rolled every proxy-server")).To(BeEmpty())
+			AddReportEntry("loops with failed requests during the rollout", len(failed))
 		})
 
 		It("brings a deleted agent pod back, connected to every replica, with no failed request", func() {
+			loops := startHALoops()
 			cluster := localsystem.DigitCluster
-			loop := must(requestloop.Start(userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))), 100*time.Millisecond))
-			Eventually(loop.Succeeded).Should(BeNumerically(">", 5))
 			namespace := agentNamespace(Default, cluster)
 			mc := managedClient(cluster)
 			victim := podUIDs(mc, namespace, agentLabels)[0]
@@ -438,11 +475,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			}).Should(Succeed())
 			expectAgentsOnEveryReplica(3)
 			AddReportEntry("deleted agent pod replaced and connected to every replica", time.Since(deleted).Round(10*time.Millisecond).String())
-			before := loop.Succeeded()
-			Eventually(loop.Succeeded).Should(BeNumerically(">", before+5))
-			ok, failures := loop.Stop()
-			report("requests while an agent pod was deleted", ok, failures)
-			Expect(failures).To(BeEmpty())
+			Expect(loops.stop("while an agent pod was deleted")).To(BeEmpty())
 		})
 	})
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
@@ -80,6 +81,18 @@ func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
 		"images", "tag", "--force", source, target).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr images tag %s %s on %s: %w: %s", source, target, c.opts.Name, err, out)
+	}
+	return nil
+}
+
+// KillContainer sends signal (e.g. "SIGKILL") to the main process of the container with containerID (a pod's
+// status.containerStatuses[].containerID, with or without its "containerd://" prefix), through the node's containerd.
+func (c *Cluster) KillContainer(ctx context.Context, containerID, signal string) error {
+	id := strings.TrimPrefix(containerID, "containerd://")
+	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
+		"tasks", "kill", "--signal", signal, id).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr tasks kill --signal %s %s on %s: %w: %s", signal, id, c.opts.Name, err, out)
 	}
 	return nil
 }
