@@ -69,18 +69,30 @@ func echoServer(t *testing.T) (addr string, caPEM []byte, upgrades *int) {
 	return ts.Listener.Addr().String(), certs.EncodeBundle(ts.Certificate()), &served
 }
 
-// client-go's SPDY and websocket round trippers (exec, attach, port-forward) ignore rest.Config.Dial; RESTConfig
-// must still carry them through the tunnel.
-func TestRESTConfigCarriesSPDYAndWebsocketUpgradesThroughTheTunnel(t *testing.T) {
-	g := NewWithT(t)
+// echoCluster is cluster c1 behind a tunnel, its kube-apiserver an echoServer, and RESTConfig's config for it.
+func echoCluster(t *testing.T) (*clusterproxy.Client, *rest.Config, *int) {
+	t.Helper()
 	hub := tunneltest.Start(t, "proxy-ns")
 	api, ca, upgrades := echoServer(t)
 	hub.StartAgent(t, "c1", api)
 	proxies, err := clusterproxy.New(context.Background(), nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
-	g.Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Nothing listens on 127.0.0.1:6443: only the tunnel can answer.
 	cfg, err := proxies.RESTConfig("c1", &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
-	g.Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxies, cfg, upgrades
+}
+
+// client-go's SPDY and websocket round trippers (exec, attach, port-forward) ignore rest.Config.Dial; RESTConfig
+// must still carry them through the tunnel.
+func TestRESTConfigCarriesSPDYAndWebsocketUpgradesThroughTheTunnel(t *testing.T) {
+	g := NewWithT(t)
+	proxies, cfg, upgrades := echoCluster(t)
+	ca := cfg.CAData
 
 	t.Run("SPDY", func(t *testing.T) {
 		g := NewWithT(t)
@@ -136,13 +148,7 @@ func TestRESTConfigCarriesSPDYAndWebsocketUpgradesThroughTheTunnel(t *testing.T)
 // The proxy RESTConfig gives an upgrade request serves only a CONNECT with the credential made for that request.
 func TestUpgradeProxyRefusesAConnectWithoutItsCredential(t *testing.T) {
 	g := NewWithT(t)
-	hub := tunneltest.Start(t, "proxy-ns")
-	api, ca, _ := echoServer(t)
-	hub.StartAgent(t, "c1", api)
-	proxies, err := clusterproxy.New(context.Background(), nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
-	g.Expect(err).NotTo(HaveOccurred())
-	cfg, err := proxies.RESTConfig("c1", &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
-	g.Expect(err).NotTo(HaveOccurred())
+	_, cfg, _ := echoCluster(t)
 
 	plain, _ := http.NewRequest(http.MethodGet, cfg.Host+"/version", nil)
 	g.Expect(cfg.Proxy(plain)).To(BeNil(), "a request that is no upgrade goes through Dial")
