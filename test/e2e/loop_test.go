@@ -3,14 +3,31 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 )
 
@@ -23,28 +40,35 @@ func report(what string, ok int, failures []requestloop.Failure) {
 	}
 }
 
-// haLoops are request loops to every managed cluster through both ways in: the user-server Service, and the
-// proxy-servers' gRPC frontend (pkg/clusterproxy).
-type haLoops map[string]*requestloop.Loop
+// haLoops are request loops to every managed cluster through every way in: the user-server Service, and the
+// proxy-servers' gRPC frontend (pkg/clusterproxy) and HTTP-CONNECT frontend.
+type haLoops struct {
+	requests map[string]*requestloop.Loop
+	// watches follow a namespace on every cluster through every way in: the long-lived streams of the case.
+	watches map[string]*streamWatch
+}
 
 // startHALoops starts a loop every 100 ms per cluster and way in, and waits for each to answer.
 func startHALoops() haLoops {
 	GinkgoHelper()
 	p := proxies()
-	loops := haLoops{}
+	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]*streamWatch{}}
 	for _, cluster := range clusterNames() {
 		base := rest.CopyConfig(managedConfig(cluster))
 		base.Host = "https://kubernetes.default.svc"
 		for way, cfg := range map[string]*rest.Config{
-			"user-server":   userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))),
-			"gRPC frontend": must(p.RESTConfig(cluster, base)),
+			"user-server":           userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))),
+			"gRPC frontend":         must(p.RESTConfig(cluster, base)),
+			"HTTP-CONNECT frontend": httpConnectConfig(cluster, base),
 		} {
+			name := cluster + " through the " + way
 			l := must(requestloop.Start(cfg, 100*time.Millisecond))
 			DeferCleanup(func() { l.Stop() })
-			loops[cluster+" through the "+way] = l
+			loops.requests[name] = l
+			loops.watches[name] = startStreamWatch(cluster, cfg)
 		}
 	}
-	for name, l := range loops {
+	for name, l := range loops.requests {
 		Eventually(l.Succeeded).Should(BeNumerically(">", 5), name)
 	}
 	return loops
@@ -52,14 +76,32 @@ func startHALoops() haLoops {
 
 // stop lets every loop answer a few more requests, stops them, reports their counts and returns the failed requests
 // by loop.
+//
+// Each watch must then either have ended with an error or deliver a change made to its namespace now: a stream whose
+// proxy-server went away ends, it never hangs. How many ended is reported.
 func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 	GinkgoHelper()
-	for name, l := range loops {
+	for name, l := range loops.requests {
 		before := l.Succeeded()
 		Eventually(l.Succeeded).Should(BeNumerically(">", before+5), name)
 	}
+	mark := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for _, cluster := range clusterNames() {
+		setStreamMark(cluster, mark)
+	}
+	ended := 0
+	for name, w := range loops.watches {
+		Eventually(func() bool { return w.ended() || w.saw(mark) }).WithTimeout(time.Minute).
+			Should(BeTrue(), "%s: the watch neither ended nor delivered the change", name)
+		if w.ended() {
+			ended++
+			GinkgoWriter.Printf("    %s: the watch ended: %v\n", name, w.err())
+		}
+		w.stop()
+	}
+	AddReportEntry("watches "+what+" that ended (the others delivered a later change)", fmt.Sprintf("%d of %d", ended, len(loops.watches)))
 	failed := map[string][]requestloop.Failure{}
-	for name, l := range loops {
+	for name, l := range loops.requests {
 		ok, failures := l.Stop()
 		report("requests "+what+", "+name, ok, failures)
 		if len(failures) > 0 {
@@ -79,3 +121,131 @@ func failedThrough(failed map[string][]requestloop.Failure, way string) map[stri
 	}
 	return out
 }
+
+// httpConnectConfig is base reaching cluster's kube-apiserver through the proxy-servers' HTTP-CONNECT frontend (its
+// NodePort, by its in-cluster name), as curl --proxytunnel does: each connection is a TLS connection to the frontend
+// with the hub's proxy-client certificate, a CONNECT to <cluster>:443, then base's own TLS inside.
+func httpConnectConfig(cluster string, base *rest.Config) *rest.Config {
+	GinkgoHelper()
+	cert, key, ca := hubClientFiles()
+	pair := must(tls.LoadX509KeyPair(cert, key))
+	pool := x509.NewCertPool()
+	Expect(pool.AppendCertsFromPEM(must(os.ReadFile(ca)))).To(BeTrue())
+	frontend := net.JoinHostPort(sys.Hub.NodeIP.String(), itoa(localsystem.HTTPConnectNodePort))
+	cfg := rest.CopyConfig(base)
+	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+	cfg.Dial = func(c context.Context, _, _ string) (net.Conn, error) {
+		d := tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool,
+			ServerName: frontendServerName, MinVersion: tls.VersionTLS12}}
+		conn, err := d.DialContext(c, "tcp", frontend)
+		if err != nil {
+			return nil, err
+		}
+		if deadline, ok := c.Deadline(); ok {
+			_ = conn.SetDeadline(deadline)
+		}
+		target := net.JoinHostPort(cluster, "443")
+		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("CONNECT %s: %w", target, err)
+		}
+		// A CONNECT answer has no body to read: the connection itself continues as the tunnel.
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			conn.Close()
+			return nil, fmt.Errorf("CONNECT %s: %s", target, resp.Status)
+		}
+		if br.Buffered() > 0 {
+			conn.Close()
+			return nil, fmt.Errorf("CONNECT %s: data before the tunnel", target)
+		}
+		_ = conn.SetDeadline(time.Time{})
+		return conn, nil
+	}
+	return cfg
+}
+
+// streamMark is the namespace whose "mark" label the watches of haLoops follow on every managed cluster (the
+// viewer may watch namespaces).
+const streamMark = "e2e-stream-mark"
+
+// setStreamMark sets the mark label of cluster's stream-mark namespace, directly on the cluster.
+func setStreamMark(cluster, mark string) {
+	GinkgoHelper()
+	cs := must(kubernetes.NewForConfig(managedConfig(cluster)))
+	Eventually(func() error {
+		ns, err := cs.CoreV1().Namespaces().Get(ctx(), streamMark, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = cs.CoreV1().Namespaces().Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+				Name: streamMark, Labels: map[string]string{"mark": mark}}}, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		ns.Labels = map[string]string{"mark": mark}
+		_, err = cs.CoreV1().Namespaces().Update(ctx(), ns, metav1.UpdateOptions{})
+		return err
+	}).Should(Succeed())
+}
+
+// streamWatch is a watch of cluster's stream-mark namespace through one way in.
+type streamWatch struct {
+	w    watch.Interface
+	mu   sync.Mutex
+	seen map[string]bool
+	done bool
+	end  error
+}
+
+func startStreamWatch(cluster string, cfg *rest.Config) *streamWatch {
+	GinkgoHelper()
+	setStreamMark(cluster, "start")
+	cs := must(kubernetes.NewForConfig(cfg))
+	w := must(cs.CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()}))
+	s := &streamWatch{w: w, seen: map[string]bool{}}
+	DeferCleanup(s.stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			s.mu.Lock()
+			switch obj := ev.Object.(type) {
+			case *corev1.Namespace:
+				s.seen[obj.Labels["mark"]] = true
+			case *metav1.Status:
+				s.end = fmt.Errorf("%s", obj.Message)
+			}
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.done = true
+		s.mu.Unlock()
+	}()
+	return s
+}
+
+func (s *streamWatch) saw(mark string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[mark]
+}
+
+func (s *streamWatch) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
+}
+
+func (s *streamWatch) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end
+}
+
+func (s *streamWatch) stop() { s.w.Stop() }
