@@ -33,6 +33,9 @@ const (
 	drainTimeout = 20 * time.Second
 	// Keep accepting this long after turning not ready, while endpoints and load balancers catch up.
 	minDrainDuration = 3 * time.Second
+	// A new replica answers a cluster it has not seen with a retryable 503 this long: it is Ready before the agents
+	// reach it, and in a rolling update they reach it only once an old replica goes (measured up to about 20 s).
+	defaultAgentWarmup = time.Minute
 )
 
 type config struct {
@@ -51,6 +54,7 @@ type config struct {
 	tlsProfileFile                    string
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
+	agentWarmup                       time.Duration
 	verbosity                         int
 	zap                               zap.Options
 }
@@ -79,6 +83,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "agent endpoint serving key")
 	fs.StringVar(&c.userServerCert, "user-server-cert", "", "user-server serving certificate")
 	fs.StringVar(&c.userServerKey, "user-server-key", "", "user-server serving key")
+	fs.DurationVar(&c.agentWarmup, "agent-warmup", defaultAgentWarmup, "for this long after start, the user-server answers a "+
+		"cluster no agent has reached here yet with 503 and Retry-After (client-go retries it on a new connection) "+
+		"instead of 404; 0 turns it off")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
@@ -202,6 +209,7 @@ func main() {
 			Allowed:          c.allowed,
 			DrainTimeout:     drainTimeout,
 			MinDrainDuration: minDrainDuration,
+			AgentWarmup:      c.agentWarmup,
 		})
 	}
 

@@ -306,7 +306,9 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 	}
 	args := replaceFiles(render.ServerArgs(mpc), files)
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
-	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1")
+	// The steady state: a cluster no agent has reached is unknown at once. A new replica's warm-up, when it is a
+	// retryable 503 instead, is tested in internal/dataplane/userserver.
+	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1", "--agent-warmup=0s")
 }
 
 // agentCommandLine is the rendered agent container's command line with the secret mounts replaced by this run's

@@ -58,7 +58,12 @@ type Options struct {
 	// DrainTimeout bounds the drain after Serve's context ends, default 30s. MinDrainDuration is how long the server
 	// keeps accepting with Ready false first, so load balancers notice, default 0.
 	DrainTimeout, MinDrainDuration time.Duration
-	// Clock times the drain (MinDrainDuration and DrainTimeout); default the real clock.
+	// AgentWarmup is how long after New a cluster no agent has reached here yet is answered 503 with Retry-After
+	// and Connection: close instead of 404: a new replica is Ready before the agents reach it (they look for it only
+	// when one of their proxy-servers goes), and client-go retries such an answer on a new connection, which the
+	// Service may send to a replica that has the cluster. Default 0: no warm-up.
+	AgentWarmup time.Duration
+	// Clock times the drain (MinDrainDuration and DrainTimeout) and AgentWarmup; default the real clock.
 	Clock clock.WithDelayedExecution
 }
 
@@ -81,6 +86,7 @@ const (
 // Server is the user-server's http.Handler; Serve runs it on a listener and drains it.
 type Server struct {
 	opts     Options
+	started  time.Time
 	pool     *pool
 	proxy    *httputil.ReverseProxy
 	ready    atomic.Bool
@@ -114,7 +120,8 @@ func New(opts Options) *Server {
 	}
 
 	s := &Server{
-		opts: opts,
+		opts:    opts,
+		started: opts.Clock.Now(),
 		pool: &pool{
 			dialer:          opts.Dialer,
 			port:            opts.ServiceProxyPort,
@@ -174,6 +181,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.opts.Clusters.Known(t.Cluster) {
+		if s.opts.Clock.Since(s.started) < s.opts.AgentWarmup {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("no agent of cluster %q has reached this proxy-server yet, which started %s ago; retry",
+					t.Cluster, s.opts.Clock.Since(s.started).Round(time.Second)))
+			return
+		}
 		proxyhttp.WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", t.Cluster))
 		return
 	}

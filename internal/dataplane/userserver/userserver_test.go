@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 )
@@ -471,4 +472,29 @@ func TestUpgradedConnectionsCarryBytesBothWays(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new replica is Ready before the agents reach it: until AgentWarmup has passed, a cluster it has not seen is
+// answered with a retryable 503 on a connection it closes, so that client-go retries elsewhere; then 404.
+func TestAnUnseenClusterIsRetryableDuringTheAgentWarmup(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	e := newEnv(t, http.HandlerFunc((&seen{}).handler), Options{AgentWarmup: time.Minute, Clock: clk}, "c1")
+
+	resp, err := e.frontend.Client().Do(e.request(t, http.MethodGet, "/c2/api", http.Header{"Authorization": {testToken}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(resp.Header.Get("Retry-After")).To(Equal("1"))
+	g.Expect(resp.Close).To(BeTrue(), "the connection closes, so the retry may reach another replica")
+	g.Expect(string(body)).To(ContainSubstring(`no agent of cluster \"c2\" has reached this proxy-server yet`))
+
+	code, _ := e.get(t, "/c1/api")
+	g.Expect(code).To(Equal(http.StatusOK), "a cluster it has is served during the warm-up")
+
+	clk.Step(time.Minute)
+	code, body2 := e.get(t, "/c2/api")
+	g.Expect(code).To(Equal(http.StatusNotFound))
+	g.Expect(body2).To(ContainSubstring(`cluster \"c2\" not found`))
 }
