@@ -290,3 +290,52 @@ func TestShutdownEndsAtItsBoundWhileTunnelsAreOpen(t *testing.T) {
 	_, err = net.Dial("tcp", f.addrs.Frontend)
 	g.Expect(err).To(HaveOccurred(), "the frontend no longer listens")
 }
+
+// Behind a Service, a refused connection to the frontend is a replica that is gone but still listed: the tunnel
+// dialer tries again, and another attempt reaches a live one. It gives up after three refusals, and a cluster no
+// replica has fails after three attempts too.
+func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	target := httpTarget(t, "c1-apiserver")
+	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
+	g.Expect(err).NotTo(HaveOccurred())
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	goneAddr := gone.Addr().String()
+	g.Expect(gone.Close()).To(Succeed())
+
+	// The first connection lands on the gone replica, as a Service's stale endpoint sends it there.
+	var dials atomic.Int32
+	refuseFirst := func(ctx context.Context, network, _ string) (net.Conn, error) {
+		addr := f.addrs.Frontend
+		if dials.Add(1) == 1 {
+			addr = goneAddr
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: refuseFirst}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(get(conn, bufio.NewReader(conn), "c1", "/after-a-refusal")).To(Equal("c1-apiserver /after-a-refusal"))
+	g.Expect(conn.Close()).To(Succeed())
+	g.Expect(dials.Load()).To(BeEquivalentTo(2))
+
+	dials.Store(0)
+	alwaysGone := func(ctx context.Context, network, _ string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, goneAddr)
+	}
+	_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: alwaysGone}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
+	g.Expect(dials.Load()).To(BeEquivalentTo(3))
+
+	dials.Store(0)
+	counted := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: counted}).DialCluster(context.Background(), "nowhere", 443)
+	g.Expect(err).To(MatchError(ContainSubstring("dial cluster nowhere port 443")))
+	g.Expect(err).To(MatchError(ContainSubstring("No agent available")))
+	g.Expect(dials.Load()).To(BeEquivalentTo(3), "a replica without the cluster's agent is tried again")
+}

@@ -8,12 +8,16 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,26 +43,58 @@ type Frontend struct {
 
 // DialCluster opens a single-use konnectivity tunnel and dials <cluster>:<port> through it, as cluster-gateway and
 // clusteradm do; ctx bounds the dial only. Closing the connection ends the tunnel.
+//
+// Two failures are tried again on a new connection, up to retryAttempts times in all, because behind a Service
+// another attempt reaches another replica:
+//   - a refused TCP connection: the endpoint that got it is gone (a killed replica the Service still lists for a
+//     moment);
+//   - a replica without an agent of the cluster ("No agent available"): a new replica is Ready before the agents
+//     reach it. A cluster no replica has fails after the last attempt, within a few round trips.
 func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
+	for attempt := 1; ; attempt++ {
+		conn, refused, err := f.dialCluster(ctx, cluster, port)
+		retry := refused || (err != nil && strings.Contains(err.Error(), noAgent))
+		if err == nil || !retry || attempt == retryAttempts || ctx.Err() != nil {
+			return conn, err
+		}
+	}
+}
+
+const (
+	// retryAttempts bounds DialCluster's attempts.
+	retryAttempts = 3
+	// noAgent is the dial error of a proxy-server with no agent for the host (ANP's server.ErrNotFound).
+	noAgent = "No agent available"
+)
+
+// dialCluster is one attempt of DialCluster; refused reports whether the TCP connection to the frontend was refused.
+func (f *Frontend) dialCluster(ctx context.Context, cluster string, port int) (_ net.Conn, refused bool, _ error) {
+	dial := f.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	var wasRefused atomic.Bool
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(f.TLS)),
 		// Below the proxy-server's enforcement minimum (5 minutes) the server would close the connection.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Minute}),
-	}
-	if f.Dial != nil {
-		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return f.Dial(ctx, "tcp", addr)
-		}))
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			conn, err := dial(ctx, "tcp", addr)
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				wasRefused.Store(true)
+			}
+			return conn, err
+		}),
 	}
 	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), f.Address, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("tunnel to %s for cluster %s: %w", f.name(), cluster, err)
+		return nil, wasRefused.Load(), fmt.Errorf("tunnel to %s for cluster %s: %w", f.name(), cluster, err)
 	}
 	conn, err := tunnel.DialContext(ctx, "tcp", net.JoinHostPort(cluster, strconv.Itoa(port)))
 	if err != nil {
-		return nil, fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, f.name(), err)
+		return nil, wasRefused.Load(), fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, f.name(), err)
 	}
-	return conn, nil
+	return conn, false, nil
 }
 
 func (f *Frontend) name() string {
