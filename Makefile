@@ -61,10 +61,14 @@ api-docs: manifests ## Generate the API reference docs/api.md from the CRDs (hac
 	go run ./hack/apidocs
 
 .PHONY: verify-generated
-verify-generated: manifests generate bundle api-docs ## Fail when generated files are stale.
-	@if [ -n "$$(git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md)" ]; then \
-		echo "Generated files are stale; run 'make manifests generate bundle api-docs' and commit:"; \
-		git status --porcelain -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; git --no-pager diff --stat -- api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; exit 1; fi
+verify-generated: manifests generate bundle api-docs tidy ## Fail when generated files (go.mod and go.sum included) are stale.
+	@if [ -n "$$(git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md)" ]; then \
+		echo "Generated files are stale; run 'make manifests generate bundle api-docs tidy' and commit:"; \
+		git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; git --no-pager diff --stat -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; exit 1; fi
+
+.PHONY: tidy
+tidy: ## go mod tidy of the operator's module (hack/olm and hack/registry are tools' modules of their own).
+	go mod tidy
 
 # NODE_ASSETS is the same folder with what real nodes run too (kubelet, kube-scheduler, kube-proxy, coredns).
 NODE_ASSETS = $(shell hack/envtest-assets.sh --nodes)
