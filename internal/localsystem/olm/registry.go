@@ -23,7 +23,6 @@ import (
 type Registry struct {
 	// Host is host:port, the registry part of the names of its images.
 	Host string
-	dir  string
 	proc *testenv.Process
 }
 
@@ -55,7 +54,7 @@ log:
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{Host: listen, dir: dir, proc: p}
+	r := &Registry{Host: listen, proc: p}
 	client := &http.Client{Timeout: time.Second}
 	err = poll(ctx, 30*time.Second, "the registry at "+listen, func(ctx context.Context) (bool, error) {
 		if done, _ := p.Exited(); done {

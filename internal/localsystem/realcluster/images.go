@@ -67,32 +67,25 @@ func (c *Cluster) loadImages(ctx context.Context) error {
 // ImportImage loads an image archive into the node's containerd, where pods with imagePullPolicy IfNotPresent or
 // Never find it.
 func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
-		"images", "import", archive).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ctr images import %s into %s: %w: %s", archive, c.opts.Name, err, out)
-	}
-	return nil
+	return c.ctr(ctx, "images", "import", archive)
 }
 
 // TagImage gives an image already in the node's containerd another name, as a registry mirror would serve it.
 func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
-		"images", "tag", "--force", source, target).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ctr images tag %s %s on %s: %w: %s", source, target, c.opts.Name, err, out)
-	}
-	return nil
+	return c.ctr(ctx, "images", "tag", "--force", source, target)
 }
 
 // KillContainer sends signal (e.g. "SIGKILL") to the main process of the container with containerID (a pod's
 // status.containerStatuses[].containerID, with or without its "containerd://" prefix), through the node's containerd.
 func (c *Cluster) KillContainer(ctx context.Context, containerID, signal string) error {
-	id := strings.TrimPrefix(containerID, "containerd://")
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
-		"tasks", "kill", "--signal", signal, id).CombinedOutput()
+	return c.ctr(ctx, "tasks", "kill", "--signal", signal, strings.TrimPrefix(containerID, "containerd://"))
+}
+
+// ctr runs ctr against the node's containerd, in the namespace of Kubernetes' images and containers.
+func (c *Cluster) ctr(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.containerdSocket(), "--namespace", "k8s.io"}, args...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ctr tasks kill --signal %s %s on %s: %w: %s", signal, id, c.opts.Name, err, out)
+		return fmt.Errorf("ctr %s on %s: %w: %s", strings.Join(args, " "), c.opts.Name, err, out)
 	}
 	return nil
 }
