@@ -305,36 +305,33 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 	goneAddr := gone.Addr().String()
 	g.Expect(gone.Close()).To(Succeed())
 
-	// The first connection lands on the gone replica, as a Service's stale endpoint sends it there.
+	// dialer counts its dials and sends the nth to to(n), as a Service's endpoints would.
 	var dials atomic.Int32
-	refuseFirst := func(ctx context.Context, network, _ string) (net.Conn, error) {
-		addr := f.addrs.Frontend
-		if dials.Add(1) == 1 {
-			addr = goneAddr
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	dialer := func(to func(n int32) string) *TunnelDialer {
+		dials.Store(0)
+		return &TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, to(dials.Add(1)))
+		}}
 	}
-	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: refuseFirst}).DialCluster(context.Background(), "c1", 443)
+	live := func(int32) string { return f.addrs.Frontend }
+
+	// The first connection lands on the gone replica, as a Service's stale endpoint sends it there.
+	conn, err := dialer(func(n int32) string {
+		if n == 1 {
+			return goneAddr
+		}
+		return f.addrs.Frontend
+	}).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(get(conn, bufio.NewReader(conn), "c1", "/after-a-refusal")).To(Equal("c1-apiserver /after-a-refusal"))
 	g.Expect(conn.Close()).To(Succeed())
 	g.Expect(dials.Load()).To(BeEquivalentTo(2))
 
-	dials.Store(0)
-	alwaysGone := func(ctx context.Context, network, _ string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, goneAddr)
-	}
-	_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: alwaysGone}).DialCluster(context.Background(), "c1", 443)
+	_, err = dialer(func(int32) string { return goneAddr }).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
 	g.Expect(dials.Load()).To(BeEquivalentTo(3))
 
-	dials.Store(0)
-	counted := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
-	_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: counted}).DialCluster(context.Background(), "nowhere", 443)
+	_, err = dialer(live).DialCluster(context.Background(), "nowhere", 443)
 	g.Expect(err).To(MatchError(ContainSubstring("dial cluster nowhere port 443")))
 	g.Expect(err).To(MatchError(ContainSubstring("No agent available")))
 	g.Expect(dials.Load()).To(BeEquivalentTo(3), "a replica without the cluster's agent is tried again")
