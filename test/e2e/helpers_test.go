@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -588,44 +590,64 @@ func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int,
 // leaderLease is the manager's leader-election Lease.
 const leaderLease = "cluster-proxy-addon-manager.proxy.open-cluster-management.io"
 
-// leaseWatch records the versions of the manager's leader-election Lease from when it was started.
-type leaseWatch struct {
-	w       watch.Interface
-	mu      sync.Mutex
-	records []coordinationv1.LeaseSpec
+// watchRecord keeps every object a watch delivers, in order, and whether the watch has ended.
+type watchRecord struct {
+	w    watch.Interface
+	mu   sync.Mutex
+	objs []runtime.Object
+	done bool
 }
 
-// watchLeaderLease watches the manager's Lease for the rest of the spec.
-func watchLeaderLease() *leaseWatch {
-	GinkgoHelper()
-	cs := must(kubernetes.NewForConfig(sys.Hub.Config))
-	w := must(cs.CoordinationV1().Leases(localsystem.Namespace).Watch(ctx(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", leaderLease).String()}))
-	l := &leaseWatch{w: w}
+// recordWatch records w until it ends or the spec does.
+func recordWatch(w watch.Interface) *watchRecord {
+	r := &watchRecord{w: w}
 	DeferCleanup(w.Stop)
 	go func() {
 		for ev := range w.ResultChan() {
-			if lease, ok := ev.Object.(*coordinationv1.Lease); ok {
-				l.mu.Lock()
-				l.records = append(l.records, lease.Spec)
-				l.mu.Unlock()
-			}
+			r.mu.Lock()
+			r.objs = append(r.objs, ev.Object)
+			r.mu.Unlock()
 		}
+		r.mu.Lock()
+		r.done = true
+		r.mu.Unlock()
 	}()
-	return l
+	return r
+}
+
+// snapshot is what the watch delivered so far, and whether it has ended.
+func (r *watchRecord) snapshot() ([]runtime.Object, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.objs), r.done
+}
+
+// leaseWatch records the versions of the manager's leader-election Lease from when it was started.
+type leaseWatch struct{ *watchRecord }
+
+// watchLeaderLease watches the manager's Lease for the rest of the spec.
+func watchLeaderLease() leaseWatch {
+	GinkgoHelper()
+	cs := must(kubernetes.NewForConfig(sys.Hub.Config))
+	return leaseWatch{recordWatch(must(cs.CoordinationV1().Leases(localsystem.Namespace).Watch(ctx(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", leaderLease).String()})))}
 }
 
 // handover waits for a release of the Lease (no holder) followed by an acquisition, and returns the time between
 // them as the two managers stamped them: the release's renewTime and the acquisition's acquireTime. Both managers run
 // on the hub's one node, so the two stamps come from one clock.
-func (l *leaseWatch) handover() time.Duration {
+func (l leaseWatch) handover() time.Duration {
 	GinkgoHelper()
 	var d time.Duration
 	Eventually(func(g Gomega) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+		objs, _ := l.snapshot()
 		var released *metav1.MicroTime
-		for _, r := range l.records {
+		for _, obj := range objs {
+			lease, ok := obj.(*coordinationv1.Lease)
+			if !ok {
+				continue
+			}
+			r := lease.Spec
 			holder := ptr.Deref(r.HolderIdentity, "")
 			switch {
 			case holder == "" && released == nil:

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,9 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -23,10 +22,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 )
@@ -45,14 +45,14 @@ func report(what string, ok int, failures []requestloop.Failure) {
 type haLoops struct {
 	requests map[string]*requestloop.Loop
 	// watches follow a namespace on every cluster through every way in: the long-lived streams of the case.
-	watches map[string]*streamWatch
+	watches map[string]streamWatch
 }
 
 // startHALoops starts a loop every 100 ms per cluster and way in, and waits for each to answer.
 func startHALoops() haLoops {
 	GinkgoHelper()
 	p := proxies()
-	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]*streamWatch{}}
+	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]streamWatch{}}
 	for _, cluster := range clusterNames() {
 		base := rest.CopyConfig(managedConfig(cluster))
 		base.Host = "https://kubernetes.default.svc"
@@ -91,13 +91,13 @@ func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 	}
 	ended := 0
 	for name, w := range loops.watches {
-		Eventually(func() bool { return w.ended() || w.saw(mark) }).WithTimeout(time.Minute).
+		Eventually(func() bool { done, _ := w.ended(); return done || w.saw(mark) }).WithTimeout(time.Minute).
 			Should(BeTrue(), "%s: the watch neither ended nor delivered the change", name)
-		if w.ended() {
+		if done, why := w.ended(); done {
 			ended++
-			GinkgoWriter.Printf("    %s: the watch ended: %v\n", name, w.err())
+			GinkgoWriter.Printf("    %s: the watch ended: %s\n", name, why)
 		}
-		w.stop()
+		w.w.Stop()
 	}
 	AddReportEntry("watches "+what+" that ended (the others delivered a later change)", fmt.Sprintf("%d of %d", ended, len(loops.watches)))
 	failed := map[string][]requestloop.Failure{}
@@ -124,7 +124,8 @@ func failedThrough(failed map[string][]requestloop.Failure, way string) map[stri
 
 // httpConnectConfig is base reaching cluster's kube-apiserver through the proxy-servers' HTTP-CONNECT frontend (its
 // NodePort, by its in-cluster name), as curl --proxytunnel does: each connection is a TLS connection to the frontend
-// with the hub's proxy-client certificate, a CONNECT to <cluster>:443, then base's own TLS inside.
+// with the hub's proxy-client certificate, a CONNECT to <cluster>:443 (the agent's forward-proxy dialer, over that TLS
+// connection), then base's own TLS inside.
 func httpConnectConfig(cluster string, base *rest.Config) *rest.Config {
 	GinkgoHelper()
 	cert, key, ca := hubClientFiles()
@@ -132,41 +133,15 @@ func httpConnectConfig(cluster string, base *rest.Config) *rest.Config {
 	pool := x509.NewCertPool()
 	Expect(pool.AppendCertsFromPEM(must(os.ReadFile(ca)))).To(BeTrue())
 	frontend := net.JoinHostPort(sys.Hub.NodeIP.String(), itoa(localsystem.HTTPConnectNodePort))
+	toFrontend := &tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool,
+		ServerName: frontendServerName, MinVersion: tls.VersionTLS12}}
+	// "http": the dialer adds no TLS of its own to the proxy; toFrontend's connection is already TLS.
+	viaFrontend := func(*url.URL) (*url.URL, error) { return &url.URL{Scheme: "http", Host: frontend}, nil }
+	dial := agent.ForwardProxyDial(viaFrontend, toFrontend.DialContext, nil)
 	cfg := rest.CopyConfig(base)
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 	cfg.Dial = func(c context.Context, _, _ string) (net.Conn, error) {
-		d := tls.Dialer{Config: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool,
-			ServerName: frontendServerName, MinVersion: tls.VersionTLS12}}
-		conn, err := d.DialContext(c, "tcp", frontend)
-		if err != nil {
-			return nil, err
-		}
-		if deadline, ok := c.Deadline(); ok {
-			_ = conn.SetDeadline(deadline)
-		}
-		target := net.JoinHostPort(cluster, "443")
-		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("CONNECT %s: %w", target, err)
-		}
-		// A CONNECT answer has no body to read: the connection itself continues as the tunnel.
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			conn.Close()
-			return nil, fmt.Errorf("CONNECT %s: %s", target, resp.Status)
-		}
-		if br.Buffered() > 0 {
-			conn.Close()
-			return nil, fmt.Errorf("CONNECT %s: data before the tunnel", target)
-		}
-		_ = conn.SetDeadline(time.Time{})
-		return conn, nil
+		return dial(c, "tcp", net.JoinHostPort(cluster, "443"))
 	}
 	return cfg
 }
@@ -196,56 +171,35 @@ func setStreamMark(cluster, mark string) {
 }
 
 // streamWatch is a watch of cluster's stream-mark namespace through one way in.
-type streamWatch struct {
-	w    watch.Interface
-	mu   sync.Mutex
-	seen map[string]bool
-	done bool
-	end  error
-}
+type streamWatch struct{ *watchRecord }
 
-func startStreamWatch(cluster string, cfg *rest.Config) *streamWatch {
+func startStreamWatch(cluster string, cfg *rest.Config) streamWatch {
 	GinkgoHelper()
 	setStreamMark(cluster, "start")
 	cs := must(kubernetes.NewForConfig(cfg))
-	w := must(cs.CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()}))
-	s := &streamWatch{w: w, seen: map[string]bool{}}
-	DeferCleanup(s.stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			s.mu.Lock()
-			switch obj := ev.Object.(type) {
-			case *corev1.Namespace:
-				s.seen[obj.Labels["mark"]] = true
-			case *metav1.Status:
-				s.end = fmt.Errorf("%s", obj.Message)
-			}
-			s.mu.Unlock()
+	return streamWatch{recordWatch(must(cs.CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()})))}
+}
+
+// saw reports whether the watch delivered the namespace with mark.
+func (s streamWatch) saw(mark string) bool {
+	objs, _ := s.snapshot()
+	return slices.ContainsFunc(objs, func(o runtime.Object) bool {
+		ns, ok := o.(*corev1.Namespace)
+		return ok && ns.Labels["mark"] == mark
+	})
+}
+
+// ended reports whether the watch has ended, and the message of the error Status it ended with, if any.
+func (s streamWatch) ended() (bool, string) {
+	objs, done := s.snapshot()
+	if !done {
+		return false, ""
+	}
+	for _, o := range slices.Backward(objs) {
+		if st, ok := o.(*metav1.Status); ok {
+			return true, st.Message
 		}
-		s.mu.Lock()
-		s.done = true
-		s.mu.Unlock()
-	}()
-	return s
+	}
+	return true, "no error Status: the stream closed"
 }
-
-func (s *streamWatch) saw(mark string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.seen[mark]
-}
-
-func (s *streamWatch) ended() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.done
-}
-
-func (s *streamWatch) err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.end
-}
-
-func (s *streamWatch) stop() { s.w.Stop() }
