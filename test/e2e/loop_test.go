@@ -54,6 +54,7 @@ func startHALoops() haLoops {
 	p := proxies()
 	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]streamWatch{}}
 	for _, cluster := range clusterNames() {
+		setStreamMark(cluster, "start")
 		base := rest.CopyConfig(managedConfig(cluster))
 		base.Host = "https://kubernetes.default.svc"
 		for way, cfg := range map[string]*rest.Config{
@@ -170,12 +171,11 @@ func setStreamMark(cluster, mark string) {
 	}).Should(Succeed())
 }
 
-// streamWatch is a watch of cluster's stream-mark namespace through one way in.
+// streamWatch is a watch of a cluster's stream-mark namespace (which must exist) through one way in.
 type streamWatch struct{ *watchRecord }
 
 func startStreamWatch(cluster string, cfg *rest.Config) streamWatch {
 	GinkgoHelper()
-	setStreamMark(cluster, "start")
 	cs := must(kubernetes.NewForConfig(cfg))
 	return streamWatch{recordWatch(must(cs.CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()})))}
