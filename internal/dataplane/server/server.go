@@ -66,12 +66,22 @@ type Options struct {
 	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
 	TLSProfileFile string
 
-	ReloadInterval        time.Duration
-	ShutdownTimeout       time.Duration
+	ReloadInterval  time.Duration
+	ShutdownTimeout time.Duration
+	// LameDuck is how long the frontends keep accepting new connections after the server turns unready on shutdown,
+	// while Services and load balancers stop sending to it: a connection they still send is served, not refused.
+	// The user-server keeps its own (userserver.Options.MinDrainDuration).
+	LameDuck              time.Duration
 	XfrChannelSize        int
 	FrontendKeepaliveTime time.Duration
 	AgentKeepaliveTime    time.Duration
-	// Clock times ShutdownTimeout; default the real clock.
+	// Peers, when set, holds the server's readiness back after start until it holds an agent of every cluster a
+	// Ready peer holds, no peer is Ready, or PeerWait has passed (asking every PeerPollInterval): a Service then sends
+	// clients only to replicas that can serve them.
+	Peers            PeerClusters
+	PeerWait         time.Duration
+	PeerPollInterval time.Duration
+	// Clock times ShutdownTimeout and PeerWait; default the real clock.
 	Clock clock.WithDelayedExecution
 
 	Log logr.Logger
@@ -95,6 +105,12 @@ func (o *Options) defaults() {
 	}
 	if o.AgentKeepaliveTime <= 0 {
 		o.AgentKeepaliveTime = DefaultAgentKeepaliveTime
+	}
+	if o.PeerWait <= 0 {
+		o.PeerWait = DefaultPeerWait
+	}
+	if o.PeerPollInterval <= 0 {
+		o.PeerPollInterval = DefaultPeerPollInterval
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -298,8 +314,9 @@ func (s *Server) listen() error {
 }
 
 // Run serves until ctx ends, then shuts down: it stops being ready; the user-server drains (bounded by its own drain
-// timeout) while the frontends stop gracefully within the shutdown timeout; then the agent endpoint stops. user may be
-// nil when the user-server is off. Call it once.
+// timeout) while the frontends accept for the lame duck and then stop gracefully within the shutdown timeout; then the
+// agent endpoint stops. It turns Ready after start as awaitPeers decides. user may be nil when the user-server is off.
+// Call it once.
 func (s *Server) Run(ctx context.Context, user UserServer) error {
 	if (user == nil) != (s.opts.UserServerAddr == "") {
 		return errors.New("a user-server needs a user-server address and the other way round")
@@ -356,8 +373,14 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	} else {
 		close(userDone)
 	}
-	s.ready.Store(true)
 	log.Info("Proxy-server serving", "serverID", s.opts.ServerID, "addresses", s.Addrs())
+	peersCtx, stopPeers := context.WithCancel(ctx)
+	defer stopPeers()
+	peersDone := make(chan struct{})
+	go func() {
+		defer close(peersDone)
+		s.awaitPeers(peersCtx)
+	}()
 
 	var runErr error
 	select {
@@ -366,6 +389,8 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	case runErr = <-failed:
 		log.Error(runErr, "A listener failed, shutting down")
 	}
+	stopPeers()
+	<-peersDone // so that it cannot turn the server Ready again
 	s.ready.Store(false)
 
 	shutdownCtx, cancel := context.WithCancel(context.Background())
@@ -380,10 +405,16 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 		s.cancelTunnels()
 		s.inProcess.stop(shutdownCtx)
 	})
-	stopping.Go(func() { gracefulStop(shutdownCtx, s.frontend) })
+	stopping.Go(func() {
+		s.lameDuck(shutdownCtx)
+		gracefulStop(shutdownCtx, s.frontend)
+	})
 	if s.httpConnect != nil {
-		// Shutdown does not wait for CONNECT tunnels: they are hijacked connections and end with the process.
-		stopping.Go(func() { _ = s.httpConnect.Shutdown(shutdownCtx) })
+		stopping.Go(func() {
+			s.lameDuck(shutdownCtx)
+			// Shutdown does not wait for CONNECT tunnels: they are hijacked connections and end with the process.
+			_ = s.httpConnect.Shutdown(shutdownCtx)
+		})
 	}
 	stopping.Wait()
 	// Agents reconnect to another replica; nothing is left to drain through them once the frontends are gone.
@@ -394,6 +425,17 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	stopReload()
 	log.Info("Proxy-server stopped")
 	return runErr
+}
+
+// lameDuck waits LameDuck, or until ctx ends.
+func (s *Server) lameDuck(ctx context.Context) {
+	if s.opts.LameDuck <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.opts.Clock.After(s.opts.LameDuck):
+	}
 }
 
 // gracefulStop lets open streams finish until ctx ends, then cuts them.

@@ -336,3 +336,40 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 	g.Expect(err).To(MatchError(ContainSubstring("No agent available")))
 	g.Expect(dials.Load()).To(BeEquivalentTo(3), "a replica without the cluster's agent is tried again")
 }
+
+// After turning unready on shutdown, both frontends still serve new connections for the lame duck, which endpoints
+// and load balancers may send before they notice; then they stop.
+func TestFrontendsServeNewConnectionsForTheLameDuckAfterTurningUnready(t *testing.T) {
+	g := NewWithT(t)
+	const lameDuck = 3 * time.Second
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startFixture(t, false, nil, func(o *Options) { o.LameDuck, o.ShutdownTimeout, o.Clock = lameDuck, time.Hour, clk })
+	target := httpTarget(t, "c1-apiserver")
+	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(f.srv.Ready).Should(BeTrue())
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.stop() }()
+	g.Eventually(f.srv.Ready).Should(BeFalse())
+
+	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred(), "gRPC frontend during the lame duck")
+	g.Expect(get(conn, bufio.NewReader(conn), "c1", "/")).To(Equal("c1-apiserver /"))
+	g.Expect(conn.Close()).To(Succeed())
+	connectConn, br, err := httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c1:443")
+	g.Expect(err).NotTo(HaveOccurred(), "HTTP-CONNECT frontend during the lame duck")
+	g.Expect(get(connectConn, br, "c1", "/")).To(Equal("c1-apiserver /"))
+	g.Expect(connectConn.Close()).To(Succeed())
+
+	stepped := time.Duration(0)
+	g.Eventually(func() bool {
+		clk.Step(time.Second)
+		stepped += time.Second
+		return len(stopped) > 0
+	}).Should(BeTrue())
+	g.Expect(<-stopped).To(Succeed())
+	g.Expect(stepped).To(BeNumerically("<", time.Hour), "it stopped after the lame duck, not at the shutdown bound")
+	_, err = net.Dial("tcp", f.addrs.Frontend)
+	g.Expect(err).To(HaveOccurred(), "the frontend no longer listens")
+}
