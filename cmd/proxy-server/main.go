@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
 )
 
@@ -55,6 +57,8 @@ type config struct {
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
 	agentWarmup                       time.Duration
+	peerAddress, peerCert, peerKey    string
+	peerWait                          time.Duration
 	verbosity                         int
 	zap                               zap.Options
 }
@@ -86,6 +90,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.DurationVar(&c.agentWarmup, "agent-warmup", defaultAgentWarmup, "for this long after start, the user-server answers a "+
 		"cluster no agent has reached here yet with 503 and Retry-After (client-go retries it on a new connection) "+
 		"instead of 404; 0 turns it off")
+	fs.StringVar(&c.peerAddress, "peer-address", "", "host:port of the HTTP-CONNECT port of the proxy-servers' client "+
+		"Service; when set, a new replica turns Ready only once it holds an agent of every cluster the Ready replica "+
+		"answering there holds, no replica is Ready, or --peer-wait has passed")
+	fs.StringVar(&c.peerCert, "peer-cert", "", "client certificate (proxy-client) presented at --peer-address")
+	fs.StringVar(&c.peerKey, "peer-key", "", "client key presented at --peer-address")
+	fs.DurationVar(&c.peerWait, "peer-wait", server.DefaultPeerWait, "the longest a new replica holds its readiness back for its peers' agents")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
@@ -138,6 +148,14 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	if c.userServerPort != 0 && (c.userServerCert == "" || c.userServerKey == "") {
 		missing = append(missing, "--user-server-cert and --user-server-key (or --user-server-port=0)")
 	}
+	if c.peerAddress != "" {
+		if _, _, err := net.SplitHostPort(c.peerAddress); err != nil {
+			return nil, fmt.Errorf("--peer-address=%s: want host:port: %w", c.peerAddress, err)
+		}
+		if c.peerCert == "" || c.peerKey == "" {
+			missing = append(missing, "--peer-cert and --peer-key (or no --peer-address)")
+		}
+	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("missing %s", strings.Join(missing, ", "))
 	}
@@ -174,7 +192,9 @@ func (c *config) options() server.Options {
 		UserServerCert: c.userServerCert, UserServerKey: c.userServerKey,
 		TLSProfileFile:     c.tlsProfileFile,
 		ShutdownTimeout:    drainTimeout,
+		LameDuck:           minDrainDuration,
 		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive,
+		PeerWait: c.peerWait,
 	}
 }
 
@@ -195,6 +215,21 @@ func main() {
 
 	opts := c.options()
 	opts.Log = log
+	if c.peerAddress != "" {
+		peerTLS, err := tlsreload.New(c.peerCert, c.peerKey, c.serverCACert)
+		if err != nil {
+			log.Error(err, "Unable to read the peer client certificate")
+			os.Exit(1)
+		}
+		host, _, _ := net.SplitHostPort(c.peerAddress)
+		opts.Peers = server.PeerClustersAt(c.peerAddress, func() (*tls.Config, error) {
+			// Read again on every ask: the wait is short and the files may have been renewed meanwhile.
+			if _, err := peerTLS.Reload(); err != nil {
+				return nil, err
+			}
+			return peerTLS.ClientConfig(host), nil
+		})
+	}
 	srv, err := server.New(opts)
 	if err != nil {
 		log.Error(err, "Unable to set up the proxy-server")

@@ -10,6 +10,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )
 
@@ -35,6 +36,9 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(o.UserServerAddr).To(Equal(":9092"))
 	g.Expect(o.ServerCACert).NotTo(BeEmpty())
 	g.Expect(o.UserServerCert).NotTo(BeEmpty())
+	g.Expect(c.peerAddress).To(Equal("proxy-entrypoint.open-cluster-management-cluster-proxy.svc:" + itoa(p.HTTPConnectServer)))
+	g.Expect(c.peerCert).NotTo(BeEmpty())
+	g.Expect(o.PeerWait).To(Equal(server.DefaultPeerWait))
 }
 
 func TestAcceptsTheANPFlagsExistingConfigurationsPass(t *testing.T) {
@@ -63,6 +67,8 @@ func TestRejectsBadCommandLines(t *testing.T) {
 		"no server certificate":   {"--server-cert="},
 		"a user-server sans cert": {"--user-server-port=9092"},
 		"a port out of range":     {"--agent-port=70000"},
+		"a peer without a port":   {"--peer-address=proxy-entrypoint", "--peer-cert=c", "--peer-key=k"},
+		"a peer without its cert": {"--peer-address=proxy-entrypoint:8094"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
