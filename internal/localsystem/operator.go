@@ -154,8 +154,11 @@ func (s *System) exposeProxyServers(ctx context.Context) error {
 		return corev1.ServicePort{Name: name, Port: port, TargetPort: intstr.FromInt32(port), NodePort: nodePort}
 	}
 	ports := defaultPorts()
-	return testenv.CreateAll(ctx, s.HubClient,
-		nodePort("proxy-agent-nodeport", port("agent", ports.AgentServer, EntrypointPort)),
+	// The agents' entrypoint publishes replicas that are not Ready yet, as docs/install.md asks of an entrypoint: a
+	// new replica turns Ready only once the agents have reached it.
+	agents := nodePort("proxy-agent-nodeport", port("agent", ports.AgentServer, EntrypointPort))
+	agents.Spec.PublishNotReadyAddresses = true
+	return testenv.CreateAll(ctx, s.HubClient, agents,
 		nodePort("proxy-machine-nodeports",
 			port("frontend", ports.ProxyServer, FrontendNodePort),
 			port("http-connect", ports.HTTPConnectServer, HTTPConnectNodePort),

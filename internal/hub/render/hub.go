@@ -45,6 +45,7 @@ const (
 	serverCertMount     = "/etc/server-pki"
 	agentServerMount    = "/etc/agent-pki"
 	userServerMount     = "/etc/user-server-pki"
+	proxyClientMount    = "/etc/proxy-client-pki"
 )
 
 // EntrypointType returns the entrypoint type, PortForward when unset.
@@ -159,14 +160,16 @@ func UserServerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Ser
 }
 
 // LoadBalancerService exposes the agent port for a LoadBalancerService entrypoint. Annotations come from the
-// configuration; removing one there removes it here.
+// configuration; removing one there removes it here. It publishes replicas that are not Ready yet: a new replica
+// turns Ready only once the agents have reached it (ServerArgs' peer wait), so agents must reach it before then.
 func LoadBalancerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: objectMeta(mpc, LoadBalancerServiceName(mpc), contract.Namespace(mpc)),
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: serverPodLabels(mpc),
-			Ports:    []corev1.ServicePort{servicePort("agent-server", EntrypointPort(mpc), contract.PortsOf(mpc).AgentServer)},
+			Type:                     corev1.ServiceTypeLoadBalancer,
+			Selector:                 serverPodLabels(mpc),
+			Ports:                    []corev1.ServicePort{servicePort("agent-server", EntrypointPort(mpc), contract.PortsOf(mpc).AgentServer)},
+			PublishNotReadyAddresses: true,
 		},
 	}
 	if e := mpc.Spec.ProxyServer.Entrypoint; e != nil && e.LoadBalancerService != nil && len(e.LoadBalancerService.Annotations) > 0 {
@@ -227,8 +230,39 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
 		"--tls-profile-file=" + contract.TLSProfileMount + "/" + contract.TLSProfileKey,
 	}
+	if peerWait(mpc) {
+		args = append(args,
+			fmt.Sprintf("--peer-address=%s.%s.svc:%d", contract.ServiceName(mpc), contract.Namespace(mpc), p.HTTPConnectServer),
+			"--peer-cert="+proxyClientMount+"/tls.crt",
+			"--peer-key="+proxyClientMount+"/tls.key",
+		)
+	}
 	args = append(args, AllowedServiceArgs(mpc)...)
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
+}
+
+// peerWait tells whether a new proxy-server replica waits, before it turns Ready, for the agents its Ready peers
+// hold. With one replica there is no peer to match: agents keep their one tunnel to the old replica until it goes, so
+// a surge replica would wait out the bound for nothing.
+func peerWait(mpc *proxyv1alpha1.ManagedProxyConfiguration) bool {
+	return mpc.Spec.ProxyServer.Replicas > 1
+}
+
+// serverStrategy replaces replicas one at a time, a new one only after an old one has gone, when there are several:
+// the agents of the replica that goes look for another server at once and reach the new one, which turns Ready once
+// it holds them (peerWait); the Ready replicas meanwhile hold every agent. A surge replica would instead stay without
+// agents, since each agent already holds as many tunnels as there are replicas. One replica keeps the default surge.
+func serverStrategy(mpc *proxyv1alpha1.ManagedProxyConfiguration) appsv1.DeploymentStrategy {
+	if !peerWait(mpc) {
+		return appsv1.DeploymentStrategy{}
+	}
+	return appsv1.DeploymentStrategy{
+		Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxSurge:       ptr.To(intstr.FromInt32(0)),
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		},
+	}
 }
 
 // AllowedServiceArgs are the --allowed-service flags (namespace/name[:port]) of the configuration's user-server
@@ -271,6 +305,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(mpc.Spec.ProxyServer.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: serverPodLabels(mpc)},
+			Strategy: serverStrategy(mpc),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: serverPodLabels(mpc)},
 				Spec: corev1.PodSpec{
@@ -304,6 +339,8 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							{Name: "agent-server", MountPath: agentServerMount, ReadOnly: true},
 							{Name: "user-server", MountPath: userServerMount, ReadOnly: true},
 							{Name: "tls-profile", MountPath: contract.TLSProfileMount, ReadOnly: true},
+							// The client certificate a new replica asks its peers with (peerWait).
+							{Name: "proxy-client", MountPath: proxyClientMount, ReadOnly: true},
 						},
 					}},
 					Volumes: []corev1.Volume{
@@ -311,6 +348,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 						secretVolume("proxy-server", secrets.ProxyServer),
 						secretVolume("agent-server", secrets.AgentServer),
 						secretVolume("user-server", secrets.UserServer),
+						secretVolume("proxy-client", secrets.ProxyClient),
 						{Name: "tls-profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: TLSProfileConfigMapName(mpc)},
 							// A missing profile is the default one; the pods do not wait for it.

@@ -106,3 +106,25 @@ func TestHubCertificates(t *testing.T) {
 	g.Expect(byName["proxy-client"].Spec.Usages).To(Equal([]proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageClientAuth}))
 	g.Expect(byName["cluster-proxy-user-serving-cert"].Spec.DNSNames).To(ContainElements("cluster-proxy-addon-user.hub.svc", "users.example.com"))
 }
+
+func TestSeveralServerReplicasWaitForTheirPeersAgentsAndRollOneAtATime(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	m.Spec.ProxyServer.Namespace = "hub"
+	d := ServerDeployment(m)
+	g.Expect(ServerArgs(m)).To(ContainElements("--peer-address=proxy-entrypoint.hub.svc:8094",
+		"--peer-cert=/etc/proxy-client-pki/tls.crt", "--peer-key=/etc/proxy-client-pki/tls.key"))
+	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", "proxy-client")))
+	g.Expect(d.Spec.Template.Spec.Containers[0].VolumeMounts).To(ContainElement(HaveField("MountPath", "/etc/proxy-client-pki")))
+	g.Expect(d.Spec.Strategy.RollingUpdate).NotTo(BeNil())
+	g.Expect(d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue()).To(Equal(0), "a surge replica would get no agents")
+	g.Expect(d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue()).To(Equal(1))
+	lb := LoadBalancerService(mpc(&proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeLoadBalancerService}))
+	g.Expect(lb.Spec.PublishNotReadyAddresses).To(BeTrue(), "agents reach a replica before it is Ready")
+	g.Expect(InClusterService(m).Spec.PublishNotReadyAddresses).To(BeFalse(), "clients reach Ready replicas only")
+	g.Expect(UserServerService(m).Spec.PublishNotReadyAddresses).To(BeFalse())
+
+	m.Spec.ProxyServer.Replicas = 1
+	g.Expect(ServerArgs(m)).NotTo(ContainElement(HavePrefix("--peer-address")), "one replica has no peer")
+	g.Expect(ServerDeployment(m).Spec.Strategy).To(BeZero(), "one replica keeps the default surge")
+}
