@@ -102,7 +102,7 @@ type Agent struct {
 	mu          sync.Mutex
 	tunnels     map[string]*tunnel // by proxy-server ID
 	serverCount int
-	changed     chan struct{} // a tunnel ended
+	changed     chan struct{} // a tunnel ended or is going away
 	wg          sync.WaitGroup
 }
 
@@ -257,7 +257,7 @@ func (a *Agent) maintain(ctx, tunnelCtx context.Context) {
 			return
 		}
 		a.mu.Lock()
-		have, want := len(a.tunnels), a.serverCount
+		have, want := a.heldLocked(), a.serverCount
 		a.mu.Unlock()
 		if have >= want {
 			select {
@@ -312,7 +312,14 @@ func (a *Agent) add(t *tunnel) bool {
 	}
 	a.tunnels[t.serverID] = t
 	a.metrics.tunnels.Set(float64(len(a.tunnels)))
-	a.wg.Add(1)
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		if t.watchGoAway() {
+			a.opts.Log.Info("Proxy-server going away; looking for another while its tunnel serves the open connections", "serverID", t.serverID)
+			a.signalChanged()
+		}
+	}()
 	go func() {
 		defer a.wg.Done()
 		err := t.serve()
@@ -332,10 +339,26 @@ func (a *Agent) remove(t *tunnel) {
 	}
 	a.metrics.tunnels.Set(float64(len(a.tunnels)))
 	a.mu.Unlock()
+	a.signalChanged()
+}
+
+// signalChanged wakes maintain to count the tunnels again.
+func (a *Agent) signalChanged() {
 	select {
 	case a.changed <- struct{}{}:
 	default:
 	}
+}
+
+// heldLocked is the number of proxy-servers held that are not going away; a.mu is held.
+func (a *Agent) heldLocked() int {
+	n := 0
+	for _, t := range a.tunnels {
+		if !t.goingAway.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // drain tells each proxy-server to route no new dials here and waits, up to DrainTimeout, for open connections to

@@ -140,3 +140,38 @@ func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
 	g.Expect(serverA.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
 	g.Expect(serverB.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
 }
+
+// A proxy-server that stops gracefully sends GOAWAY: the agent looks for another server at once, although it held as
+// many as the servers say there are, and the going server's tunnel still serves dials until its stream ends.
+func TestLooksForAnotherServerWhenItsServerGoesAwayAndKeepsServingThroughIt(t *testing.T) {
+	g := NewWithT(t)
+	env := newEnv(t)
+	going := env.srv
+	next := startServer(t, env.pki, "server-b", 1, "")
+	lb := startBalancer(t, func(n int32) string {
+		if n == 1 {
+			return going.agentLis.Addr().String()
+		}
+		return next.agentLis.Addr().String()
+	})
+	opts := env.options(t)
+	opts.ServerAddress = env.behind(lb)
+	a, _ := runAgent(t, opts)
+	waitForTunnel(g, a, 1)
+	g.Consistently(lb.accepted.Load).WithTimeout(200*time.Millisecond).Should(Equal(int32(1)), "one server of one held")
+
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		going.agentSrv.GracefulStop()
+	}()
+	g.Eventually(next.activeStreams).Should(Equal(1), "the agent reached the next server")
+	g.Eventually(a.Tunnels).Should(Equal(2))
+	g.Expect(going.activeStreams()).To(Equal(1), "the going server's stream is still up")
+	g.Expect(going.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"), "and serves a new dial")
+	g.Expect(next.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+
+	going.agentSrv.Stop()
+	<-stopped
+	g.Eventually(a.Tunnels).Should(Equal(1))
+}

@@ -7,8 +7,10 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
@@ -26,8 +28,11 @@ type tunnel struct {
 	serverCount int
 	cc          *grpc.ClientConn
 	stream      agentproto.AgentService_ConnectClient
-	ctx         context.Context
-	cancel      context.CancelFunc
+	// goingAway is set when the proxy-server sent GOAWAY (it shuts down): the stream still serves the connections
+	// open on it, but the server takes no new agent.
+	goingAway atomic.Bool
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	// gRPC streams take one sender at a time.
 	sendMu sync.Mutex
@@ -96,6 +101,16 @@ func (t *tunnel) start() error {
 	}
 	t.stream, t.serverID, t.serverCount = stream, ids[0], count
 	return nil
+}
+
+// watchGoAway marks the tunnel going away when its gRPC connection leaves Ready while the stream is up: that is the
+// proxy-server's GOAWAY, which its graceful stop sends. It returns once marked, or when the tunnel ends.
+func (t *tunnel) watchGoAway() bool {
+	if !t.cc.WaitForStateChange(t.ctx, connectivity.Ready) || t.ctx.Err() != nil {
+		return false
+	}
+	t.goingAway.Store(true)
+	return true
 }
 
 // close ends the stream and the gRPC connection; serve then closes the connections.

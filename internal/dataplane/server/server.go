@@ -313,9 +313,9 @@ func (s *Server) listen() error {
 	return nil
 }
 
-// Run serves until ctx ends, then shuts down: it stops being ready; the user-server drains (bounded by its own drain
-// timeout) while the frontends accept for the lame duck and then stop gracefully within the shutdown timeout; then the
-// agent endpoint stops. It turns Ready after start as awaitPeers decides. user may be nil when the user-server is off.
+// Run serves until ctx ends, then shuts down: it stops being ready and sends the agents GOAWAY; the user-server drains
+// (bounded by its own drain timeout) while the frontends accept for the lame duck and then stop gracefully within the
+// shutdown timeout; then the agents' streams end. It turns Ready after start as awaitPeers decides. user may be nil when the user-server is off.
 // Call it once.
 func (s *Server) Run(ctx context.Context, user UserServer) error {
 	if (user == nil) != (s.opts.UserServerAddr == "") {
@@ -397,6 +397,10 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	defer cancel()
 	bound := s.opts.Clock.AfterFunc(s.opts.ShutdownTimeout, cancel)
 	defer bound.Stop()
+	// GOAWAY tells the agents at once that this server goes: they look for another (a new replica, in a rolling
+	// update) while their streams here keep serving what is open; no new agent is taken. Stop below ends the streams.
+	var agentsTold sync.WaitGroup
+	agentsTold.Go(s.agentEndpoint.GracefulStop)
 	var stopping sync.WaitGroup
 	stopping.Go(func() {
 		// The user-server bounds its own drain; the in-process tunnels it uses stay up until it returns.
@@ -419,6 +423,7 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	stopping.Wait()
 	// Agents reconnect to another replica; nothing is left to drain through them once the frontends are gone.
 	s.agentEndpoint.Stop()
+	agentsTold.Wait()
 	_ = s.health.Shutdown(shutdownCtx)
 	_ = s.admin.Shutdown(shutdownCtx)
 	serving.Wait()

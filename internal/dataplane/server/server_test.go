@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/connectivity"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
@@ -338,20 +339,22 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 }
 
 // After turning unready on shutdown, both frontends still serve new connections for the lame duck, which endpoints
-// and load balancers may send before they notice; then they stop.
+// and load balancers may send before they notice, through the agents, which were told with GOAWAY; then they stop.
 func TestFrontendsServeNewConnectionsForTheLameDuckAfterTurningUnready(t *testing.T) {
 	g := NewWithT(t)
 	const lameDuck = 3 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := startFixture(t, false, nil, func(o *Options) { o.LameDuck, o.ShutdownTimeout, o.Clock = lameDuck, time.Hour, clk })
 	target := httpTarget(t, "c1-apiserver")
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
+	agent, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(f.srv.Ready).Should(BeTrue())
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- f.stop() }()
 	g.Eventually(f.srv.Ready).Should(BeFalse())
+	// GOAWAY: the agent's connection leaves Ready, so a real agent looks for another server; its stream stays.
+	g.Eventually(agent.conn.GetState).ShouldNot(Equal(connectivity.Ready), "the agent was told")
 
 	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL}).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred(), "gRPC frontend during the lame duck")
