@@ -558,6 +558,17 @@ func goExec(cfg *rest.Config, pod string, websocket bool, command ...string) (st
 // and returns the local port and a function that stops the forwarding.
 func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, func()) {
 	GinkgoHelper()
+	local, stop, done := startPortForward(cfg, pod, websocket, port)
+	return local, func() {
+		close(stop)
+		Expect(<-done).To(Succeed(), "port-forward to %s ended", pod)
+	}
+}
+
+// startPortForward starts client-go's port-forward to port of pod and returns the local port, the channel that stops
+// it when closed, and the channel ForwardPorts' result arrives on when it ends.
+func startPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, chan struct{}, <-chan error) {
+	GinkgoHelper()
 	cs := must(kubernetes.NewForConfig(cfg))
 	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(workloadNamespace).Name(pod).SubResource("portforward").URL()
 	var dialer httpstream.Dialer
@@ -581,10 +592,7 @@ func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int,
 		Fail("port-forward to " + pod + " not ready in 30 s")
 	}
 	ports := must(fw.GetPorts())
-	return int(ports[0].Local), func() {
-		close(stop)
-		Expect(<-done).To(Succeed(), "port-forward to %s ended", pod)
-	}
+	return int(ports[0].Local), stop, done
 }
 
 // leaderLease is the manager's leader-election Lease.

@@ -44,15 +44,17 @@ func report(what string, ok int, failures []requestloop.Failure) {
 // proxy-servers' gRPC frontend (pkg/clusterproxy) and HTTP-CONNECT frontend.
 type haLoops struct {
 	requests map[string]*requestloop.Loop
-	// watches follow a namespace on every cluster through every way in: the long-lived streams of the case.
+	// watches follow a namespace on every cluster through every way in, and streams exec into, follow the log of and
+	// port-forward to the probe pod through the user-server and the gRPC frontend: the long-lived streams of the case.
 	watches map[string]streamWatch
+	streams map[string][]*longStream
 }
 
 // startHALoops starts a loop every 100 ms per cluster and way in, and waits for each to answer.
 func startHALoops() haLoops {
 	GinkgoHelper()
 	p := proxies()
-	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]streamWatch{}}
+	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]streamWatch{}, streams: map[string][]*longStream{}}
 	for _, cluster := range clusterNames() {
 		setStreamMark(cluster, "start")
 		base := rest.CopyConfig(managedConfig(cluster))
@@ -67,6 +69,9 @@ func startHALoops() haLoops {
 			DeferCleanup(func() { l.Stop() })
 			loops.requests[name] = l
 			loops.watches[name] = startStreamWatch(cluster, cfg)
+			if way != "HTTP-CONNECT frontend" { // client-go's upgrade transports use cfg.Proxy, which that way has not
+				loops.streams[name] = startLongStreams(cluster, cfg)
+			}
 		}
 	}
 	for name, l := range loops.requests {
@@ -78,8 +83,9 @@ func startHALoops() haLoops {
 // stop lets every loop answer a few more requests, stops them, reports their counts and returns the failed requests
 // by loop.
 //
-// Each watch must then either have ended with an error or deliver a change made to its namespace now: a stream whose
-// proxy-server went away ends, it never hangs. How many ended is reported.
+// Each watch must then either have ended or deliver a change made to its namespace now, and each exec, followed log
+// and port-forward must have ended or carry a new mark: a stream whose proxy-server went away ends, it never hangs.
+// How many ended, of each kind, is reported with the errors they ended with.
 func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 	GinkgoHelper()
 	for name, l := range loops.requests {
@@ -101,6 +107,21 @@ func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 		w.w.Stop()
 	}
 	AddReportEntry("watches "+what+" that ended (the others delivered a later change)", fmt.Sprintf("%d of %d", ended, len(loops.watches)))
+	endedOf, all := map[string]int{}, map[string]int{}
+	for name, streams := range loops.streams {
+		for _, st := range streams {
+			all[st.kind]++
+			Eventually(func() bool { done, _ := st.ended(); return done || st.answers(mark) }).WithTimeout(time.Minute).
+				Should(BeTrue(), "%s: the %s stream neither ended nor carried a new mark", name, st.kind)
+			if done, why := st.ended(); done {
+				endedOf[st.kind]++
+				GinkgoWriter.Printf("    %s: the %s stream ended: %s\n", name, st.kind, why)
+			}
+		}
+	}
+	for kind, n := range all {
+		AddReportEntry(kind+" streams "+what+" that ended (the others carried a later mark)", fmt.Sprintf("%d of %d", endedOf[kind], n))
+	}
 	failed := map[string][]requestloop.Failure{}
 	for name, l := range loops.requests {
 		ok, failures := l.Stop()

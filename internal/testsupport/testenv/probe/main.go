@@ -1,10 +1,12 @@
 // Command probe is the workload of the tests on real clusters, run in a pod (testenv.ProbeImage): it serves GET
 // /healthz, GET /resolve?name=N (a lookup through the pod's DNS), GET /dial?addr=A (a TCP dial from the pod's
-// network), and logs each request ("GET /healthz" first). 'probe echo WORDS' prints WORDS and exits, for kubectl exec.
+// network), and logs each request ("GET /healthz" first). 'probe echo WORDS' prints WORDS and exits, and 'probe cat'
+// copies its input to its output until the input ends, for kubectl exec.
 package main
 
 import (
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -16,6 +18,12 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "echo" {
 		fmt.Println(strings.Join(os.Args[2:], " "))
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "cat" {
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+			log.Fatal(err)
+		}
 		return
 	}
 	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
