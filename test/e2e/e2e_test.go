@@ -776,10 +776,34 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).To(HaveLen(1))
 		}).Should(Succeed())
 		Expect(podUIDs(sys.HubClient, localsystem.Namespace, managerLabels)).NotTo(ContainElements(manager), "a new manager pod")
-		// The old manager gives the Lease up as it exits; the new one, already running, takes it on its next try.
-		handover := leases.handover()
+		// The old manager gives the Lease up as it exits, its controllers stopped; the new one, already running,
+		// takes it on its next try. What changes meanwhile, which no manager sees as it happens, the new leader puts
+		// right: here, deleted objects the manager keeps.
+		Eventually(leases.released).WithPolling(20 * time.Millisecond).Should(BeTrue())
+		profile := &corev1.ConfigMap{}
+		profileKey := types(localsystem.Namespace, render.TLSProfileConfigMapName(&proxyv1alpha1.ManagedProxyConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}))
+		Expect(sys.HubClient.Get(ctx(), profileKey, profile)).To(Succeed())
+		Expect(sys.HubClient.Delete(ctx(), profile)).To(Succeed())
+		for _, cluster := range clusterNames() {
+			Expect(sys.HubClient.Delete(ctx(), &proxyv1alpha1.ClusterProxyStatus{ObjectMeta: metav1.ObjectMeta{
+				Namespace: cluster, Name: proxyv1alpha1.AddonName}})).To(Succeed())
+		}
+		deleted := time.Now()
+		handover, acquired := leases.handover()
 		AddReportEntry("manager leadership handover (the old manager's release to the new one's acquisition)", handover.String())
 		Expect(handover).To(BeNumerically("<=", 3*time.Second))
+		// The pods run on this machine, so their clock is this one's (the acquisition is stamped to the microsecond).
+		AddReportEntry("objects deleted before the new leader acquired the Lease", fmt.Sprintf("%t (%s before)", deleted.Before(acquired),
+			acquired.Sub(deleted).Round(time.Millisecond)))
+		Eventually(func(g Gomega) {
+			back := &corev1.ConfigMap{}
+			g.Expect(sys.HubClient.Get(ctx(), profileKey, back)).To(Succeed())
+			g.Expect(back.Data).To(Equal(profile.Data))
+			for _, cluster := range clusterNames() {
+				g.Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), &proxyv1alpha1.ClusterProxyStatus{})).To(Succeed())
+			}
+		}).Should(Succeed(), "the new leader puts back what was deleted during the handover")
 		expectEveryClusterAvailable()
 		Consistently(func(g Gomega) {
 			g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(ConsistOf(servers), "the proxy-server pods stay")

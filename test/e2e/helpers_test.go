@@ -641,12 +641,22 @@ func watchLeaderLease() leaseWatch {
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", leaderLease).String()})))}
 }
 
-// handover waits for a release of the Lease (no holder) followed by an acquisition, and returns the time between
-// them as the two managers stamped them: the release's renewTime and the acquisition's acquireTime. Both managers run
-// on the hub's one node, so the two stamps come from one clock.
-func (l leaseWatch) handover() time.Duration {
+// released reports whether the watch saw the Lease without a holder: the old manager gave it up.
+func (l leaseWatch) released() bool {
+	objs, _ := l.snapshot()
+	return slices.ContainsFunc(objs, func(o runtime.Object) bool {
+		lease, ok := o.(*coordinationv1.Lease)
+		return ok && ptr.Deref(lease.Spec.HolderIdentity, "") == ""
+	})
+}
+
+// handover waits for a release of the Lease (no holder) followed by an acquisition. It returns the time between them
+// as the two managers stamped them (the release's renewTime and the acquisition's acquireTime; both managers run on
+// the hub's one node, so the two stamps come from one clock), and the acquisition's time.
+func (l leaseWatch) handover() (time.Duration, time.Time) {
 	GinkgoHelper()
 	var d time.Duration
+	var acquired time.Time
 	Eventually(func(g Gomega) {
 		objs, _ := l.snapshot()
 		var released *metav1.MicroTime
@@ -661,12 +671,12 @@ func (l leaseWatch) handover() time.Duration {
 			case holder == "" && released == nil:
 				released = r.RenewTime
 			case holder != "" && released != nil && r.AcquireTime != nil:
-				d = r.AcquireTime.Sub(released.Time)
+				d, acquired = r.AcquireTime.Sub(released.Time), r.AcquireTime.Time
 				return
 			}
 		}
 		g.Expect(released).NotTo(BeNil(), "the old manager released the Lease")
 		g.Expect("no acquisition").To(Equal("an acquisition after the release"))
 	}).Should(Succeed())
-	return d
+	return d, acquired
 }
