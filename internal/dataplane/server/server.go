@@ -458,7 +458,8 @@ func gracefulStop(ctx context.Context, g *grpc.Server) {
 	}
 }
 
-// Ready reports whether the listeners are up and the user-server, if any, is ready.
+// Ready reports whether the listeners are up, the peer wait is over (awaitPeers) and the user-server, if any, is
+// ready.
 func (s *Server) Ready() bool {
 	if !s.ready.Load() {
 		return false
