@@ -125,7 +125,9 @@ func startExecStream(cfg *rest.Config, pod string) *longStream {
 		sent.do(mark, func() { _, _ = fmt.Fprintln(input, "mark "+mark) })
 		return out.contains("mark " + mark + "\n")
 	}}
-	go func() { s.end(executor.StreamWithContext(c, remotecommand.StreamOptions{Stdin: in, Stdout: out, Stderr: out})) }()
+	go func() {
+		s.end(executor.StreamWithContext(c, remotecommand.StreamOptions{Stdin: in, Stdout: out, Stderr: out}))
+	}()
 	return s
 }
 

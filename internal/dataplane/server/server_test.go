@@ -370,7 +370,7 @@ func TestFrontendsServeNewConnectionsForTheLameDuckAfterTurningUnready(t *testin
 		clk.Step(time.Second)
 		stepped += time.Second
 		return len(stopped) > 0
-	}).WithTimeout(10*time.Second).Should(BeTrue())
+	}).WithTimeout(10 * time.Second).Should(BeTrue())
 	g.Expect(<-stopped).To(Succeed())
 	g.Expect(stepped).To(BeNumerically("<", time.Hour), "it stopped after the lame duck, not at the shutdown bound")
 	_, err = net.Dial("tcp", f.addrs.Frontend)
