@@ -92,7 +92,8 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 				volumeConfigMaps = append(volumeConfigMaps, v.ConfigMap.Name)
 			}
 		}
-		Expect(volumeSecrets).To(ConsistOf("proxy-server-ca", "proxy-server", "agent-server", "cluster-proxy-user-serving-cert"))
+		// proxy-client: the certificate a new replica asks its peers with.
+		Expect(volumeSecrets).To(ConsistOf("proxy-server-ca", "proxy-server", "agent-server", "cluster-proxy-user-serving-cert", "proxy-client"))
 		Expect(volumeConfigMaps).To(ConsistOf(mpc.Name + "-tls-profile"))
 
 		bundle := get(g, &corev1.Secret{}, ns, "proxy-server-ca")
