@@ -65,6 +65,10 @@ type config struct {
 	serviceCAFile       string
 	oidc                oidcFlags
 	verbosity           int
+	portForward         struct {
+		namespace, selector string
+		port                int
+	}
 }
 
 // appendTo is the Set of a flag that may be given several times.
@@ -120,6 +124,10 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
 	fs.StringVar(&c.serviceCAFile, "service-ca-file", "", "PEM CAs the service-proxy trusts for https services besides the system roots; "+
 		"re-read when it changes, and may be absent (an optional ConfigMap volume)")
+	fs.StringVar(&c.portForward.namespace, "port-forward-namespace", "", "namespace of the proxy-server pods on the hub; set, the "+
+		"agent reaches them by port-forward through the hub kube-apiserver (entrypoint PortForward, needs --hub-kubeconfig)")
+	fs.StringVar(&c.portForward.selector, "port-forward-selector", "", "label selector of the proxy-server pods")
+	fs.IntVar(&c.portForward.port, "port-forward-port", 8091, "agent port of the proxy-server pods")
 	c.oidc.bind(fs)
 	// -v is also a service-proxy flag (ManagedProxyConfiguration spec.proxyAgent.additionalServiceProxyArgs).
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
@@ -197,6 +205,23 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		}
 	}
 
+	var serverDial func(context.Context, string) (net.Conn, error)
+	if c.portForward.namespace != "" {
+		if c.hubKubeconfig == "" || c.portForward.selector == "" {
+			return errors.New("--port-forward-namespace needs --hub-kubeconfig and --port-forward-selector")
+		}
+		serverDial = (&agent.PortForward{
+			Config: func() (*rest.Config, error) {
+				cfg, err := hubConfig(c.hubKubeconfig, resolver, proxy, logr.Discard())
+				if err == nil && cfg == nil {
+					err = fmt.Errorf("no hub kubeconfig at %s yet", c.hubKubeconfig)
+				}
+				return cfg, err
+			},
+			Namespace: c.portForward.namespace, Selector: c.portForward.selector, Port: c.portForward.port,
+		}).DialContext
+	}
+
 	a, err := agent.New(agent.Options{
 		ServerAddress:    net.JoinHostPort(c.serverHost, strconv.Itoa(c.serverPort)),
 		AgentID:          c.agentID,
@@ -204,6 +229,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		TLS:              source,
 		Proxy:            proxy,
 		Dial:             resolver.DialContext,
+		ServerDial:       serverDial,
 		KubeAPIServer:    kubeAddress,
 		ServiceProxy:     services,
 		ServiceProxyPort: c.serviceProxyPort,
@@ -250,7 +276,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 	log.Info("Starting the proxy-agent", "cluster", c.clusterName, "agentID", c.agentID,
 		"proxyServer", net.JoinHostPort(c.serverHost, strconv.Itoa(c.serverPort)), "kubeAPIServer", kubeAddress,
 		"forwardProxy", proxy != nil, "serviceProxyPort", c.serviceProxyPort, "allowedServices", len(allowed),
-		"serviceCAFile", c.serviceCAFile)
+		"serviceCAFile", c.serviceCAFile, "portForwardNamespace", c.portForward.namespace)
 	err = a.Run(ctx)
 	log.Info("Stopped")
 	return err

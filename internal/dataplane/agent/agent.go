@@ -59,6 +59,9 @@ type Options struct {
 	// Dial opens every network connection the agent makes (the proxy-server or forward proxy, the kube-apiserver);
 	// nil is a plain net.Dialer. --resolve overrides belong here.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ServerDial, when set, opens the connections to the proxy-server instead of Proxy and Dial (the PortForward
+	// entrypoint: PortForward.DialContext); ServerAddress still names the certificate to verify.
+	ServerDial func(ctx context.Context, addr string) (net.Conn, error)
 	// KubeAPIServer is the managed kube-apiserver, host:port.
 	KubeAPIServer string
 	// ServiceProxy serves ServiceProxyPort in process; nil or a zero port turns the port off.

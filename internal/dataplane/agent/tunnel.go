@@ -50,9 +50,13 @@ type pendingDial struct{ cancel context.CancelFunc }
 // the stream lives until parent ends or the tunnel is closed.
 func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 	host, _, _ := net.SplitHostPort(a.opts.ServerAddress)
+	dial := a.dialer.DialContext
+	if a.opts.ServerDial != nil {
+		dial = a.opts.ServerDial
+	}
 	cc, err := grpc.NewClient("passthrough:///"+a.opts.ServerAddress,
 		grpc.WithTransportCredentials(credentials.NewTLS(a.opts.TLS.ClientConfig(host))),
-		grpc.WithContextDialer(a.dialer.DialContext),
+		grpc.WithContextDialer(dial),
 		grpc.WithNoProxy(),
 		grpc.WithUserAgent("cluster-proxy-agent"),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
