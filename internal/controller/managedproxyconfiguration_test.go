@@ -169,7 +169,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}}))
 		binding := get(Default, &rbacv1.RoleBinding{}, ns, "cluster-proxy-addon-agent:portforward")
-		Expect(binding.Subjects).To(ConsistOf(HaveField("Name", "open-cluster-management:cluster-proxy")))
+		Expect(binding.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")), "the group of every agent's hub identity")
 
 		By("switching to Hostname, the port-forward RBAC goes away")
 		Eventually(func(g Gomega) {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -291,6 +292,12 @@ func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string 
 		"--hub-kubeconfig=" + hubConfigMount + "/kubeconfig",
 		"--health-server-port=" + strconv.Itoa(contract.AgentHealthPort),
 		"--lease-namespace=" + ns,
+	}
+	if EntrypointType(in.MPC) == proxyv1alpha1.EntryPointTypePortForward {
+		args = append(args,
+			"--port-forward-namespace="+contract.Namespace(in.MPC),
+			"--port-forward-selector="+labels.SelectorFromSet(serverPodLabels(in.MPC)).String(),
+			"--port-forward-port="+strconv.Itoa(int(contract.PortsOf(in.MPC).AgentServer)))
 	}
 	if ServiceProxyEnabled(in.MPC) {
 		args = append(args, "--service-proxy-port="+strconv.Itoa(contract.ServiceProxyPort))

@@ -23,6 +23,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 )
 
@@ -913,4 +914,21 @@ func TestAgentDeploymentLabelsAreThoseOfTheRenderedDeployment(t *testing.T) {
 	g.Expect(d.Labels).To(Equal(AgentDeploymentLabels()))
 	g.Expect(d.Spec.Selector.MatchLabels).To(Equal(AgentDeploymentLabels()), "the launcher's selector finds it")
 	g.Expect(d.Spec.Template.Labels).To(Equal(AgentDeploymentLabels()))
+}
+
+func TestAgentsOfThePortForwardEntrypointDialTheProxyServerPodsByPortForward(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil) // no entrypoint: PortForward
+	m.Spec.ProxyServer.Namespace = "hub"
+	args := AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.AgentVariables{})
+	g.Expect(args).To(ContainElements("--proxy-server-host=127.0.0.1", "--port-forward-namespace=hub",
+		"--port-forward-selector="+proxyv1alpha1.ComponentLabel+"=proxy-server,"+ConfigurationLabel+"=cluster-proxy",
+		"--port-forward-port=8091"))
+	_, binding := PortForwardRBAC(m)
+	g.Expect(binding.Subjects).To(ConsistOf(HaveField("Name", csrreview.AllAgentsGroup)), "the group the agents' hub identities carry")
+
+	m.Spec.ProxyServer.Entrypoint = &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{
+		Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}}
+	args = AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.AgentVariables{})
+	g.Expect(args).NotTo(ContainElement(HavePrefix("--port-forward")))
 }

@@ -37,8 +37,6 @@ const (
 	ServerServiceAccountName = "cluster-proxy"
 	// PortForwardRoleName lets agents port-forward to proxy-server pods (PortForward entrypoint only).
 	PortForwardRoleName = "cluster-proxy-addon-agent:portforward"
-	// AgentGroup is the hub group of every proxy agent's hub identity.
-	AgentGroup = "open-cluster-management:cluster-proxy"
 
 	serverContainerName = "proxy-server"
 	serverCAMount       = "/etc/server-ca-pki"
@@ -111,8 +109,9 @@ func ServerServiceAccount(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.
 	}
 }
 
-// PortForwardRBAC lets agents (hub group AgentGroup) open port-forwards to proxy-server pods; only the
-// PortForward entrypoint needs it, and it grants nothing else.
+// PortForwardRBAC lets agents (the hub group every agent's add-on identity carries, csrreview.AllAgentsGroup) find
+// proxy-server pods and open port-forwards to them; only the PortForward entrypoint needs it, and it grants nothing
+// else.
 func PortForwardRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) (*rbacv1.Role, *rbacv1.RoleBinding) {
 	ns := contract.Namespace(mpc)
 	role := &rbacv1.Role{
@@ -125,7 +124,7 @@ func PortForwardRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) (*rbacv1.Role
 	binding := &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: PortForwardRoleName},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AgentGroup}},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: csrreview.AllAgentsGroup}},
 	}
 	return role, binding
 }
