@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -481,6 +482,52 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			AddReportEntry("deleted agent pod replaced and connected to every replica", time.Since(deleted).Round(10*time.Millisecond).String())
 			Expect(loops.stop("while an agent pod was deleted")).To(BeEmpty())
 		})
+	})
+
+	// The CRD's default entrypoint, and the chart's without an address: the managed clusters need no route to the
+	// proxy-servers, only to the hub's kube-apiserver (cluster1 through its forward proxy).
+	It("connects every agent to every replica by port-forward through the hub kube-apiserver with the PortForward entrypoint", func() {
+		upgrade := func(entrypointType string) {
+			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+				"--reuse-values", "--set", "proxyServer.entrypointType="+entrypointType))
+		}
+		upgrade("PortForward")
+		DeferCleanup(func() {
+			upgrade("")
+			expectAgentsOnEveryReplica(3)
+			expectEveryClusterAvailable()
+		})
+		Eventually(func(g Gomega) {
+			answers, err := sys.ReplicaAgents(ctx())
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(answers).To(HaveLen(3))
+			for _, cluster := range clusterNames() {
+				d := agentDeployment(g, cluster)
+				g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--proxy-server-host=127.0.0.1",
+					"--port-forward-namespace="+localsystem.Namespace), cluster)
+				pods := &corev1.PodList{}
+				g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
+				var names []string
+				for _, p := range pods.Items {
+					if p.DeletionTimestamp == nil && slices.Contains(p.Spec.Containers[0].Args, "--proxy-server-host=127.0.0.1") {
+						names = append(names, p.Name)
+					}
+				}
+				g.Expect(names).To(HaveLen(3), cluster)
+				// Nothing listens on 127.0.0.1 in an agent pod: these agents reached the replicas by port-forward.
+				for replica, agents := range answers {
+					g.Expect(agents[cluster]).To(ConsistOf(names), "replica %s: the agents of %s", replica, cluster)
+				}
+			}
+		}).WithTimeout(5 * time.Minute).Should(Succeed())
+		expectEveryClusterAvailable()
+		for _, cluster := range clusterNames() {
+			rc := must(kubernetes.NewForConfig(userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))))).Discovery().RESTClient()
+			for i := range 20 {
+				_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx())
+				Expect(err).NotTo(HaveOccurred(), "%s request %d", cluster, i+1)
+			}
+		}
 	})
 
 	It("reports a bad proxy URL by its field and keeps the running agent", func() {
