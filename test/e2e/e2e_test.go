@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -494,32 +493,11 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		upgrade("PortForward")
 		DeferCleanup(func() {
 			upgrade("")
-			expectAgentsOnEveryReplica(3)
+			expectAgentsRolledOutWith("--proxy-server-host=" + localsystem.EntrypointHost)
 			expectEveryClusterAvailable()
 		})
-		Eventually(func(g Gomega) {
-			answers, err := sys.ReplicaAgents(ctx())
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(answers).To(HaveLen(3))
-			for _, cluster := range clusterNames() {
-				d := agentDeployment(g, cluster)
-				g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--proxy-server-host=127.0.0.1",
-					"--port-forward-namespace="+localsystem.Namespace), cluster)
-				pods := &corev1.PodList{}
-				g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
-				var names []string
-				for _, p := range pods.Items {
-					if p.DeletionTimestamp == nil && slices.Contains(p.Spec.Containers[0].Args, "--proxy-server-host=127.0.0.1") {
-						names = append(names, p.Name)
-					}
-				}
-				g.Expect(names).To(HaveLen(3), cluster)
-				// Nothing listens on 127.0.0.1 in an agent pod: these agents reached the replicas by port-forward.
-				for replica, agents := range answers {
-					g.Expect(agents[cluster]).To(ConsistOf(names), "replica %s: the agents of %s", replica, cluster)
-				}
-			}
-		}).WithTimeout(5 * time.Minute).Should(Succeed())
+		// Nothing listens on 127.0.0.1 in an agent pod: these agents reach the replicas by port-forward.
+		expectAgentsRolledOutWith("--proxy-server-host=127.0.0.1", "--port-forward-namespace="+localsystem.Namespace)
 		expectEveryClusterAvailable()
 		for _, cluster := range clusterNames() {
 			rc := must(kubernetes.NewForConfig(userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))))).Discovery().RESTClient()

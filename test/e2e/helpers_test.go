@@ -301,6 +301,31 @@ func expectAgentsOnEveryReplica(replicas int) {
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
 
+// expectAgentsRolledOutWith waits until every cluster runs 3 agent pods, none of them going away, each started with
+// every one of args, and every proxy-server replica holds exactly those pods' agents.
+func expectAgentsRolledOutWith(args ...string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		answers, err := sys.ReplicaAgents(ctx())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(answers).To(HaveLen(3))
+		for _, cluster := range clusterNames() {
+			pods := &corev1.PodList{}
+			g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
+			var names []string
+			for _, p := range pods.Items {
+				g.Expect(p.DeletionTimestamp).To(BeNil(), "%s: agent pod %s is going away", cluster, p.Name)
+				g.Expect(p.Spec.Containers[0].Args).To(ContainElements(args), "%s: agent pod %s", cluster, p.Name)
+				names = append(names, p.Name)
+			}
+			g.Expect(names).To(HaveLen(3), cluster)
+			for replica, agents := range answers {
+				g.Expect(agents[cluster]).To(ConsistOf(names), "replica %s: the agents of %s", replica, cluster)
+			}
+		}
+	}).WithTimeout(5 * time.Minute).Should(Succeed())
+}
+
 // portForward runs kubectl port-forward to target's port for the rest of the spec (or suite) and returns the local
 // port.
 func portForward(kubeconfig string, env []string, namespace, target string, port int32) (int, error) {
