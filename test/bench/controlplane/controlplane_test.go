@@ -28,6 +28,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -37,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
@@ -106,12 +108,13 @@ func TestControlPlaneScale(t *testing.T) {
 	})
 
 	t.Logf("registering %d managed clusters", n)
+	caPEM := clusterCABundle(t)
 	parallel(t, n, func(i int) error {
 		name := fmt.Sprintf("cluster-%05d", i)
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			return err
 		}
-		return c.Create(ctx, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true}})
+		return registerCluster(ctx, c, name, caPEM)
 	})
 	waitQuiet(t, metricsAddr)
 	before := scrape(t, metricsAddr)
@@ -629,4 +632,50 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// clusterCABundle is the PEM of a CA certificate, as a klusterlet puts its cluster's CA in its ManagedCluster.
+func clusterCABundle(t *testing.T) []byte {
+	ca, err := certs.NewCA("managed-cluster-ca", time.Hour, time.Now())
+	must(t, err)
+	return certs.EncodeBundle(ca.Cert)
+}
+
+// registerCluster creates a ManagedCluster as a joined klusterlet leaves it: accepted, its kube-apiserver's URL and CA
+// bundle in the spec, and a status with the conditions, capacity, version and claims the klusterlet reports.
+func registerCluster(ctx context.Context, c client.Client, name string, caPEM []byte) error {
+	mc := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"cluster.open-cluster-management.io/clusterset": "default", "name": name, "vendor": "Kubernetes", "cloud": "Other",
+	}}, Spec: clusterv1.ManagedClusterSpec{
+		HubAcceptsClient: true, LeaseDurationSeconds: 60,
+		ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://" + name + ".example.com:6443", CABundle: caPEM}},
+	}}
+	if err := c.Create(ctx, mc); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	condition := func(t, reason, message string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: now}
+	}
+	mc.Status = clusterv1.ManagedClusterStatus{
+		Conditions: []metav1.Condition{
+			condition(clusterv1.ManagedClusterConditionHubAccepted, "HubClusterAdminAccepted", "Accepted by hub cluster admin"),
+			condition(clusterv1.ManagedClusterConditionJoined, "ManagedClusterJoined", "Managed cluster joined"),
+			condition(clusterv1.ManagedClusterConditionAvailable, "ManagedClusterAvailable", "Managed cluster is available"),
+			condition("ManagedClusterConditionClockSynced", "ManagedClusterClockSynced", "The clock of the managed cluster is synced with the hub."),
+		},
+		Capacity: clusterv1.ResourceList{
+			clusterv1.ResourceCPU: resource.MustParse("16"), clusterv1.ResourceMemory: resource.MustParse("64Gi"),
+		},
+		Allocatable: clusterv1.ResourceList{
+			clusterv1.ResourceCPU: resource.MustParse("15500m"), clusterv1.ResourceMemory: resource.MustParse("62Gi"),
+		},
+		Version: clusterv1.ManagedClusterVersion{Kubernetes: "v1.36.3"},
+		ClusterClaims: []clusterv1.ManagedClusterClaim{
+			{Name: "id.k8s.io", Value: name}, {Name: "kubeversion.open-cluster-management.io", Value: "v1.36.3"},
+			{Name: "platform.open-cluster-management.io", Value: "Other"}, {Name: "product.open-cluster-management.io", Value: "Kubernetes"},
+			{Name: "region.open-cluster-management.io", Value: "eu-west-1"}, {Name: "consoleurl.cluster.open-cluster-management.io", Value: "https://console." + name + ".example.com"},
+		},
+	}
+	return c.Status().Update(ctx, mc)
 }
