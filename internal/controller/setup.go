@@ -81,6 +81,7 @@ func CacheOptions() cache.Options {
 		// asks every replica.
 		&discoveryv1.EndpointSlice{}: owned,
 		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: clusteragent.TrimCachedWork},
+		&clusterv1.ManagedCluster{}:  {Transform: clusteragent.TrimCachedCluster},
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},

@@ -295,6 +295,20 @@ func (r *Reconciler) allAddOns(ctx context.Context, _ client.Object) []reconcile
 	return index.Requests(ctx, r.Client, &addonv1alpha1.ManagedClusterAddOnList{})
 }
 
+// TrimCachedCluster is the cache transform of ManagedClusters: the manager reads of a cluster from its cache only its
+// metadata (that it exists, its deletion, its annotations and labels). Its spec (the client configs with their CA
+// bundles) and its status (conditions, capacity, version, claims, which the klusterlet keeps rewriting) are most of
+// the object and are dropped, with its managed fields. The one read that needs the spec, the CSR approval's
+// hubAcceptsClient, goes to the API server.
+func TrimCachedCluster(obj any) (any, error) {
+	if cluster, ok := obj.(*clusterv1.ManagedCluster); ok {
+		cluster.ManagedFields = nil
+		cluster.Spec = clusterv1.ManagedClusterSpec{}
+		cluster.Status = clusterv1.ManagedClusterStatus{}
+	}
+	return obj, nil
+}
+
 // TrimCachedWork is the cache transform of ManifestWorks: it drops the rendered manifests, the bulk of a work, which
 // the reconciler never reads (apply.EnsureReplaced compares the rendered hash), and the operator's own managed
 // fields. At 1,000 clusters that is most of the manager's memory.
