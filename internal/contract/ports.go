@@ -47,6 +47,12 @@ func ServiceName(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
 	return "proxy-entrypoint"
 }
 
+// ServiceHost is the in-cluster name of the proxy servers' Service, <service>.<namespace>.svc: their frontends' and
+// HTTP-CONNECT listener's host.
+func ServiceHost(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	return ServiceName(mpc) + "." + Namespace(mpc) + ".svc"
+}
+
 // UserServerAddress is the in-cluster host:port of the user-server Service; a cluster's URL is
 // https://<address>/<cluster>.
 func UserServerAddress(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {

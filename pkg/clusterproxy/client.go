@@ -82,7 +82,7 @@ type Addresses struct {
 // AddressesOf are the addresses of mpc's proxy-servers and user-server.
 func AddressesOf(mpc *proxyv1alpha1.ManagedProxyConfiguration) Addresses {
 	ns, ports := contract.Namespace(mpc), contract.PortsOf(mpc)
-	host := contract.ServiceName(mpc) + "." + ns + ".svc"
+	host := contract.ServiceHost(mpc)
 	return Addresses{
 		Namespace:   ns,
 		Frontend:    net.JoinHostPort(host, strconv.Itoa(int(ports.ProxyServer))),

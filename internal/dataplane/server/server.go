@@ -315,8 +315,8 @@ func (s *Server) listen() error {
 
 // Run serves until ctx ends, then shuts down: it stops being ready and sends the agents GOAWAY; the user-server drains
 // (bounded by its own drain timeout) while the frontends accept for the lame duck and then stop gracefully within the
-// shutdown timeout; then the agents' streams end. It turns Ready after start as awaitPeers decides. user may be nil when the user-server is off.
-// Call it once.
+// shutdown timeout; then the agents' streams end. It turns Ready after start as awaitPeers decides. user may be nil
+// when the user-server is off. Call it once.
 func (s *Server) Run(ctx context.Context, user UserServer) error {
 	if (user == nil) != (s.opts.UserServerAddr == "") {
 		return errors.New("a user-server needs a user-server address and the other way round")

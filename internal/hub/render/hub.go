@@ -231,7 +231,7 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	}
 	if peerWait(mpc) {
 		args = append(args,
-			fmt.Sprintf("--peer-address=%s.%s.svc:%d", contract.ServiceName(mpc), contract.Namespace(mpc), p.HTTPConnectServer),
+			"--peer-address="+net.JoinHostPort(contract.ServiceHost(mpc), strconv.Itoa(int(p.HTTPConnectServer))),
 			"--peer-cert="+proxyClientMount+"/tls.crt",
 			"--peer-key="+proxyClientMount+"/tls.key",
 		)

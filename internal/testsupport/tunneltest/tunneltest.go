@@ -87,7 +87,7 @@ func Start(t testing.TB, namespace string) *Hub {
 			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "example.com/cluster-proxy:test"},
 		},
 	}
-	svc := contract.ServiceName(h.MPC) + "." + namespace + ".svc"
+	svc := contract.ServiceHost(h.MPC)
 	serving := certs.LeafSpec{CommonName: "proxy-server", DNSNames: []string{svc, "localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}
 	serverCert, serverKey := h.issue(t, "proxy-server", serving)
