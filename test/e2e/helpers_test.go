@@ -623,36 +623,33 @@ func startPortForward(cfg *rest.Config, pod string, websocket bool, port int) (i
 // leaderLease is the manager's leader-election Lease.
 const leaderLease = "cluster-proxy-addon-manager.proxy.open-cluster-management.io"
 
-// watchRecord keeps every object a watch delivers, in order, and whether the watch has ended.
+// watchRecord keeps every object a watch delivers, in order; done is closed when the watch ends.
 type watchRecord struct {
-	w    watch.Interface
 	mu   sync.Mutex
 	objs []runtime.Object
-	done bool
+	done chan struct{}
 }
 
 // recordWatch records w until it ends or the spec does.
 func recordWatch(w watch.Interface) *watchRecord {
-	r := &watchRecord{w: w}
+	r := &watchRecord{done: make(chan struct{})}
 	DeferCleanup(w.Stop)
 	go func() {
+		defer close(r.done)
 		for ev := range w.ResultChan() {
 			r.mu.Lock()
 			r.objs = append(r.objs, ev.Object)
 			r.mu.Unlock()
 		}
-		r.mu.Lock()
-		r.done = true
-		r.mu.Unlock()
 	}()
 	return r
 }
 
-// snapshot is what the watch delivered so far, and whether it has ended.
-func (r *watchRecord) snapshot() ([]runtime.Object, bool) {
+// objects is what the watch delivered so far.
+func (r *watchRecord) objects() []runtime.Object {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.objs), r.done
+	return slices.Clone(r.objs)
 }
 
 // leaseWatch records the versions of the manager's leader-election Lease from when it was started.
@@ -668,7 +665,7 @@ func watchLeaderLease() leaseWatch {
 
 // released reports whether the watch saw the Lease without a holder: the old manager gave it up.
 func (l leaseWatch) released() bool {
-	objs, _ := l.snapshot()
+	objs := l.objects()
 	return slices.ContainsFunc(objs, func(o runtime.Object) bool {
 		lease, ok := o.(*coordinationv1.Lease)
 		return ok && ptr.Deref(lease.Spec.HolderIdentity, "") == ""
@@ -683,7 +680,7 @@ func (l leaseWatch) handover() (time.Duration, time.Time) {
 	var d time.Duration
 	var acquired time.Time
 	Eventually(func(g Gomega) {
-		objs, _ := l.snapshot()
+		objs := l.objects()
 		var released *metav1.MicroTime
 		for _, obj := range objs {
 			lease, ok := obj.(*coordinationv1.Lease)

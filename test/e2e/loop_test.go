@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -44,9 +45,9 @@ func report(what string, ok int, failures []requestloop.Failure) {
 // proxy-servers' gRPC frontend (pkg/clusterproxy) and HTTP-CONNECT frontend.
 type haLoops struct {
 	requests map[string]*requestloop.Loop
-	// watches follow a namespace on every cluster through every way in, and streams exec into, follow the log of and
-	// port-forward to the probe pod through the user-server and the gRPC frontend: the long-lived streams of the case.
-	watches map[string]streamWatch
+	// streams are the long-lived streams of the case, by way in: a watch of a namespace on every cluster through every
+	// way in, and an exec into, a followed log of and a port-forward to the probe pod through the user-server and the
+	// gRPC frontend.
 	streams map[string][]*longStream
 }
 
@@ -54,7 +55,7 @@ type haLoops struct {
 func startHALoops() haLoops {
 	GinkgoHelper()
 	p := proxies()
-	loops := haLoops{requests: map[string]*requestloop.Loop{}, watches: map[string]streamWatch{}, streams: map[string][]*longStream{}}
+	loops := haLoops{requests: map[string]*requestloop.Loop{}, streams: map[string][]*longStream{}}
 	for _, cluster := range clusterNames() {
 		setStreamMark(cluster, "start")
 		base := rest.CopyConfig(managedConfig(cluster))
@@ -68,9 +69,9 @@ func startHALoops() haLoops {
 			l := must(requestloop.Start(cfg, 100*time.Millisecond))
 			DeferCleanup(func() { l.Stop() })
 			loops.requests[name] = l
-			loops.watches[name] = startStreamWatch(cluster, cfg)
+			loops.streams[name] = []*longStream{startWatchStream(cfg)}
 			if way != "HTTP-CONNECT frontend" { // client-go's upgrade transports use cfg.Proxy, which that way has not
-				loops.streams[name] = startLongStreams(cluster, cfg)
+				loops.streams[name] = append(loops.streams[name], startLongStreams(cluster, cfg)...)
 			}
 		}
 	}
@@ -83,9 +84,9 @@ func startHALoops() haLoops {
 // stop lets every loop answer a few more requests, stops them, reports their counts and returns the failed requests
 // by loop.
 //
-// Each watch must then either have ended or deliver a change made to its namespace now, and each exec, followed log
-// and port-forward must have ended or carry a new mark: a stream whose proxy-server went away ends, it never hangs.
-// How many ended, of each kind, is reported with the errors they ended with.
+// Each stream must then either have ended or carry a new mark (for a watch, a change made to its namespace now): a
+// stream whose proxy-server went away ends, it never hangs. How many ended, of each kind, is reported with the errors
+// they ended with.
 func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 	GinkgoHelper()
 	for name, l := range loops.requests {
@@ -96,17 +97,6 @@ func (loops haLoops) stop(what string) map[string][]requestloop.Failure {
 	for _, cluster := range clusterNames() {
 		setStreamMark(cluster, mark)
 	}
-	ended := 0
-	for name, w := range loops.watches {
-		Eventually(func() bool { done, _ := w.ended(); return done || w.saw(mark) }).WithTimeout(time.Minute).
-			Should(BeTrue(), "%s: the watch neither ended nor delivered the change", name)
-		if done, why := w.ended(); done {
-			ended++
-			GinkgoWriter.Printf("    %s: the watch ended: %s\n", name, why)
-		}
-		w.w.Stop()
-	}
-	AddReportEntry("watches "+what+" that ended (the others delivered a later change)", fmt.Sprintf("%d of %d", ended, len(loops.watches)))
 	endedOf, all := map[string]int{}, map[string]int{}
 	for name, streams := range loops.streams {
 		for _, st := range streams {
@@ -192,35 +182,27 @@ func setStreamMark(cluster, mark string) {
 	}).Should(Succeed())
 }
 
-// streamWatch is a watch of a cluster's stream-mark namespace (which must exist) through one way in.
-type streamWatch struct{ *watchRecord }
-
-func startStreamWatch(cluster string, cfg *rest.Config) streamWatch {
+// startWatchStream watches the stream-mark namespace with cfg; a mark is a change of its label, which haLoops.stop
+// makes directly on the cluster (setStreamMark). A watch ends with the message of its error Status, if any.
+func startWatchStream(cfg *rest.Config) *longStream {
 	GinkgoHelper()
-	cs := must(kubernetes.NewForConfig(cfg))
-	return streamWatch{recordWatch(must(cs.CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()})))}
-}
-
-// saw reports whether the watch delivered the namespace with mark.
-func (s streamWatch) saw(mark string) bool {
-	objs, _ := s.snapshot()
-	return slices.ContainsFunc(objs, func(o runtime.Object) bool {
-		ns, ok := o.(*corev1.Namespace)
-		return ok && ns.Labels["mark"] == mark
-	})
-}
-
-// ended reports whether the watch has ended, and the message of the error Status it ended with, if any.
-func (s streamWatch) ended() (bool, string) {
-	objs, done := s.snapshot()
-	if !done {
-		return false, ""
-	}
-	for _, o := range slices.Backward(objs) {
-		if st, ok := o.(*metav1.Status); ok {
-			return true, st.Message
+	r := recordWatch(must(must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().Watch(ctx(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", streamMark).String()})))
+	s := &longStream{kind: "watch", answers: func(mark string) bool {
+		return slices.ContainsFunc(r.objects(), func(o runtime.Object) bool {
+			ns, ok := o.(*corev1.Namespace)
+			return ok && ns.Labels["mark"] == mark
+		})
+	}}
+	go func() {
+		<-r.done
+		var status error
+		for _, o := range r.objects() {
+			if st, ok := o.(*metav1.Status); ok {
+				status = errors.New(st.Message)
+			}
 		}
-	}
-	return true, "no error Status: the stream closed"
+		s.end(status)
+	}()
+	return s
 }
