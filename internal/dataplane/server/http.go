@@ -12,7 +12,7 @@ import (
 )
 
 // httpConnectHandler serves the HTTP-CONNECT listener: CONNECT opens a tunnel through ANP, GET /agents lists the
-// connected agents.
+// connected agents, GET /tunnels reports and probes the tunnels this replica holds.
 func (s *Server) httpConnectHandler() http.Handler {
 	tunnel := &anpserver.Tunnel{Server: s.anp}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -21,6 +21,8 @@ func (s *Server) httpConnectHandler() http.Handler {
 			tunnel.ServeHTTP(w, r)
 		case r.URL.Path == "/agents":
 			s.agents.ServeHTTP(w, r)
+		case r.URL.Path == "/tunnels":
+			s.tunnels.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}

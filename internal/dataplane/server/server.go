@@ -81,6 +81,12 @@ type Options struct {
 	Peers            PeerClusters
 	PeerWait         time.Duration
 	PeerPollInterval time.Duration
+	// TunnelProbeConcurrency is how many GET /tunnels probes run at once; default DefaultTunnelProbeConcurrency.
+	TunnelProbeConcurrency int
+	// LatencyChanged decides whether a probe's latency moved enough to be reported again; default
+	// tunnelclient.LatencyChanged.
+	// Tests inject it so that real-time jitter cannot decide what they assert.
+	LatencyChanged func(reported, measured time.Duration) bool
 	// Clock times ShutdownTimeout and PeerWait; default the real clock.
 	Clock clock.WithDelayedExecution
 
@@ -112,6 +118,9 @@ func (o *Options) defaults() {
 	if o.PeerPollInterval <= 0 {
 		o.PeerPollInterval = DefaultPeerPollInterval
 	}
+	if o.TunnelProbeConcurrency <= 0 {
+		o.TunnelProbeConcurrency = DefaultTunnelProbeConcurrency
+	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -130,6 +139,8 @@ type Server struct {
 	log    logr.Logger
 	anp    *anpserver.ProxyServer
 	agents *Agents
+	// tunnels answers GET /tunnels.
+	tunnels *tunnelReports
 
 	frontendTLS, agentTLS, userTLS *tlsreload.Source
 	tlsProfile                     *tlsreload.Profile
@@ -218,6 +229,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.health = &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "health")}
 	s.admin = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "admin")}
+	s.tunnels = newTunnelReports(s.DialCluster, s.agents, opts.ServerID, opts.TunnelProbeConcurrency, opts.LatencyChanged)
 	metricsAgents.Store(s.agents)
 	return s, nil
 }

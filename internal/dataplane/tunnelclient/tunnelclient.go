@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,4 +195,92 @@ func ConnectedAgents(ctx context.Context, client *http.Client, baseURL string) (
 		out[cluster] = ids
 	}
 	return out, nil
+}
+
+// TunnelsView is the body of the proxy-server's GET /tunnels (docs/data-plane.md, "Tunnel reports"): what one
+// replica holds of each cluster, with the result of the GET /healthz it sent through its own tunnel while answering.
+// Asked with the Instance and Generation of its last answer, the replica lists only the clusters that changed since
+// (Full false); any other ask gets every cluster with an agent (Full true).
+type TunnelsView struct {
+	// Instance names the replica's process; a restarted replica has another, and answers in full.
+	Instance string `json:"instance"`
+	// Generation grows with every change of the replica's reports; ask with it to get what changed after.
+	Generation uint64 `json:"generation"`
+	// Full is true when Clusters is every cluster with an agent, false when it is what changed since the asked
+	// generation: a cluster listed without agents then lost its last one.
+	Full     bool                     `json:"full"`
+	Clusters map[string]ClusterTunnel `json:"clusters"`
+}
+
+// ClusterTunnel is what a replica holds of one cluster.
+type ClusterTunnel struct {
+	// Agents are the IDs of the cluster's connected agents, sorted.
+	Agents []string `json:"agents"`
+	// Probe is the replica's last GET /healthz through the cluster's tunnel; nil until the first has ended.
+	Probe *TunnelProbe `json:"probe,omitempty"`
+}
+
+// TunnelProbe is a GET /healthz the replica sent through a cluster's tunnel. A replica reports a new one only when it
+// differs from the one it reported in a way the status shows (another result, a latency that moved far: see the
+// LatencyChanged); a probe that confirms it leaves the report as it was.
+type TunnelProbe struct {
+	Healthy bool `json:"healthy"`
+	// Latency of the request on the tunnel's connection, in microseconds; zero when no answer came.
+	LatencyMicros int64 `json:"latencyMicros,omitempty"`
+	// Message says why the probe failed.
+	Message string `json:"message,omitempty"`
+}
+
+// Latency is LatencyMicros as a duration.
+func (p TunnelProbe) Latency() time.Duration {
+	return time.Duration(p.LatencyMicros) * time.Microsecond
+}
+
+// TunnelsCursor is where a caller's view of a replica's reports stands: the Instance and Generation of the last
+// answer. The zero cursor asks for everything.
+type TunnelsCursor struct {
+	Instance   string
+	Generation uint64
+}
+
+// Tunnels asks a proxy-server (GET /tunnels on its HTTP-CONNECT listener, as ConnectedAgents) to probe every cluster
+// it holds through its own tunnels, within probeTimeout each (zero: the replica's default), and to answer what
+// changed since cursor.
+func Tunnels(ctx context.Context, client *http.Client, baseURL string, cursor TunnelsCursor, probeTimeout time.Duration) (TunnelsView, error) {
+	q := url.Values{}
+	if probeTimeout > 0 {
+		q.Set("timeout", probeTimeout.String())
+	}
+	if cursor.Instance != "" {
+		q.Set("instance", cursor.Instance)
+		q.Set("since", strconv.FormatUint(cursor.Generation, 10))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/tunnels?"+q.Encode(), nil)
+	if err != nil {
+		return TunnelsView{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return TunnelsView{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return TunnelsView{}, fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	var v TunnelsView
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&v); err != nil {
+		return TunnelsView{}, fmt.Errorf("decode: %w", err)
+	}
+	return v, nil
+}
+
+// latencyFloor is the change of latency that never counts, however small the latency.
+const latencyFloor = 5 * time.Millisecond
+
+// LatencyChanged reports whether a probe's latency moved far enough from the reported one to be reported again:
+// more than twice it, or less than half, with moves under 5ms ignored. Jitter stays unreported, a slower route does
+// not. The proxy-servers apply it to their probes, the manager to what the replicas report.
+func LatencyChanged(reported, measured time.Duration) bool {
+	return measured > 2*reported+latencyFloor || 2*measured+latencyFloor < reported
 }

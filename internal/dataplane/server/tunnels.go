@@ -1,0 +1,292 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
+)
+
+// Tunnel reports (GET /tunnels, docs/data-plane.md). The manager used to open a tunnel of its own to every cluster
+// for every probe: two TLS handshakes per cluster per round on the hub. Each replica now probes the clusters it holds
+// through its own tunnels, over one connection per cluster that stays open from round to round, and answers only
+// what changed since the asker's last answer: a round costs one request per cluster on open connections here, and
+// one small answer per replica to the manager.
+const (
+	// DefaultTunnelProbeTimeout bounds one probe when the asker names no timeout.
+	DefaultTunnelProbeTimeout = 5 * time.Second
+	// maxTunnelProbeTimeout bounds the timeout an asker may name: the whole answer waits for the slowest probe.
+	maxTunnelProbeTimeout = time.Minute
+	// DefaultTunnelProbeConcurrency is how many probes run at once.
+	DefaultTunnelProbeConcurrency = 64
+)
+
+// tunnelReports is what this replica reports of each cluster's tunnel.
+type tunnelReports struct {
+	dial           tunnelclient.DialClusterFunc
+	agents         *Agents
+	instance       string
+	concurrency    int
+	latencyChanged func(reported, measured time.Duration) bool
+
+	round sync.Mutex // one probe round at a time
+
+	mu       sync.Mutex
+	gen      uint64
+	clusters map[string]*reportedCluster
+}
+
+// reportedCluster is one cluster's report, and the connection its probes use.
+type reportedCluster struct {
+	tunnelclient.ClusterTunnel
+	gen uint64 // of the report's last change
+	// conns holds the one connection to the cluster's kube-apiserver through this replica's tunnel; nil while no
+	// agent is connected.
+	conns *http.Transport
+}
+
+func newTunnelReports(dial tunnelclient.DialClusterFunc, agents *Agents, serverID string, concurrency int,
+	latencyChanged func(reported, measured time.Duration) bool) *tunnelReports {
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	if latencyChanged == nil {
+		latencyChanged = tunnelclient.LatencyChanged
+	}
+	return &tunnelReports{dial: dial, agents: agents, instance: serverID + "-" + hex.EncodeToString(nonce[:]),
+		concurrency: max(concurrency, 1), latencyChanged: latencyChanged, clusters: map[string]*reportedCluster{}}
+}
+
+// ServeHTTP answers GET /tunnels?timeout=<duration>&instance=<instance>&since=<generation>: it probes every
+// cluster this replica holds, each within timeout, then lists the clusters whose report changed after generation
+// since, or every cluster with an agent when instance is not this process's.
+func (t *tunnelReports) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	timeout := DefaultTunnelProbeTimeout
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > maxTunnelProbeTimeout {
+			http.Error(w, fmt.Sprintf("query parameter timeout: %q is not a duration in (0, %s]", v, maxTunnelProbeTimeout), http.StatusBadRequest)
+			return
+		}
+		timeout = d
+	}
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("query parameter since: %q is not a generation", v), http.StatusBadRequest)
+			return
+		}
+		since = n
+	}
+	t.probeRound(r.Context(), timeout)
+	if r.Context().Err() != nil {
+		return // the asker is gone
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(t.view(q.Get("instance"), since))
+}
+
+// view is the answer to an asker whose last answer was instance's generation since.
+func (t *tunnelReports) view(instance string, since uint64) tunnelclient.TunnelsView {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := tunnelclient.TunnelsView{Instance: t.instance, Generation: t.gen, Full: instance != t.instance || since > t.gen,
+		Clusters: map[string]tunnelclient.ClusterTunnel{}}
+	for cluster, c := range t.clusters {
+		if (v.Full && len(c.Agents) > 0) || (!v.Full && c.gen > since) {
+			v.Clusters[cluster] = c.ClusterTunnel
+		}
+	}
+	return v
+}
+
+// probeRound brings the reports up to date: the agents held now, then a probe of every cluster with one.
+func (t *tunnelReports) probeRound(ctx context.Context, timeout time.Duration) {
+	t.round.Lock()
+	defer t.round.Unlock()
+	clusters, conns := t.syncAgents()
+	results := make([]*tunnelclient.TunnelProbe, len(clusters))
+	workqueue.ParallelizeUntil(ctx, t.concurrency, len(clusters), func(i int) {
+		results[i] = probeOver(ctx, conns[i], clusters[i], timeout)
+	})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, cluster := range clusters {
+		c := t.clusters[cluster]
+		if results[i] == nil || c == nil || c.conns != conns[i] {
+			continue // not probed (the asker left), or the cluster's agents went meanwhile
+		}
+		if c.Probe == nil || probeChanged(*c.Probe, *results[i], t.latencyChanged) {
+			c.Probe = results[i]
+			t.gen++
+			c.gen = t.gen
+		}
+	}
+}
+
+// probeChanged reports whether next differs from the reported probe in a way the status shows. Successive failures
+// keep the first one's message.
+func probeChanged(reported, next tunnelclient.TunnelProbe, latencyChanged func(reported, measured time.Duration) bool) bool {
+	switch {
+	case reported.Healthy != next.Healthy:
+		return true
+	case reported.Healthy:
+		return latencyChanged(reported.Latency(), next.Latency())
+	default:
+		return false
+	}
+}
+
+// syncAgents updates the reports to the agents held now, and returns the clusters that have one with their
+// connections.
+func (t *tunnelReports) syncAgents() ([]string, []*http.Transport) {
+	held := t.agents.Snapshot()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var gone []*http.Transport
+	for cluster, c := range t.clusters {
+		if _, ok := held[cluster]; !ok && len(c.Agents) > 0 {
+			gone = append(gone, c.conns)
+			c.Agents, c.Probe, c.conns = nil, nil, nil
+			t.gen++
+			c.gen = t.gen
+		}
+	}
+	clusters := make([]string, 0, len(held))
+	conns := make([]*http.Transport, 0, len(held))
+	for cluster, ids := range held {
+		c := t.clusters[cluster]
+		if c == nil {
+			c = &reportedCluster{}
+			t.clusters[cluster] = c
+		}
+		if !slices.Equal(c.Agents, ids) {
+			c.Agents = ids
+			t.gen++
+			c.gen = t.gen
+		}
+		if c.conns == nil {
+			c.conns = t.transport(cluster)
+		}
+		clusters = append(clusters, cluster)
+		conns = append(conns, c.conns)
+	}
+	for _, tr := range gone {
+		tr.CloseIdleConnections()
+	}
+	return clusters, conns
+}
+
+// transport holds the connection to cluster's kube-apiserver through this replica's tunnel: HTTP/2 when the
+// kube-apiserver speaks it (it does), kept open between rounds.
+func (t *tunnelReports) transport(cluster string) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return t.dial(ctx, cluster, tunnelclient.KubeAPIServerPort)
+		},
+		// As tunnelclient.Probe: the kube-apiserver's certificate names its own hosts, not the cluster name the tunnel
+		// is addressed by, and the hub does not hold the cluster's CA. The tunnel ends at the agent bound to this
+		// cluster's certificate; the probe sends no credentials and reads only the health text.
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // see above
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 1,
+		DisableCompression:  true,
+		Proxy:               nil,
+	}
+}
+
+// probeOver sends GET /healthz to cluster's kube-apiserver over conns, and once more on a new connection if that
+// fails, so one lost exchange or a connection the agent's restart broke is not reported as an unhealthy cluster. Nil
+// when ctx ended first.
+func probeOver(ctx context.Context, conns *http.Transport, cluster string, timeout time.Duration) *tunnelclient.TunnelProbe {
+	var p tunnelclient.TunnelProbe
+	for attempt := 0; attempt < 2; attempt++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		probeCtx, cancel := context.WithTimeout(ctx, timeout)
+		latency, status, body, err := getHealthz(probeCtx, conns, cluster)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil:
+			p = tunnelclient.TunnelProbe{Message: fmt.Sprintf("probe cluster %s: %v", cluster, err)}
+			conns.CloseIdleConnections()
+			tunnelProbes.WithLabelValues("error").Inc()
+		case status != http.StatusOK || body != "ok":
+			p = tunnelclient.TunnelProbe{LatencyMicros: latency.Microseconds(),
+				Message: fmt.Sprintf("GET /healthz answered %d %s: %.100q", status, http.StatusText(status), body)}
+			tunnelProbes.WithLabelValues("unhealthy").Inc()
+		default:
+			tunnelProbes.WithLabelValues("healthy").Inc()
+			tunnelProbeLatency.Observe(latency.Seconds())
+			return &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: max(latency.Microseconds(), 1)}
+		}
+	}
+	return &p
+}
+
+// getHealthz is one GET /healthz; the latency runs from the moment a connection is at hand (an open one, or a new one
+// once set up) to the end of the answer, so it is the tunnel's round trip, not its set-up.
+func getHealthz(ctx context.Context, conns *http.Transport, cluster string) (latency time.Duration, status int, body string, err error) {
+	var start time.Time
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { start = time.Now() }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		"https://"+net.JoinHostPort(cluster, strconv.Itoa(tunnelclient.KubeAPIServerPort))+"/healthz", nil)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	resp, err := conns.RoundTrip(req)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("read /healthz: %w", err)
+	}
+	if start.IsZero() {
+		return 0, 0, "", errors.New("no connection was used")
+	}
+	return time.Since(start), resp.StatusCode, string(b), nil
+}
+
+var (
+	tunnelProbes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_proxy_tunnel_probes_total",
+		Help: "GET /healthz probes through managed clusters' tunnels, by result (healthy, unhealthy, error).",
+	}, []string{"result"})
+	tunnelProbeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "cluster_proxy_tunnel_probe_duration_seconds",
+		Help:    "Round trip of healthy GET /healthz probes through managed clusters' tunnels, on an open connection.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+)
+
+func init() {
+	prometheus.MustRegister(tunnelProbes, tunnelProbeLatency)
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
+)
+
+// countedKubeAPIServer is a TLS server answering /healthz "ok" while healthy, 500 otherwise, that counts the
+// connections it accepted.
+func countedKubeAPIServer(t *testing.T, healthy *atomic.Bool, conns *atomic.Int32) string {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "[-]etcd failed")
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	ts.EnableHTTP2 = true
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	return ts.Listener.Addr().String()
+}
+
+func TestTunnelReportsProbeOverOpenConnectionsAndAnswerOnlyWhatChanged(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, func(o *Options) {
+		// Real latencies jitter: here no move counts, so what is reported depends on results and agents only.
+		o.LatencyChanged = func(_, _ time.Duration) bool { return false }
+	})
+	var healthy1, healthy2 atomic.Bool
+	healthy1.Store(true)
+	healthy2.Store(true)
+	var conns1, conns2 atomic.Int32
+	api1 := countedKubeAPIServer(t, &healthy1, &conns1)
+	api2 := countedKubeAPIServer(t, &healthy2, &conns2)
+	_, err := f.agent(t, "c1", "ns-c1", "c1-agent", "host=c1", map[string]string{"c1:443": api1})
+	g.Expect(err).NotTo(HaveOccurred())
+	a2, err := f.agent(t, "c2", "ns-c2", "c2-agent", "host=c2", map[string]string{"c2:443": api2})
+	g.Expect(err).NotTo(HaveOccurred())
+	client := httpsClient(f.proxyTL)
+	base := "https://" + f.addrs.HTTPConnect
+	ask := func(cursor tunnelclient.TunnelsCursor) tunnelclient.TunnelsView {
+		v, err := tunnelclient.Tunnels(context.Background(), client, base, cursor, 0)
+		g.Expect(err).NotTo(HaveOccurred())
+		return v
+	}
+	cursor := func(v tunnelclient.TunnelsView) tunnelclient.TunnelsCursor {
+		return tunnelclient.TunnelsCursor{Instance: v.Instance, Generation: v.Generation}
+	}
+
+	first := ask(tunnelclient.TunnelsCursor{})
+	g.Expect(first.Full).To(BeTrue())
+	g.Expect(first.Clusters).To(HaveLen(2))
+	for cluster, agentID := range map[string]string{"c1": "c1-agent", "c2": "c2-agent"} {
+		c := first.Clusters[cluster]
+		g.Expect(c.Agents).To(Equal([]string{agentID}))
+		g.Expect(c.Probe).NotTo(BeNil())
+		g.Expect(c.Probe.Healthy).To(BeTrue(), c.Probe.Message)
+		g.Expect(c.Probe.LatencyMicros).To(BeNumerically(">", 0))
+	}
+
+	// Rounds that change nothing answer nothing, and probe over the connections the first round opened.
+	v := first
+	for range 3 {
+		next := ask(cursor(v))
+		g.Expect(next.Full).To(BeFalse())
+		g.Expect(next.Clusters).To(BeEmpty())
+		g.Expect(next.Generation).To(Equal(v.Generation))
+		v = next
+	}
+	g.Expect(conns1.Load()).To(BeEquivalentTo(1), "one connection to c1's kube-apiserver serves every round")
+	g.Expect(conns2.Load()).To(BeEquivalentTo(1))
+
+	// C1's kube-apiserver fails its health check: only c1 is answered, once.
+	healthy1.Store(false)
+	next := ask(cursor(v))
+	g.Expect(next.Full).To(BeFalse())
+	g.Expect(next.Clusters).To(HaveKey("c1"))
+	g.Expect(next.Clusters).To(HaveLen(1))
+	g.Expect(next.Clusters["c1"].Probe.Healthy).To(BeFalse())
+	g.Expect(next.Clusters["c1"].Probe.Message).To(ContainSubstring("500"))
+	v = next
+	next = ask(cursor(v))
+	g.Expect(next.Clusters).To(BeEmpty(), "failing again is no change")
+	v = next
+
+	// C2's agent goes: c2 is answered without agents, and a later full answer leaves it out.
+	a2.Close()
+	g.Eventually(func() bool { return f.srv.Agents().Connected("c2") }).Should(BeFalse())
+	next = ask(cursor(v))
+	g.Expect(next.Clusters).To(Equal(map[string]tunnelclient.ClusterTunnel{"c2": {}}))
+	full := ask(tunnelclient.TunnelsCursor{Instance: "another-process", Generation: next.Generation})
+	g.Expect(full.Full).To(BeTrue(), "an asker whose answers came from another process gets everything")
+	g.Expect(full.Clusters).To(HaveLen(1))
+	g.Expect(full.Clusters).To(HaveKey("c1"))
+	ahead := ask(tunnelclient.TunnelsCursor{Instance: full.Instance, Generation: full.Generation + 1})
+	g.Expect(ahead.Full).To(BeTrue(), "a generation this process never had gets everything")
+}
+
+func TestTunnelReportsRejectABadQueryNamingTheParameter(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	client := httpsClient(f.proxyTL)
+	for query, param := range map[string]string{"timeout=soon": "timeout", "timeout=2h": "timeout", "since=-1": "since"} {
+		resp, err := client.Get("https://" + f.addrs.HTTPConnect + "/tunnels?" + query)
+		g.Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest), query)
+		g.Expect(string(body)).To(ContainSubstring("query parameter "+param), query)
+	}
+}
