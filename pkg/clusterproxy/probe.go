@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -52,44 +53,82 @@ func (c *Client) ConnectedAgents(ctx context.Context) (map[string][]string, erro
 }
 
 // ReplicaAgents asks each proxy-server replica which agents it holds (GET /agents, as ConnectedAgents), and returns
-// the answers by replica (its pod name, else its address). The replicas are the ready endpoints of the proxy-servers'
-// Service, read with the Client's hub reader; each is dialed at its own address and verified by the Service's name.
-// Where no endpoint is known (a hub without the EndpointSlice controller) or the Service's address is resolved
-// elsewhere (Options.Resolve), the Service is asked once and its answer stands for one replica. A replica that does
-// not answer is left out, and named in the error when none answers.
+// the answers by replica, as ForEachReplica names them. A replica that does not answer is left out, and named in the
+// error when none answers.
 func (c *Client) ReplicaAgents(ctx context.Context) (map[string]map[string][]string, error) {
+	out := map[string]map[string][]string{}
+	var mu sync.Mutex
+	err := c.ForEachReplica(ctx, func(ctx context.Context, replica string, client *http.Client, baseURL string) error {
+		agents, err := tunnelclient.ConnectedAgents(ctx, client, baseURL)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out[replica] = agents
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ForEachReplica calls ask for each proxy-server replica, all at once, with an HTTP client that presents the
+// proxy-client certificate to the replica's HTTP-CONNECT listener at baseURL (https://host:port). The replicas are
+// the ready endpoints of the proxy-servers' Service, read with the Client's hub reader, and are named by their pod
+// (else their address); each is dialed at its own address and verified by the Service's name. Where no endpoint is
+// known (a hub without the EndpointSlice controller) or the Service's address is resolved elsewhere
+// (Options.Resolve), the Service is asked once, named by its address, and stands for one replica. The error joins
+// the failed asks when none succeeded; otherwise it is nil, and the caller knows the failed ones by what ask did not
+// record.
+func (c *Client) ForEachReplica(ctx context.Context, ask func(ctx context.Context, replica string, client *http.Client, baseURL string) error) error {
 	var replicas map[string]string
 	if c.resolve.Address(c.addrs.HTTPConnect) == c.addrs.HTTPConnect {
 		replicas, _ = c.replicas(ctx) // unknown endpoints: the Service stands for them
 	}
+	dial := (&net.Dialer{}).DialContext
 	if len(replicas) == 0 {
-		agents, err := c.ConnectedAgents(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return map[string]map[string][]string{c.addrs.HTTPConnect: agents}, nil
+		replicas, dial = map[string]string{c.addrs.HTTPConnect: c.addrs.HTTPConnect}, c.resolve.DialContext
 	}
 	host, _, _ := net.SplitHostPort(c.addrs.HTTPConnect)
 	tlsCfg, err := c.tlsConfig(ctx, host)
 	if err != nil {
-		return nil, fmt.Errorf("connected agents: %w", err)
+		return fmt.Errorf("proxy-server replicas: %w", err)
 	}
-	out := map[string]map[string][]string{}
-	var errs []error
+	var (
+		mu       sync.Mutex
+		errs     []error
+		answered int
+		asks     sync.WaitGroup
+	)
 	for name, addr := range replicas {
-		transport := &http.Transport{TLSClientConfig: tlsCfg, Proxy: nil}
-		agents, err := tunnelclient.ConnectedAgents(ctx, &http.Client{Transport: transport}, "https://"+addr)
-		transport.CloseIdleConnections()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("connected agents from proxy-server %s (%s): %w", name, addr, err))
-			continue
-		}
-		out[name] = agents
+		asks.Go(func() {
+			transport := &http.Transport{DialContext: dial, TLSClientConfig: tlsCfg, Proxy: nil}
+			defer transport.CloseIdleConnections()
+			err := ask(ctx, name, &http.Client{Transport: transport}, "https://"+addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("proxy-server %s: %w", c.replicaName(name, addr), err))
+				return
+			}
+			answered++
+		})
 	}
-	if len(out) == 0 {
-		return nil, errors.Join(errs...)
+	asks.Wait()
+	if answered == 0 {
+		return errors.Join(errs...)
 	}
-	return out, nil
+	return nil
+}
+
+// replicaName names a replica in errors: its pod and address, or the Service as describe does.
+func (c *Client) replicaName(name, addr string) string {
+	if name == c.addrs.HTTPConnect {
+		return c.describe(addr)
+	}
+	return name + " (" + addr + ")"
 }
 
 // httpConnectPortName names the HTTP-CONNECT port of the proxy-servers' Service (render.InClusterService).
