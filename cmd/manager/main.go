@@ -44,7 +44,8 @@ func main() {
 		"(OCM Customized health check) from it; false leaves the add-on's Available to OCM's Lease check")
 	flag.DurationVar(&tunnelInterval, "tunnel-health-interval", tunnelhealth.DefaultInterval, "time between two rounds of tunnel probes")
 	flag.DurationVar(&probeTimeout, "tunnel-probe-timeout", tunnelhealth.DefaultProbeTimeout, "time one probe through a tunnel may take")
-	flag.IntVar(&probeConcurrency, "tunnel-probe-concurrency", tunnelhealth.DefaultConcurrency, "tunnel probes that run at once")
+	flag.IntVar(&probeConcurrency, "tunnel-probe-concurrency", 0, "ignored, kept so that existing command lines still start: "+
+		"the proxy-servers run the probes now, each over connections it keeps open")
 	flag.Func("resolve", "host:port=addr:port, dial addr:port for host:port, e.g. the proxy-server Service where in-cluster "+
 		"names do not resolve (local environments); repeatable", func(v string) error { resolve = append(resolve, v); return nil })
 	zapOpts := zap.Options{}
@@ -55,6 +56,9 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	if probeConcurrency != 0 {
+		log.Info("--tunnel-probe-concurrency is ignored: the proxy-servers run the tunnel probes")
+	}
 	resolver, err := clusterproxy.ParseResolve(resolve)
 	if err != nil {
 		log.Error(err, "Invalid flag")
@@ -91,7 +95,7 @@ func main() {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{
 			Reader: mgr.GetClient(), Resolve: resolver, Interval: tunnelInterval, ProbeTimeout: probeTimeout,
-			Concurrency: probeConcurrency, Log: ctrl.Log.WithName("tunnel-health"),
+			Log: ctrl.Log.WithName("tunnel-health"),
 		})
 		if err := mgr.Add(tunnels); err != nil {
 			log.Error(err, "Unable to add the tunnel health source")

@@ -1,10 +1,12 @@
 // Package tunnelhealth watches every managed cluster's tunnel from the hub, for the manager. Every interval it asks
-// each proxy-server replica which agents it holds (GET /agents) and probes GET /healthz through the tunnel of each
-// connected cluster, a few at a time. It keeps one observation per cluster and replaces it only when it changes in a way the
-// status shows (see Significant), and it tells the reconciler which clusters changed, so a steady state costs no API
-// writes and no reconciles.
+// each proxy-server replica for its tunnel reports (GET /tunnels): the replica probes GET /healthz through its own
+// tunnel of every cluster it holds, over connections it keeps open, and answers only the clusters whose report
+// changed since the generation the source last got from it. A round therefore costs one request per replica here,
+// and work that grows with what changed; no tunnel or TLS handshake per cluster. The source keeps one observation per
+// cluster, combined over the replicas, replaces it only when it changes in a way the status shows (see Significant),
+// and tells the reconciler which clusters changed, so a steady state costs no API writes and no reconciles.
 //
-// It reads the proxy-client and CA Secrets through the manager's cache on every connection, so renewed certificates
+// It reads the proxy-client and CA Secrets through the manager's cache on every round, so renewed certificates
 // are followed. The ManagedProxyConfiguration (where the proxy-servers listen) is read when a round starts without a
 // client: the first round and the one after a round that could not ask the proxy-servers, so changed ports or
 // namespace are followed once the old address stops answering.
@@ -13,18 +15,19 @@ package tunnelhealth
 import (
 	"context"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -32,15 +35,11 @@ import (
 const (
 	DefaultInterval     = 30 * time.Second
 	DefaultProbeTimeout = 5 * time.Second
-	DefaultConcurrency  = 16
 )
 
 // AllClusters, as the object of a change event, means that every cluster's state changed (the first round ended,
 // or the proxy-servers stopped or started answering).
 const AllClusters = ""
-
-// latencyFloor is the change of latency that never counts, however small the latency.
-const latencyFloor = 5 * time.Millisecond
 
 // Options configure a Source.
 type Options struct {
@@ -52,14 +51,13 @@ type Options struct {
 	Resolve clusterproxy.Resolver
 	// Interval between rounds.
 	Interval time.Duration
-	// ProbeTimeout bounds one probe, the tunnel's set-up included, and the GET /agents.
+	// ProbeTimeout bounds one probe of a replica; a round's asks end within max(Interval, 3*ProbeTimeout).
 	ProbeTimeout time.Duration
-	// Concurrency is how many probes run at once.
-	Concurrency int
 	// StaleAfter is how long the last observation stands while the proxy-servers cannot be asked, so one failed
 	// round does not flip every cluster; default three intervals.
 	StaleAfter time.Duration
-	// LatencyChanged decides whether a healthy probe's latency moved enough to be reported; default LatencyChanged.
+	// LatencyChanged decides whether a healthy probe's latency moved enough to be reported; default
+	// tunnelclient.LatencyChanged, the rule the replicas report by.
 	// Tests inject it so that real-time jitter cannot decide what they assert.
 	LatencyChanged func(reported, measured time.Duration) bool
 	// Clock stamps the rounds and so decides StaleAfter; default the real clock.
@@ -80,14 +78,16 @@ type State struct {
 	// Replicas is the number of proxy-server replicas that answered; ReplicasWithAgents how many of them hold at
 	// least one agent of the cluster. A request reaches the cluster only through a replica that holds one.
 	Replicas, ReplicasWithAgents int
-	// Probe is the GET /healthz through the tunnel; nil when no agent is connected (nothing to probe).
+	// Probe is the GET /healthz through the tunnel, combined over the replicas holding an agent (see Round); nil
+	// when no agent is connected (nothing to probe).
 	Probe *Probe
 }
 
 // Probe is one GET /healthz through a cluster's tunnel.
 type Probe struct {
 	Healthy bool
-	// Latency of the exchange, the tunnel's set-up included; zero when no answer came.
+	// Latency is the request's round trip through the tunnel on an open connection (the slowest replica's); zero
+	// when no answer came.
 	Latency time.Duration
 	// Message says why the probe failed.
 	Message string
@@ -95,8 +95,8 @@ type Probe struct {
 
 // Significant reports whether next differs from prev in a way the status shows: the proxy-servers' reachability,
 // the number of connected agents, whether and how the tunnel answered, or, while healthy, a latency that more than
-// doubled or fell below half (LatencyChanged). Successive failures keep the first one's message.
-func Significant(prev, next State) bool { return significant(prev, next, LatencyChanged) }
+// doubled or fell below half (tunnelclient.LatencyChanged). Successive failures keep the first one's message.
+func Significant(prev, next State) bool { return significant(prev, next, tunnelclient.LatencyChanged) }
 
 func significant(prev, next State, latencyChanged func(reported, measured time.Duration) bool) bool {
 	switch {
@@ -114,12 +114,6 @@ func significant(prev, next State, latencyChanged func(reported, measured time.D
 	}
 }
 
-// LatencyChanged reports whether a probe's latency moved far enough from the reported one to be reported: more
-// than twice it, or less than half, with moves under 5ms ignored. Jitter stays unreported, a slower route does not.
-func LatencyChanged(reported, measured time.Duration) bool {
-	return measured > 2*reported+latencyFloor || 2*measured+latencyFloor < reported
-}
-
 // Source observes the tunnels; it is a manager Runnable that runs on the leader only.
 type Source struct {
 	opts    Options
@@ -133,9 +127,18 @@ type Source struct {
 	lastErr     string
 	clusters    map[string]State // clusters that had an agent connected since the start, as reported
 
-	// proxies is kept from round to round (rounds do not overlap), so its parsed credentials are reused; a round
-	// that cannot ask the proxy-servers drops it, and the next reads the configuration again.
+	// Only rounds, which do not overlap, touch these.
+	// proxies is kept from round to round, so its parsed credentials are reused; a round that cannot ask the
+	// proxy-servers drops it, and the next reads the configuration again.
 	proxies *clusterproxy.Client
+	// replicas is the last answer of each replica that answered the last round, with its changes applied.
+	replicas map[string]*replicaReports
+}
+
+// replicaReports is one replica's reports as the source has them.
+type replicaReports struct {
+	cursor   tunnelclient.TunnelsCursor
+	clusters map[string]tunnelclient.ClusterTunnel // clusters it holds an agent of
 }
 
 // New builds a source; Start runs it.
@@ -146,19 +149,17 @@ func New(opts Options) *Source {
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = DefaultProbeTimeout
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = DefaultConcurrency
-	}
 	if opts.StaleAfter <= 0 {
 		opts.StaleAfter = 3 * opts.Interval
 	}
 	if opts.LatencyChanged == nil {
-		opts.LatencyChanged = LatencyChanged
+		opts.LatencyChanged = tunnelclient.LatencyChanged
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Source{opts: opts, changes: make(chan event.TypedGenericEvent[string], 1024), clusters: map[string]State{}}
+	return &Source{opts: opts, changes: make(chan event.TypedGenericEvent[string], 1024), clusters: map[string]State{},
+		replicas: map[string]*replicaReports{}}
 }
 
 // Changes delivers the names of the clusters whose State changed, or AllClusters. It has one reader.
@@ -194,112 +195,138 @@ func (s *Source) Start(ctx context.Context) error {
 	}
 }
 
-// Round asks the proxy-servers once and probes every connected cluster, then reports what changed.
+// Round asks every proxy-server replica for what changed in its tunnel reports, then reports the clusters whose
+// combined state changed. A cluster's state counts the agents of the replica holding the fewest, and its probe is the
+// first failure a replica holding an agent reports (replicas by name), else healthy with the slowest latency: a
+// request may go through any replica.
 func (s *Source) Round(ctx context.Context) {
 	now := s.opts.Clock.Now()
-	replicas, proxies, err := s.connectedAgents(ctx)
+	answers, err := s.ask(ctx)
 	if err != nil {
 		s.failed(ctx, now, err)
 		return
 	}
-	agents := byCluster(replicas)
-	results := s.probeAll(ctx, proxies, agents)
 	if ctx.Err() != nil {
-		return // shutting down: the results are cut short, not real
+		return // shutting down: the answers are cut short, not real
 	}
-	s.update(ctx, now, agents, results)
+	touched, all := s.apply(answers)
+	s.update(ctx, now, touched, all)
 }
 
-// held is what the proxy-server replicas hold of one cluster's agents.
-type held struct {
-	fewest   int // agents on the replica holding the fewest
-	replicas int // replicas that answered
-	holding  int // replicas holding at least one
-}
-
-// byCluster turns the replicas' answers into what they hold of each cluster that has an agent on any of them.
-func byCluster(replicas map[string]map[string][]string) map[string]held {
-	out := map[string]held{}
-	for _, agents := range replicas {
-		for cluster := range agents {
-			out[cluster] = held{replicas: len(replicas)}
-		}
-	}
-	for cluster, h := range out {
-		h.fewest = -1
-		for _, agents := range replicas {
-			n := len(agents[cluster])
-			if n > 0 {
-				h.holding++
-			}
-			if h.fewest < 0 || n < h.fewest {
-				h.fewest = n
-			}
-		}
-		out[cluster] = h
-	}
-	return out
-}
-
-func (s *Source) connectedAgents(ctx context.Context) (map[string]map[string][]string, *clusterproxy.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
+// ask sends GET /tunnels to every replica with the cursor of its last answer.
+func (s *Source) ask(ctx context.Context) (map[string]tunnelclient.TunnelsView, error) {
+	// A replica answers once its probes have: one slow cluster's two attempts, or a few batches of them.
+	ctx, cancel := context.WithTimeout(ctx, max(s.opts.Interval, 3*s.opts.ProbeTimeout))
 	defer cancel()
 	if s.proxies == nil {
 		proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: s.opts.Reader, Configuration: s.opts.Configuration, Resolve: s.opts.Resolve})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		s.proxies = proxies
 	}
-	agents, err := s.proxies.ReplicaAgents(ctx)
+	answers := map[string]tunnelclient.TunnelsView{}
+	var mu sync.Mutex
+	err := s.proxies.ForEachReplica(ctx, func(ctx context.Context, replica string, client *http.Client, baseURL string) error {
+		var cursor tunnelclient.TunnelsCursor
+		if r := s.replicas[replica]; r != nil {
+			cursor = r.cursor
+		}
+		v, err := tunnelclient.Tunnels(ctx, client, baseURL, cursor, s.opts.ProbeTimeout)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		answers[replica] = v
+		return nil
+	})
 	if err != nil {
 		s.proxies = nil
-		return nil, nil, err
+		return nil, err
 	}
-	return agents, s.proxies, nil
+	return answers, nil
 }
 
-// probeAll probes every cluster with a connected agent, Concurrency at a time.
-func (s *Source) probeAll(ctx context.Context, proxies *clusterproxy.Client, agents map[string]held) map[string]Probe {
-	clusters := slices.Collect(maps.Keys(agents))
-	probed := make([]Probe, len(clusters))
-	started := make([]bool, len(clusters))
-	workqueue.ParallelizeUntil(ctx, max(s.opts.Concurrency, 1), len(clusters), func(i int) {
-		started[i] = true
-		probed[i] = s.probe(ctx, proxies, clusters[i])
-	})
-	results := make(map[string]Probe, len(clusters))
-	for i, cluster := range clusters {
-		if started[i] {
-			results[cluster] = probed[i]
+// apply folds the answers into the replicas' reports. It returns the clusters whose report changed on some replica,
+// and all when the replicas themselves changed (one answered for the first time, stopped answering, or restarted):
+// every cluster's counts may then have changed.
+func (s *Source) apply(answers map[string]tunnelclient.TunnelsView) (touched map[string]bool, all bool) {
+	touched = map[string]bool{}
+	for name := range s.replicas {
+		if _, ok := answers[name]; !ok {
+			delete(s.replicas, name)
+			all = true
 		}
 	}
-	return results
+	for name, v := range answers {
+		r := s.replicas[name]
+		if r == nil || r.cursor.Instance != v.Instance {
+			all = true
+		}
+		if r == nil {
+			r = &replicaReports{}
+			s.replicas[name] = r
+		}
+		if v.Full {
+			for cluster := range r.clusters {
+				touched[cluster] = true
+			}
+			r.clusters = map[string]tunnelclient.ClusterTunnel{}
+		}
+		for cluster, t := range v.Clusters {
+			touched[cluster] = true
+			if len(t.Agents) == 0 {
+				delete(r.clusters, cluster)
+			} else {
+				r.clusters[cluster] = t
+			}
+		}
+		r.cursor = tunnelclient.TunnelsCursor{Instance: v.Instance, Generation: v.Generation}
+	}
+	return touched, all
 }
 
-// probe sends GET /healthz through cluster's tunnel, and once more if that fails, so one lost exchange is not
-// reported as an unhealthy cluster.
-func (s *Source) probe(ctx context.Context, proxies *clusterproxy.Client, cluster string) Probe {
-	var p Probe
-	for attempt := 0; attempt < 2 && ctx.Err() == nil; attempt++ {
-		probeCtx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
-		result, err := proxies.Probe(probeCtx, cluster)
-		cancel()
-		switch {
-		case err != nil:
-			p = Probe{Message: err.Error()}
-			probes.WithLabelValues("error").Inc()
-		case !result.Healthy:
-			p = Probe{Latency: result.Latency, Message: result.Message}
-			probes.WithLabelValues("unhealthy").Inc()
-		default:
-			probes.WithLabelValues("healthy").Inc()
-			probeLatency.Observe(result.Latency.Seconds())
-			return Probe{Healthy: true, Latency: result.Latency}
+// stateOf combines what the replicas, in order, report of cluster.
+func (s *Source) stateOf(cluster string, replicas []string, now time.Time) State {
+	st := State{Time: now, Replicas: len(replicas)}
+	var unhealthy *Probe
+	healthy, probed := time.Duration(0), 0
+	for i, name := range replicas {
+		t := s.replicas[name].clusters[cluster]
+		if i == 0 || len(t.Agents) < st.ConnectedAgents {
+			st.ConnectedAgents = len(t.Agents)
+		}
+		if len(t.Agents) == 0 {
+			continue
+		}
+		st.ReplicasWithAgents++
+		switch p := t.Probe; {
+		case p == nil:
+		case !p.Healthy && unhealthy == nil:
+			unhealthy = &Probe{Latency: p.Latency(), Message: p.Message}
+			if len(replicas) > 1 {
+				unhealthy.Message = "through proxy-server " + name + ": " + p.Message
+			}
+		case p.Healthy:
+			healthy, probed = max(healthy, p.Latency()), probed+1
 		}
 	}
-	return p
+	switch {
+	case st.ReplicasWithAgents == 0:
+		return State{Time: now}
+	case unhealthy != nil:
+		st.Probe = unhealthy
+	case probed > 0:
+		st.Probe = &Probe{Healthy: true, Latency: healthy}
+	default:
+		st.Probe = &Probe{Message: msgNotProbed}
+	}
+	return st
 }
+
+// msgNotProbed is the probe message of a cluster whose replicas have not probed it yet.
+const msgNotProbed = "the proxy-servers have not probed the tunnel yet"
 
 // failed handles a round in which the proxy-servers could not be asked: the last observation stands for
 // StaleAfter, then every cluster is reported unreachable.
@@ -327,8 +354,10 @@ func (s *Source) failed(ctx context.Context, now time.Time, err error) {
 	}
 }
 
-// update records a round's observations and reports the clusters whose state changed significantly.
-func (s *Source) update(ctx context.Context, now time.Time, agents map[string]held, results map[string]Probe) {
+// update records the state of the touched clusters, or of every cluster, and reports those that changed
+// significantly.
+func (s *Source) update(ctx context.Context, now time.Time, touched map[string]bool, all bool) {
+	replicas := slices.Sorted(maps.Keys(s.replicas))
 	s.mu.Lock()
 	first := !s.observed
 	if first {
@@ -336,18 +365,25 @@ func (s *Source) update(ctx context.Context, now time.Time, agents map[string]he
 	}
 	was := s.unreachable
 	s.unreachable, s.lastGood, s.lastErr = false, now, ""
-	var changed []string
-	for cluster, h := range agents {
-		p := results[cluster]
-		next := State{Time: now, ConnectedAgents: h.fewest, Replicas: h.replicas, ReplicasWithAgents: h.holding, Probe: &p}
-		if prev, ok := s.clusters[cluster]; !ok || significant(prev, next, s.opts.LatencyChanged) {
-			s.clusters[cluster] = next
-			changed = append(changed, cluster)
+	if all || first || was {
+		for cluster := range s.clusters {
+			touched[cluster] = true
+		}
+		for _, r := range s.replicas {
+			for cluster := range r.clusters {
+				touched[cluster] = true
+			}
 		}
 	}
-	for cluster, prev := range s.clusters {
-		if _, ok := agents[cluster]; !ok && prev.ReplicasWithAgents > 0 {
-			s.clusters[cluster] = State{Time: now}
+	var changed []string
+	for cluster := range touched {
+		next := s.stateOf(cluster, replicas, now)
+		prev, ok := s.clusters[cluster]
+		switch {
+		case next.ReplicasWithAgents == 0 && (!ok || prev.ReplicasWithAgents == 0):
+			// never connected, or still gone: nothing to report
+		case !ok || significant(prev, next, s.opts.LatencyChanged):
+			s.clusters[cluster] = next
 			changed = append(changed, cluster)
 		}
 	}
@@ -372,22 +408,11 @@ func (s *Source) notify(ctx context.Context, cluster string) {
 	}
 }
 
-var (
-	probes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "cluster_proxy_tunnel_probes_total",
-		Help: "GET /healthz probes through managed clusters' tunnels, by result (healthy, unhealthy, error).",
-	}, []string{"result"})
-	probeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "cluster_proxy_tunnel_probe_duration_seconds",
-		Help:    "Latency of healthy GET /healthz probes through managed clusters' tunnels, the tunnel's set-up included.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	})
-	proxyServerUp = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "cluster_proxy_tunnel_health_proxy_server_up",
-		Help: "1 when the last round could ask the proxy-servers which agents are connected, else 0.",
-	})
-)
+var proxyServerUp = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "cluster_proxy_tunnel_health_proxy_server_up",
+	Help: "1 when the last round could ask the proxy-servers for their tunnel reports, else 0.",
+})
 
 func init() {
-	metrics.Registry.MustRegister(probes, probeLatency, proxyServerUp)
+	metrics.Registry.MustRegister(proxyServerUp)
 }

@@ -65,8 +65,8 @@ func (h *Hub) ResolveFlags() []string {
 	return out
 }
 
-// Start runs a proxy-server on 127.0.0.1 until the test ends.
-func Start(t testing.TB, namespace string) *Hub {
+// Start runs a proxy-server on 127.0.0.1 until the test ends; configure changes its options.
+func Start(t testing.TB, namespace string, configure ...func(*server.Options)) *Hub {
 	t.Helper()
 	now := time.Now()
 	ca, err := certs.NewCA("tunneltest-ca", 24*time.Hour, now)
@@ -97,13 +97,17 @@ func Start(t testing.TB, namespace string) *Hub {
 		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, now)
 	must(t, err)
 
-	srv, err := server.New(server.Options{
+	opts := server.Options{
 		ServerID: "tunneltest", FrontendAddr: "127.0.0.1:0", AgentAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 		AdminAddr: "127.0.0.1:0", HTTPConnectAddr: "127.0.0.1:0",
 		ServerCert: serverCert, ServerKey: serverKey, ServerCACert: caFile,
 		ClusterCert: agentServerCert, ClusterKey: agentServerKey, ClusterCACert: caFile,
 		ShutdownTimeout: 3 * time.Second, Log: logr.Discard(),
-	})
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	srv, err := server.New(opts)
 	must(t, err)
 	must(t, srv.Listen())
 	ctx, cancel := context.WithCancel(context.Background())
