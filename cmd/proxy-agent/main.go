@@ -172,6 +172,12 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The tunnel health port's requests carry no credential: only the CA of the kubeconfig matters.
+	kubeTLS, err := rest.TLSConfigFor(&rest.Config{Host: kube.Host, TLSClientConfig: rest.TLSClientConfig{
+		Insecure: kube.Insecure, ServerName: kube.ServerName, CAFile: kube.CAFile, CAData: kube.CAData}})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver TLS: %w", err)
+	}
 
 	var services http.Handler
 	if c.serviceProxyPort != 0 {
@@ -231,6 +237,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		Dial:             resolver.DialContext,
 		ServerDial:       serverDial,
 		KubeAPIServer:    kubeAddress,
+		KubeAPIServerTLS: kubeTLS,
 		ServiceProxy:     services,
 		ServiceProxyPort: c.serviceProxyPort,
 		ReadBufferSize:   c.readBufferSize,

@@ -13,6 +13,9 @@ const (
 	// ServiceProxyPort is the tunnel port of the agent's in-process service-proxy, reached from the user-server
 	// through the tunnel; nothing listens on it in the pod.
 	ServiceProxyPort = 7443
+	// TunnelHealthPort is the tunnel port of the agent's in-process GET /healthz, which answers with the
+	// kube-apiserver's: the proxy-servers probe each cluster's tunnel on it (plain HTTP inside the tunnel).
+	TunnelHealthPort = 7444
 )
 
 // Ports are the proxy-server ports with defaults applied.

@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -64,6 +65,9 @@ type Options struct {
 	ServerDial func(ctx context.Context, addr string) (net.Conn, error)
 	// KubeAPIServer is the managed kube-apiserver, host:port.
 	KubeAPIServer string
+	// KubeAPIServerTLS verifies the kube-apiserver for the tunnel health port's own requests (the tunnel's <host>:443
+	// connections are the caller's TLS); nil does not verify it.
+	KubeAPIServerTLS *tls.Config
 	// ServiceProxy serves ServiceProxyPort in process; nil or a zero port turns the port off.
 	ServiceProxy     http.Handler
 	ServiceProxyPort int
@@ -96,6 +100,7 @@ type Agent struct {
 	hosts      map[string]bool
 	dialer     *serverDialer
 	services   *memListener // nil without a service-proxy
+	health     *memListener // the tunnel health port
 	metrics    *metrics
 	bufs       sync.Pool
 	packetSize int
@@ -127,8 +132,10 @@ func New(opts Options) (*Agent, error) {
 	if _, _, err := net.SplitHostPort(opts.KubeAPIServer); err != nil {
 		return nil, fmt.Errorf("kube-apiserver address %q: %w", opts.KubeAPIServer, err)
 	}
-	if opts.ServiceProxyPort == KubeAPIServerPort || opts.ServiceProxyPort < 0 || opts.ServiceProxyPort > 65535 {
-		return nil, fmt.Errorf("service-proxy port %d: want 1-65535 other than %d, or 0 for none", opts.ServiceProxyPort, KubeAPIServerPort)
+	if opts.ServiceProxyPort == KubeAPIServerPort || opts.ServiceProxyPort == contract.TunnelHealthPort ||
+		opts.ServiceProxyPort < 0 || opts.ServiceProxyPort > 65535 {
+		return nil, fmt.Errorf("service-proxy port %d: want 1-65535 other than %d and %d, or 0 for none",
+			opts.ServiceProxyPort, KubeAPIServerPort, contract.TunnelHealthPort)
 	}
 	if opts.ReadBufferSize < 0 || opts.ReadBufferSize > 1<<20 {
 		return nil, fmt.Errorf("read buffer size %d: want at most 1 MiB", opts.ReadBufferSize)
@@ -158,6 +165,7 @@ func New(opts Options) (*Agent, error) {
 		serverCount: 1,
 		changed:     make(chan struct{}, 1),
 		packetSize:  maxPacketPayload,
+		health:      newMemListener(),
 	}
 	size := opts.ReadBufferSize
 	a.bufs.New = func() any { b := make([]byte, size); return &b }
@@ -206,6 +214,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		services = &http.Server{Handler: a.opts.ServiceProxy, ReadHeaderTimeout: time.Minute}
 		go func() { _ = services.Serve(a.services) }()
 	}
+	health := &http.Server{Handler: a.healthzHandler(), ReadHeaderTimeout: time.Minute}
+	go func() { _ = health.Serve(a.health) }()
 
 	maintained := make(chan struct{})
 	go func() {
@@ -222,6 +232,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		_ = services.Close()
 		_ = a.services.Close()
 	}
+	_ = health.Close()
+	_ = a.health.Close()
 	return nil
 }
 
@@ -407,11 +419,13 @@ var errRefused = errors.New("destination not served by this agent")
 const (
 	destKubeAPIServer = "kube-apiserver"
 	destServiceProxy  = "service-proxy"
+	destTunnelHealth  = "tunnel-health"
 	destOther         = "other"
 )
 
 // dialDestination maps a DIAL_REQ address to what this agent serves: <host>:443 is the kube-apiserver,
-// <host>:<service-proxy port> the in-process service-proxy, for the hosts of the agent's identifiers only.
+// <host>:<service-proxy port> the in-process service-proxy, <host>:<tunnel health port> the in-process GET /healthz
+// (healthz.go), for the hosts of the agent's identifiers only.
 func (a *Agent) dialDestination(ctx context.Context, protocol, address string) (net.Conn, string, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil || protocol != "tcp" || !a.hosts[strings.ToLower(host)] {
@@ -424,6 +438,9 @@ func (a *Agent) dialDestination(ctx context.Context, protocol, address string) (
 	case a.services != nil && p == a.opts.ServiceProxyPort:
 		conn, err := a.services.DialContext(ctx)
 		return conn, destServiceProxy, err
+	case p == contract.TunnelHealthPort:
+		conn, err := a.health.DialContext(ctx)
+		return conn, destTunnelHealth, err
 	}
 	return nil, destOther, fmt.Errorf("%s %s: %w", protocol, address, errRefused)
 }
