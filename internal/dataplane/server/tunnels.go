@@ -1,17 +1,15 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,14 +18,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
 )
 
 // Tunnel reports (GET /tunnels, docs/data-plane.md). The manager used to open a tunnel of its own to every cluster
 // for every probe: two TLS handshakes per cluster per round on the hub. Each replica now probes the clusters it holds
-// through its own tunnels, over one connection per cluster that stays open from round to round, and answers only
-// what changed since the asker's last answer: a round costs one request per cluster on open connections here, and
-// one small answer per replica to the manager.
+// through its own in-process tunnels, in plain HTTP to the agent's tunnel health port, which answers with its
+// kube-apiserver's /healthz over a connection the agent keeps open; and it answers only what changed since the
+// asker's last answer. A round costs no TLS on the hub and holds nothing per cluster between rounds.
 const (
 	// DefaultTunnelProbeTimeout bounds one probe when the asker names no timeout.
 	DefaultTunnelProbeTimeout = 5 * time.Second
@@ -52,13 +51,10 @@ type tunnelReports struct {
 	clusters map[string]*reportedCluster
 }
 
-// reportedCluster is one cluster's report, and the connection its probes use.
+// reportedCluster is one cluster's report.
 type reportedCluster struct {
 	tunnelclient.ClusterTunnel
 	gen uint64 // of the report's last change
-	// conns holds the one connection to the cluster's kube-apiserver through this replica's tunnel; nil while no
-	// agent is connected.
-	conns *http.Transport
 }
 
 func newTunnelReports(dial tunnelclient.DialClusterFunc, agents *Agents, serverID string, concurrency int,
@@ -127,17 +123,17 @@ func (t *tunnelReports) view(instance string, since uint64) tunnelclient.Tunnels
 func (t *tunnelReports) probeRound(ctx context.Context, timeout time.Duration) {
 	t.round.Lock()
 	defer t.round.Unlock()
-	clusters, conns := t.syncAgents()
+	clusters := t.syncAgents()
 	results := make([]*tunnelclient.TunnelProbe, len(clusters))
 	workqueue.ParallelizeUntil(ctx, t.concurrency, len(clusters), func(i int) {
-		results[i] = probeOver(ctx, conns[i], clusters[i], timeout)
+		results[i] = t.probe(ctx, clusters[i], timeout)
 	})
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, cluster := range clusters {
 		c := t.clusters[cluster]
-		if results[i] == nil || c == nil || c.conns != conns[i] {
-			continue // not probed (the asker left), or the cluster's agents went meanwhile
+		if results[i] == nil || len(c.Agents) == 0 {
+			continue // not probed (the asker left)
 		}
 		if c.Probe == nil || probeChanged(*c.Probe, *results[i], t.latencyChanged) {
 			c.Probe = results[i]
@@ -160,23 +156,19 @@ func probeChanged(reported, next tunnelclient.TunnelProbe, latencyChanged func(r
 	}
 }
 
-// syncAgents updates the reports to the agents held now, and returns the clusters that have one with their
-// connections.
-func (t *tunnelReports) syncAgents() ([]string, []*http.Transport) {
+// syncAgents updates the reports to the agents held now, and returns the clusters that have one.
+func (t *tunnelReports) syncAgents() []string {
 	held := t.agents.Snapshot()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var gone []*http.Transport
 	for cluster, c := range t.clusters {
 		if _, ok := held[cluster]; !ok && len(c.Agents) > 0 {
-			gone = append(gone, c.conns)
-			c.Agents, c.Probe, c.conns = nil, nil, nil
+			c.Agents, c.Probe = nil, nil
 			t.gen++
 			c.gen = t.gen
 		}
 	}
 	clusters := make([]string, 0, len(held))
-	conns := make([]*http.Transport, 0, len(held))
 	for cluster, ids := range held {
 		c := t.clusters[cluster]
 		if c == nil {
@@ -188,54 +180,39 @@ func (t *tunnelReports) syncAgents() ([]string, []*http.Transport) {
 			t.gen++
 			c.gen = t.gen
 		}
-		if c.conns == nil {
-			c.conns = t.transport(cluster)
-		}
 		clusters = append(clusters, cluster)
-		conns = append(conns, c.conns)
 	}
-	for _, tr := range gone {
-		tr.CloseIdleConnections()
-	}
-	return clusters, conns
+	return clusters
 }
 
-// transport holds the connection to cluster's kube-apiserver through this replica's tunnel: HTTP/2 when the
-// kube-apiserver speaks it (it does), kept open between rounds.
-func (t *tunnelReports) transport(cluster string) *http.Transport {
-	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return t.dial(ctx, cluster, tunnelclient.KubeAPIServerPort)
-		},
-		// As tunnelclient.Probe: the kube-apiserver's certificate names its own hosts, not the cluster name the tunnel
-		// is addressed by, and the hub does not hold the cluster's CA. The tunnel ends at the agent bound to this
-		// cluster's certificate; the probe sends no credentials and reads only the health text.
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // see above
-		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 1,
-		DisableCompression:  true,
-		Proxy:               nil,
-	}
-}
-
-// probeOver sends GET /healthz to cluster's kube-apiserver over conns, and once more on a new connection if that
-// fails, so one lost exchange or a connection the agent's restart broke is not reported as an unhealthy cluster. Nil
-// when ctx ended first.
-func probeOver(ctx context.Context, conns *http.Transport, cluster string, timeout time.Duration) *tunnelclient.TunnelProbe {
+// probe sends GET /healthz to cluster's tunnel health port, and once more if that fails, so one lost exchange is not
+// reported as an unhealthy cluster. An agent that has no such port (one from before it, while the agents roll) is
+// probed as before it, with TLS to <cluster>:443. Nil when ctx ended first.
+func (t *tunnelReports) probe(ctx context.Context, cluster string, timeout time.Duration) *tunnelclient.TunnelProbe {
 	var p tunnelclient.TunnelProbe
 	for attempt := 0; attempt < 2; attempt++ {
 		if ctx.Err() != nil {
 			return nil
 		}
 		probeCtx, cancel := context.WithTimeout(ctx, timeout)
-		latency, status, body, err := getHealthz(probeCtx, conns, cluster)
+		start := time.Now()
+		status, body, err := t.getHealthz(probeCtx, cluster)
+		if errors.Is(err, errDialHealthPort) {
+			var r tunnelclient.ProbeResult
+			if r, err = tunnelclient.Probe(probeCtx, t.dial, cluster); err == nil {
+				status, body = http.StatusOK, "ok"
+				if !r.Healthy {
+					status, body = http.StatusServiceUnavailable, r.Message
+				}
+			}
+		}
+		latency := time.Since(start)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
 			p = tunnelclient.TunnelProbe{Message: fmt.Sprintf("probe cluster %s: %v", cluster, err)}
-			conns.CloseIdleConnections()
 			tunnelProbes.WithLabelValues("error").Inc()
 		case status != http.StatusOK || body != "ok":
 			p = tunnelclient.TunnelProbe{LatencyMicros: latency.Microseconds(),
@@ -250,29 +227,32 @@ func probeOver(ctx context.Context, conns *http.Transport, cluster string, timeo
 	return &p
 }
 
-// getHealthz is one GET /healthz; the latency runs from the moment a connection is at hand (an open one, or a new one
-// once set up) to the end of the answer, so it is the tunnel's round trip, not its set-up.
-func getHealthz(ctx context.Context, conns *http.Transport, cluster string) (latency time.Duration, status int, body string, err error) {
-	var start time.Time
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { start = time.Now() }})
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		"https://"+net.JoinHostPort(cluster, strconv.Itoa(tunnelclient.KubeAPIServerPort))+"/healthz", nil)
+// errDialHealthPort wraps a failed dial of the tunnel health port.
+var errDialHealthPort = errors.New("dial the tunnel health port")
+
+// getHealthz is one GET /healthz on a new connection to cluster's tunnel health port.
+func (t *tunnelReports) getHealthz(ctx context.Context, cluster string) (status int, body string, err error) {
+	conn, err := t.dial(ctx, cluster, contract.TunnelHealthPort)
 	if err != nil {
-		return 0, 0, "", err
+		return 0, "", fmt.Errorf("%w: %w", errDialHealthPort, err)
 	}
-	resp, err := conns.RoundTrip(req)
+	defer func() { _ = conn.Close() }()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+cluster+"\r\nConnection: close\r\n\r\n"); err != nil {
+		return 0, "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 2048), nil)
 	if err != nil {
-		return 0, 0, "", err
+		return 0, "", err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("read /healthz: %w", err)
+		return 0, "", fmt.Errorf("read /healthz: %w", err)
 	}
-	if start.IsZero() {
-		return 0, 0, "", errors.New("no connection was used")
-	}
-	return time.Since(start), resp.StatusCode, string(b), nil
+	return resp.StatusCode, string(b), nil
 }
 
 var (
@@ -282,7 +262,7 @@ var (
 	}, []string{"result"})
 	tunnelProbeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "cluster_proxy_tunnel_probe_duration_seconds",
-		Help:    "Round trip of healthy GET /healthz probes through managed clusters' tunnels, on an open connection.",
+		Help:    "Round trip of healthy GET /healthz probes through managed clusters' tunnels to their kube-apiservers.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	})
 )
