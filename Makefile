@@ -203,6 +203,10 @@ bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub:
 test-rbac: envtest-assets ## The manager as deployed (its ServiceAccount, the rules of config/rbac, a token) brings 20 clusters to convergence and a steady state without writes or GETs, and RBAC denies it nothing: the shipped least-privilege rules suffice.
 	BENCH_CLUSTERS=20 BENCH_STEADY=5s BENCH_IDENTITY=serviceaccount $(MAKE) --no-print-directory bench-control-plane
 
+.PHONY: bench-fleet
+bench-fleet: ## Simulated agents (the product's, own certificates, real mTLS gRPC) against one proxy-server: memory per idle agent, tunnel-health CPU per round next to the previous design, a proxy-server restart (BENCH_AGENTS=1000,10000, BENCH_ROUNDS, BENCH_IDLE, BENCH_OUT).
+	go test -tags bench ./test/bench/fleet -run TestFleet -count=1 -v -timeout 60m
+
 .PHONY: bench-data-plane
 bench-data-plane: ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1: bulk, latency, 64 clients, 1,000 streams (BENCH_PHASES, BENCH_MODES narrow it).
 	go test -tags bench ./test/bench/dataplane -run TestDataPlane -count=1 -v -timeout 30m

@@ -46,9 +46,61 @@ type Hub struct {
 	// Server is the proxy-server.
 	Server *server.Server
 
-	ca  *certs.KeyPair
-	dir string
-	n   atomic.Int64
+	ca   *certs.KeyPair
+	dir  string
+	n    atomic.Int64
+	opts server.Options
+	// stopRun ends the running server's Run; done delivers its error.
+	stopRun context.CancelFunc
+	done    chan error
+}
+
+// run starts a proxy-server with opts.
+func (h *Hub) run(t testing.TB, opts server.Options) {
+	t.Helper()
+	srv, err := server.New(opts)
+	must(t, err)
+	must(t, srv.Listen())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, nil) }()
+	h.Server, h.stopRun, h.done = srv, cancel, done
+}
+
+// stop ends the running proxy-server and waits for it.
+func (h *Hub) stop(t testing.TB) {
+	t.Helper()
+	if h.stopRun == nil {
+		return
+	}
+	h.stopRun()
+	h.stopRun = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("proxy-server: %v", err)
+		}
+	case <-time.After(h.opts.ShutdownTimeout + 10*time.Second):
+		t.Errorf("the proxy-server did not stop within its shutdown timeout and 10s")
+	}
+}
+
+// Restart stops the proxy-server, as a restarted pod's process ends, and starts a new one on the same addresses. The
+// agents reconnect on their own.
+func (h *Hub) Restart(t testing.TB) {
+	t.Helper()
+	h.stop(t)
+	h.run(t, h.opts)
+}
+
+// AgentCredentials issues a client certificate of cluster's agent and returns its files and the CA bundle that
+// verifies the proxy-server.
+func (h *Hub) AgentCredentials(t testing.TB, cluster string) (certFile, keyFile, caFile string) {
+	t.Helper()
+	n := h.n.Add(1)
+	cert, key := h.issue(t, fmt.Sprintf("agent-%d", n), certs.LeafSpec{CommonName: contract.AgentCommonNamePrefix + cluster,
+		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour})
+	return cert, key, filepath.Join(h.dir, "ca.crt")
 }
 
 // Objects are the hub objects a client reads: the configuration and the two Secrets.
@@ -107,26 +159,14 @@ func Start(t testing.TB, namespace string, configure ...func(*server.Options)) *
 	for _, c := range configure {
 		c(&opts)
 	}
-	srv, err := server.New(opts)
-	must(t, err)
-	must(t, srv.Listen())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("proxy-server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("the proxy-server did not stop within 10s")
-		}
-	})
-	h.Server = srv
+	h.run(t, opts)
+	t.Cleanup(func() { h.stop(t) })
+	// A restart binds the same ports again.
+	addrs := h.Server.Addrs()
+	opts.FrontendAddr, opts.AgentAddr, opts.HealthAddr, opts.AdminAddr, opts.HTTPConnectAddr =
+		addrs.Frontend, addrs.Agent, addrs.Health, addrs.Admin, addrs.HTTPConnect
+	h.opts = opts
 	ports := contract.PortsOf(h.MPC)
-	addrs := srv.Addrs()
 	h.Resolve = map[string]string{
 		net.JoinHostPort(svc, strconv.Itoa(int(ports.ProxyServer))):       addrs.Frontend,
 		net.JoinHostPort(svc, strconv.Itoa(int(ports.HTTPConnectServer))): addrs.HTTPConnect,
@@ -157,12 +197,10 @@ func (a *Agent) Stop() { a.stop() }
 // the proxy-server counts it as connected. It stops when the test ends, if Stop was not called before.
 func (h *Hub) StartAgent(t testing.TB, cluster, kubeAPIServer string) *Agent {
 	t.Helper()
-	n := h.n.Add(1)
-	cert, key := h.issue(t, fmt.Sprintf("agent-%d", n), certs.LeafSpec{CommonName: contract.AgentCommonNamePrefix + cluster,
-		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour})
-	src, err := tlsreload.New(cert, key, filepath.Join(h.dir, "ca.crt"))
+	cert, key, ca := h.AgentCredentials(t, cluster)
+	src, err := tlsreload.New(cert, key, ca)
 	must(t, err)
-	agentID := fmt.Sprintf("%s-agent-%d", cluster, n)
+	agentID := fmt.Sprintf("%s-agent-%d", cluster, h.n.Load())
 	a, err := agent.New(agent.Options{
 		ServerAddress: h.Server.Addrs().Agent, AgentID: agentID, Identifiers: "host=" + cluster, TLS: src,
 		KubeAPIServer: kubeAPIServer, DrainTimeout: 100 * time.Millisecond,
