@@ -215,10 +215,9 @@ func New(opts Options) (*Server, error) {
 		grpc.StreamInterceptor(agentStreamInterceptor(s.agents, s.log)),
 		grpc.ForceServerCodecV2(newAgentCodec()),
 		// Memory per agent: a connection's read buffer is held for its life (gRPC's default, 32 KiB, was a third of
-		// an idle agent's cost), and its write buffer goes back to a shared pool after each flush instead of staying
-		// with an idle connection. Frames larger than the read buffer are read into their own buffers anyway.
+		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Frames larger
+		// than the read buffer are read into their own buffers anyway.
 		grpc.ReadBufferSize(agentReadBufferSize),
-		grpc.SharedWriteBuffer(true),
 	)
 	agent.RegisterAgentServiceServer(s.agentEndpoint, s.anp)
 
