@@ -205,7 +205,7 @@ test-rbac: envtest-assets ## The manager as deployed (its ServiceAccount, the ru
 
 .PHONY: bench-fleet
 bench-fleet: ## Simulated agents (the product's, own certificates, real mTLS gRPC) against one proxy-server: memory per idle agent, tunnel-health CPU per round next to the previous design, a proxy-server restart (BENCH_AGENTS=1000,10000, BENCH_ROUNDS, BENCH_IDLE, BENCH_OUT).
-	go test -tags bench ./test/bench/fleet -run TestFleet -count=1 -v -timeout 60m
+	go test -tags bench ./test/bench/fleet -run '^TestFleet$$' -count=1 -v -timeout 60m
 
 .PHONY: bench-data-plane
 bench-data-plane: ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1: bulk, latency, 64 clients, 1,000 streams (BENCH_PHASES, BENCH_MODES narrow it).

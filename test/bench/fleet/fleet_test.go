@@ -12,8 +12,8 @@
 //   - at the largest size, a restart of the proxy-server: how long until every agent is back, how many connection
 //     attempts the agents made meanwhile, and a round that finds every cluster healthy again.
 //
-// Figures are printed and written as JSON to BENCH_OUT (default bin/bench/fleet.json); docs/performance.md plots
-// them. Targets are printed as PASS or MISS, never asserted; the test fails only when agents do not connect, a
+// Figures are printed and written as JSON to BENCH_OUT (default bin/bench/fleet.json), and drawn beside it as
+// fleet-round-cpu.svg and fleet-memory.svg, which docs/performance.md shows. Targets are printed as PASS or MISS, never asserted; the test fails only when agents do not connect, a
 // cluster is not healthy, or the restart does not bring every agent back. Run it with 'make bench-fleet'.
 package fleet
 
@@ -45,6 +45,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchplot"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -450,11 +451,29 @@ func writeHeapProfile(t *testing.T, name string) {
 	}
 }
 
-func writeFigures(t *testing.T, all []sizeFigures) {
-	out := os.Getenv("BENCH_OUT")
-	if out == "" {
-		out = filepath.Join("..", "..", "..", "bin", "bench", "fleet.json")
+// TestFleetPlots draws the plots again from the figures of an earlier run (BENCH_OUT), without measuring.
+func TestFleetPlots(t *testing.T) {
+	raw, err := os.ReadFile(figuresPath())
+	if err != nil {
+		t.Fatalf("no figures of an earlier run: %v (make bench-fleet writes them)", err)
 	}
+	var all []sizeFigures
+	if err := json.Unmarshal(raw, &all); err != nil {
+		t.Fatal(err)
+	}
+	writePlots(t, filepath.Dir(figuresPath()), all)
+}
+
+// figuresPath is BENCH_OUT, default bin/bench/fleet.json.
+func figuresPath() string {
+	if out := os.Getenv("BENCH_OUT"); out != "" {
+		return out
+	}
+	return filepath.Join("..", "..", "..", "bin", "bench", "fleet.json")
+}
+
+func writeFigures(t *testing.T, all []sizeFigures) {
+	out := figuresPath()
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -466,4 +485,38 @@ func writeFigures(t *testing.T, all []sizeFigures) {
 		t.Fatal(err)
 	}
 	t.Logf("figures written to %s", out)
+	writePlots(t, filepath.Dir(out), all)
+}
+
+// writePlots draws the figures next to the JSON: fleet-round-cpu.svg and fleet-memory.svg.
+func writePlots(t *testing.T, dir string, all []sizeFigures) {
+	var agents, ours, previous, idle, afterRounds, target []float64
+	for _, f := range all {
+		agents = append(agents, float64(f.Agents))
+		ours, previous = append(ours, f.RoundCPUMillis), append(previous, f.PreviousRoundCPUMillis)
+		idle, afterRounds = append(idle, f.HeapBytesPerAgentIdle/1024), append(afterRounds, f.HeapBytesPerAgentAfterRounds/1024)
+		target = append(target, targetBytesPerAgent/1024)
+	}
+	charts := map[string]interface{ WriteSVG(io.Writer) error }{
+		"fleet-round-cpu.svg": benchplot.Line{Title: "Tunnel-health round: hub CPU (manager + proxy-server)", XLabel: "agents",
+			YLabel: "CPU ms per round (log)", X: agents, LogY: true,
+			Series: []benchplot.Series{{Name: "GET /tunnels", Y: ours}, {Name: "a tunnel per cluster", Y: previous}}},
+		"fleet-memory.svg": benchplot.Line{Title: "Proxy-server memory per idle agent (heap + stacks)", XLabel: "agents",
+			YLabel: "KiB per agent", X: agents,
+			Series: []benchplot.Series{{Name: "idle", Y: idle}, {Name: "after probe rounds", Y: afterRounds}, {Name: "target", Y: target}}},
+	}
+	for name, chart := range charts {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = chart.WriteSVG(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("plots written to %s: fleet-round-cpu.svg, fleet-memory.svg", dir)
 }
