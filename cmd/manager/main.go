@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/go-logr/logr"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -59,6 +61,7 @@ func main() {
 	if probeConcurrency != 0 {
 		log.Info("--tunnel-probe-concurrency is ignored: the proxy-servers run the tunnel probes")
 	}
+	setMemoryLimit(log)
 	resolver, err := clusterproxy.ParseResolve(resolve)
 	if err != nil {
 		log.Error(err, "Invalid flag")
@@ -129,4 +132,23 @@ func inClusterNamespace() string {
 		return ""
 	}
 	return strings.TrimSpace(string(raw))
+}
+
+// memoryLimitRatio is the share of the container's memory limit the Go runtime aims below; the rest is for memory it
+// does not see (stacks of threads, the binary, buffers of the kernel charged to the container).
+const memoryLimitRatio = 0.9
+
+// setMemoryLimit makes the garbage collector aim below the container's memory limit. The manager's live heap is a
+// fraction of its peak: while a large fleet converges, garbage between two collections would take it over the limit
+// the install paths set (256Mi: 10,000 clusters peaked at 338 MiB without this), and the kernel would kill it. Near
+// the limit the runtime collects more often instead. GOMEMLIMIT or AUTOMEMLIMIT=off in the environment wins; outside
+// a memory-limited cgroup nothing changes.
+func setMemoryLimit(log logr.Logger) {
+	limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))
+	switch {
+	case err != nil:
+		log.Error(err, "Cannot read the container's memory limit; the Go runtime sets no limit of its own")
+	case limit > 0:
+		log.Info("Go memory limit set below the container's", "bytes", limit, "ratio", memoryLimitRatio)
+	}
 }

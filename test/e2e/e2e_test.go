@@ -112,6 +112,17 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		Expect(testenv.CheckManagerRBAC(path)).To(Succeed())
 	})
 
+	It("aims the manager's garbage collector below its container's memory limit", func() {
+		d := &appsv1.Deployment{}
+		Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, "cluster-proxy-addon-manager"), d)).To(Succeed())
+		limit := d.Spec.Template.Spec.Containers[0].Resources.Limits.Memory()
+		Expect(limit.IsZero()).To(BeFalse(), "the chart limits the manager's memory")
+		// 90 % of the limit, as the manager reads it from its cgroup on a real node.
+		want := uint64(float64(limit.Value()) * 0.9)
+		logs := shell("kubectl logs -n " + localsystem.Namespace + " deploy/cluster-proxy-addon-manager")
+		Expect(logs).To(MatchRegexp(`Go memory limit set below the container's.*"bytes":%d\b`, want))
+	})
+
 	It("answers the README's status commands on the hub", func() {
 		out := shell("kubectl get managedproxyconfiguration cluster-proxy -o yaml")
 		Expect(out).To(ContainSubstring("entrypoint: " + localsystem.EntrypointHost))
