@@ -74,11 +74,7 @@ func (l Line) WriteSVG(w io.Writer) error {
 	}
 	var b strings.Builder
 	header(&b, l.Title)
-	for _, t := range yscale.ticks {
-		y := top + plotHeight*(1-yscale.at(t))
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", left, y, left+plotWidth, y, gridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" %s fill="%s">%s</text>`+"\n", left-6, y+4, fontStyle, labelColor, format(t))
-	}
+	yGrid(&b, yscale)
 	for _, x := range l.X {
 		px := left + plotWidth*xscale.at(x)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" %s fill="%s">%s</text>`+"\n", px, top+plotHeight+18, fontStyle, labelColor, format(x))
@@ -109,11 +105,7 @@ func (c Bar) WriteSVG(w io.Writer) error {
 	yscale := linear(0, niceMax(ymax))
 	var b strings.Builder
 	header(&b, c.Title)
-	for _, t := range yscale.ticks {
-		y := top + plotHeight*(1-yscale.at(t))
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", left, y, left+plotWidth, y, gridColor)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" %s fill="%s">%s</text>`+"\n", left-6, y+4, fontStyle, labelColor, format(t))
-	}
+	yGrid(&b, yscale)
 	slot := float64(plotWidth) / float64(len(c.Values))
 	for i, v := range c.Values {
 		h := plotHeight * yscale.at(v)
@@ -133,6 +125,15 @@ func header(b *strings.Builder, title string) {
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", width, height, width, height)
 	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	fmt.Fprintf(b, `<text x="%d" y="22" %s font-weight="bold" fill="%s">%s</text>`+"\n", left, fontStyle, labelColor, html.EscapeString(title))
+}
+
+// yGrid draws a line across the plot and a label at each of the scale's ticks.
+func yGrid(b *strings.Builder, yscale scale) {
+	for _, t := range yscale.ticks {
+		y := top + plotHeight*(1-yscale.at(t))
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", left, y, left+plotWidth, y, gridColor)
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" %s fill="%s">%s</text>`+"\n", left-6, y+4, fontStyle, labelColor, format(t))
+	}
 }
 
 func axes(b *strings.Builder, xLabel, yLabel string) {
