@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -116,9 +117,14 @@ func ClusterOf(profile *cpv1alpha1.ClusterProfile) (cluster, field string) {
 	return profile.Name, "metadata.name"
 }
 
-// provider is the access provider of the profile's cluster, nil when it has none.
+// provider is the access provider of the profile's cluster, nil when it has none. Why it has none is logged at V(1):
+// a provider that goes away says which object was missing.
 func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterProfile) (*cpv1alpha1.AccessProvider, error) {
 	cluster, field := ClusterOf(profile)
+	none := func(why string, keysAndValues ...any) (*cpv1alpha1.AccessProvider, error) {
+		log.FromContext(ctx).V(1).Info("No access provider: "+why, append([]any{"cluster", cluster}, keysAndValues...)...)
+		return nil, nil
+	}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: cluster}, &clusterv1.ManagedCluster{}); err != nil {
 		if client.IgnoreNotFound(err) != nil {
 			return nil, err
@@ -129,24 +135,34 @@ func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterPr
 	}
 	addOn := &addonv1alpha1.ManagedClusterAddOn{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}, addOn); err != nil {
-		return nil, client.IgnoreNotFound(err)
+		if client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		return none("the cluster has no add-on")
 	}
 	if !addOn.DeletionTimestamp.IsZero() {
-		return nil, nil
+		return none("the add-on is being deleted")
 	}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: addonconfig.ConfigurationOf(addOn)}, mpc); err != nil {
-		return nil, client.IgnoreNotFound(err)
+		if client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		return none("the add-on's configuration does not exist", "configuration", addonconfig.ConfigurationOf(addOn))
 	}
 	if mpc.Spec.UserServer == nil {
-		return nil, nil // no user-server to reach the cluster through
+		return none("no user-server to reach the cluster through", "configuration", mpc.Name)
 	}
 	bundle := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: contract.Namespace(mpc), Name: proxyv1alpha1.CABundleSecretName}, bundle); err != nil {
-		return nil, client.IgnoreNotFound(err)
+	key := client.ObjectKey{Namespace: contract.Namespace(mpc), Name: proxyv1alpha1.CABundleSecretName}
+	if err := r.Client.Get(ctx, key, bundle); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		return none("the CA bundle Secret does not exist", "secret", key.String())
 	}
 	if len(bundle.Data["ca.crt"]) == 0 {
-		return nil, nil
+		return none("the CA bundle Secret has no ca.crt", "secret", key.String(), "resourceVersion", bundle.ResourceVersion)
 	}
 	return Provider(cluster, contract.UserServerAddress(mpc), bundle.Data["ca.crt"])
 }
