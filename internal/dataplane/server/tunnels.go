@@ -1,14 +1,12 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
 )
 
@@ -135,24 +132,11 @@ func (t *tunnelReports) probeRound(ctx context.Context, timeout time.Duration) {
 		if results[i] == nil || len(c.Agents) == 0 {
 			continue // not probed (the asker left)
 		}
-		if c.Probe == nil || probeChanged(*c.Probe, *results[i], t.latencyChanged) {
+		if c.Probe == nil || tunnelclient.ProbeChanged(*c.Probe, *results[i], t.latencyChanged) {
 			c.Probe = results[i]
 			t.gen++
 			c.gen = t.gen
 		}
-	}
-}
-
-// probeChanged reports whether next differs from the reported probe in a way the status shows. Successive failures
-// keep the first one's message.
-func probeChanged(reported, next tunnelclient.TunnelProbe, latencyChanged func(reported, measured time.Duration) bool) bool {
-	switch {
-	case reported.Healthy != next.Healthy:
-		return true
-	case reported.Healthy:
-		return latencyChanged(reported.Latency(), next.Latency())
-	default:
-		return false
 	}
 }
 
@@ -195,64 +179,27 @@ func (t *tunnelReports) probe(ctx context.Context, cluster string, timeout time.
 			return nil
 		}
 		probeCtx, cancel := context.WithTimeout(ctx, timeout)
-		start := time.Now()
-		status, body, err := t.getHealthz(probeCtx, cluster)
-		if errors.Is(err, errDialHealthPort) {
-			var r tunnelclient.ProbeResult
-			if r, err = tunnelclient.Probe(probeCtx, t.dial, cluster); err == nil {
-				status, body = http.StatusOK, "ok"
-				if !r.Healthy {
-					status, body = http.StatusServiceUnavailable, r.Message
-				}
-			}
+		r, err := tunnelclient.ProbeHealthPort(probeCtx, t.dial, cluster)
+		if errors.Is(err, tunnelclient.ErrNoHealthPort) {
+			r, err = tunnelclient.Probe(probeCtx, t.dial, cluster)
 		}
-		latency := time.Since(start)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil:
-			p = tunnelclient.TunnelProbe{Message: fmt.Sprintf("probe cluster %s: %v", cluster, err)}
+			p = tunnelclient.TunnelProbe{Message: err.Error()}
 			tunnelProbes.WithLabelValues("error").Inc()
-		case status != http.StatusOK || body != "ok":
-			p = tunnelclient.TunnelProbe{LatencyMicros: latency.Microseconds(),
-				Message: fmt.Sprintf("GET /healthz answered %d %s: %.100q", status, http.StatusText(status), body)}
+		case !r.Healthy:
+			p = tunnelclient.TunnelProbe{LatencyMicros: r.Latency.Microseconds(), Message: r.Message}
 			tunnelProbes.WithLabelValues("unhealthy").Inc()
 		default:
 			tunnelProbes.WithLabelValues("healthy").Inc()
-			tunnelProbeLatency.Observe(latency.Seconds())
-			return &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: max(latency.Microseconds(), 1)}
+			tunnelProbeLatency.Observe(r.Latency.Seconds())
+			return &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: max(r.Latency.Microseconds(), 1)}
 		}
 	}
 	return &p
-}
-
-// errDialHealthPort wraps a failed dial of the tunnel health port.
-var errDialHealthPort = errors.New("dial the tunnel health port")
-
-// getHealthz is one GET /healthz on a new connection to cluster's tunnel health port.
-func (t *tunnelReports) getHealthz(ctx context.Context, cluster string) (status int, body string, err error) {
-	conn, err := t.dial(ctx, cluster, contract.TunnelHealthPort)
-	if err != nil {
-		return 0, "", fmt.Errorf("%w: %w", errDialHealthPort, err)
-	}
-	defer func() { _ = conn.Close() }()
-	if d, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(d)
-	}
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+cluster+"\r\nConnection: close\r\n\r\n"); err != nil {
-		return 0, "", err
-	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 2048), nil)
-	if err != nil {
-		return 0, "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if err != nil {
-		return 0, "", fmt.Errorf("read /healthz: %w", err)
-	}
-	return resp.StatusCode, string(b), nil
 }
 
 var (

@@ -5,6 +5,7 @@
 package tunnelclient
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -25,6 +26,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // KubeAPIServerPort is the tunnel port an agent maps to its cluster's kube-apiserver.
@@ -146,6 +149,44 @@ func Probe(ctx context.Context, dial DialClusterFunc, cluster string) (ProbeResu
 		return ProbeResult{Latency: time.Since(start)}, fmt.Errorf("probe cluster %s: %w", cluster, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	return healthzResult(resp, start, cluster)
+}
+
+// ErrNoHealthPort is wrapped by ProbeHealthPort's error when the tunnel health port could not be dialed: no agent,
+// or an agent from before the port.
+var ErrNoHealthPort = errors.New("cannot dial the tunnel health port")
+
+// ProbeHealthPort sends GET /healthz to the agent's tunnel health port (contract.TunnelHealthPort) through a tunnel
+// opened by dial: plain HTTP on a new connection, which the agent answers with its kube-apiserver's /healthz over a
+// connection of its own. Results and errors are Probe's.
+func ProbeHealthPort(ctx context.Context, dial DialClusterFunc, cluster string) (ProbeResult, error) {
+	start := time.Now()
+	conn, err := dial(ctx, cluster, contract.TunnelHealthPort)
+	if err != nil {
+		return ProbeResult{Latency: time.Since(start)}, fmt.Errorf("probe cluster %s: %w: %w", cluster, ErrNoHealthPort, err)
+	}
+	defer func() { _ = conn.Close() }()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cluster+"/healthz", nil)
+	if err != nil {
+		return ProbeResult{}, fmt.Errorf("probe cluster %s: %w", cluster, err)
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return ProbeResult{Latency: time.Since(start)}, fmt.Errorf("probe cluster %s: %w", cluster, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return ProbeResult{Latency: time.Since(start)}, fmt.Errorf("probe cluster %s: %w", cluster, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return healthzResult(resp, start, cluster)
+}
+
+// healthzResult reads a GET /healthz answer, which the caller closes: healthy when it is 200 "ok".
+func healthzResult(resp *http.Response, start time.Time, cluster string) (ProbeResult, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	result := ProbeResult{Latency: time.Since(start)}
 	if err != nil {
@@ -229,6 +270,19 @@ type TunnelProbe struct {
 	LatencyMicros int64 `json:"latencyMicros,omitempty"`
 	// Message says why the probe failed.
 	Message string `json:"message,omitempty"`
+}
+
+// ProbeChanged reports whether next differs from the reported probe in a way the status shows: another result, or
+// while healthy a latency latencyChanged counts. Failing again is no change, so the first failure's message stays.
+func ProbeChanged(reported, next TunnelProbe, latencyChanged func(reported, measured time.Duration) bool) bool {
+	switch {
+	case reported.Healthy != next.Healthy:
+		return true
+	case reported.Healthy:
+		return latencyChanged(reported.Latency(), next.Latency())
+	default:
+		return false
+	}
 }
 
 // Latency is LatencyMicros as a duration.

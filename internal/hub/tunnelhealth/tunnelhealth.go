@@ -105,13 +105,14 @@ func significant(prev, next State, latencyChanged func(reported, measured time.D
 		return true
 	case prev.Probe == nil:
 		return false
-	case prev.Probe.Healthy != next.Probe.Healthy:
-		return true
-	case prev.Probe.Healthy:
-		return latencyChanged(prev.Probe.Latency, next.Probe.Latency)
 	default:
-		return false
+		return tunnelclient.ProbeChanged(prev.Probe.wire(), next.Probe.wire(), latencyChanged)
 	}
+}
+
+// wire is the probe as the replicas report it, for the rule they report by.
+func (p *Probe) wire() tunnelclient.TunnelProbe {
+	return tunnelclient.TunnelProbe{Healthy: p.Healthy, LatencyMicros: p.Latency.Microseconds(), Message: p.Message}
 }
 
 // Source observes the tunnels; it is a manager Runnable that runs on the leader only.
