@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,13 +18,12 @@ import (
 )
 
 // healthPort stands in for an agent's tunnel health port: plain HTTP, /healthz answers "ok" while healthy, 500
-// otherwise. It counts the requests that came with TLS (none should).
-func healthPort(t *testing.T, healthy *atomic.Bool, tlsRequests *atomic.Int32) string {
+// otherwise. It counts the requests it answered, and the connections that began with a TLS handshake record (none
+// should: a TLS client would get no answer from it).
+func healthPort(t *testing.T, healthy *atomic.Bool, requests, tlsHellos *atomic.Int32) string {
 	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil {
-			tlsRequests.Add(1)
-		}
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
 		if !healthy.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = io.WriteString(w, "[-]etcd failed")
@@ -31,8 +31,41 @@ func healthPort(t *testing.T, healthy *atomic.Bool, tlsRequests *atomic.Int32) s
 		}
 		_, _ = io.WriteString(w, "ok")
 	}))
+	ts.Listener = helloSniffer{Listener: ts.Listener, hellos: tlsHellos}
+	ts.Start()
 	t.Cleanup(ts.Close)
 	return ts.Listener.Addr().String()
+}
+
+// helloSniffer counts the accepted connections whose first byte is a TLS handshake record's.
+type helloSniffer struct {
+	net.Listener
+	hellos *atomic.Int32
+}
+
+func (l helloSniffer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &sniffedConn{Conn: c, hellos: l.hellos}, nil
+}
+
+type sniffedConn struct {
+	net.Conn
+	hellos *atomic.Int32
+	seen   bool
+}
+
+func (c *sniffedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.seen {
+		c.seen = true
+		if b[0] == 0x16 { // TLS record type "handshake"
+			c.hellos.Add(1)
+		}
+	}
+	return n, err
 }
 
 func TestTunnelReportsProbeTheHealthPortAndAnswerOnlyWhatChanged(t *testing.T) {
@@ -44,11 +77,11 @@ func TestTunnelReportsProbeTheHealthPortAndAnswerOnlyWhatChanged(t *testing.T) {
 	var healthy1, healthy2 atomic.Bool
 	healthy1.Store(true)
 	healthy2.Store(true)
-	var tlsRequests atomic.Int32
+	var requests1, requests2, tlsHellos atomic.Int32
 	port := strconv.Itoa(contract.TunnelHealthPort)
-	_, err := f.agent(t, "c1", "ns-c1", "c1-agent", "host=c1", map[string]string{"c1:" + port: healthPort(t, &healthy1, &tlsRequests)})
+	_, err := f.agent(t, "c1", "ns-c1", "c1-agent", "host=c1", map[string]string{"c1:" + port: healthPort(t, &healthy1, &requests1, &tlsHellos)})
 	g.Expect(err).NotTo(HaveOccurred())
-	a2, err := f.agent(t, "c2", "ns-c2", "c2-agent", "host=c2", map[string]string{"c2:" + port: healthPort(t, &healthy2, &tlsRequests)})
+	a2, err := f.agent(t, "c2", "ns-c2", "c2-agent", "host=c2", map[string]string{"c2:" + port: healthPort(t, &healthy2, &requests2, &tlsHellos)})
 	g.Expect(err).NotTo(HaveOccurred())
 	// An agent from before the health port: only its kube-apiserver, with TLS.
 	_, err = f.agent(t, "old", "ns-old", "old-agent", "host=old", map[string]string{"old:443": httptestTLSHealthz(t, "ok")})
@@ -74,9 +107,11 @@ func TestTunnelReportsProbeTheHealthPortAndAnswerOnlyWhatChanged(t *testing.T) {
 		g.Expect(c.Probe.Healthy).To(BeTrue(), c.Probe.Message)
 		g.Expect(c.Probe.LatencyMicros).To(BeNumerically(">", 0))
 	}
-	g.Expect(tlsRequests.Load()).To(BeZero(), "the health port is probed in plain HTTP inside the tunnel")
+	g.Expect(tlsHellos.Load()).To(BeZero(), "the health port is probed in plain HTTP inside the tunnel")
+	g.Expect(requests1.Load()).To(BeEquivalentTo(1), "one probe of c1 per ask")
+	g.Expect(requests2.Load()).To(BeEquivalentTo(1))
 
-	// Rounds that change nothing answer nothing.
+	// Rounds that change nothing answer nothing, though each probes every cluster again.
 	v := first
 	for range 3 {
 		next := ask(cursor(v))
@@ -85,6 +120,8 @@ func TestTunnelReportsProbeTheHealthPortAndAnswerOnlyWhatChanged(t *testing.T) {
 		g.Expect(next.Generation).To(Equal(v.Generation))
 		v = next
 	}
+	g.Expect(requests1.Load()).To(BeEquivalentTo(4))
+	g.Expect(requests2.Load()).To(BeEquivalentTo(4))
 
 	// C1's kube-apiserver fails its health check: only c1 is answered, once.
 	healthy1.Store(false)
