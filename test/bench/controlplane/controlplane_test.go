@@ -40,6 +40,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -123,7 +124,7 @@ func TestControlPlaneScale(t *testing.T) {
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
 	convergedAt := watchConvergence(t, cfg, n) // a watch, not polling lists: measuring must not take API server CPU
-	cpuBefore, busyBefore, harnessBefore := mgr.cpuSeconds(t), machineBusySeconds(t), pidCPUSeconds(t, os.Getpid())
+	cpuBefore, busyBefore, harnessBefore := mgr.cpuSeconds(t), machineBusySeconds(), pidCPUSeconds(t, os.Getpid())
 	apiBefore, etcdBefore := processCPUSeconds(t, "kube-apiserver"), processCPUSeconds(t, "etcd")
 	stopProfiles := profile(t, cfg, pprofAddr)
 	start := time.Now()
@@ -141,7 +142,7 @@ func TestControlPlaneScale(t *testing.T) {
 	converged := doneAt.Sub(start)
 	stopProfiles()
 	heapProfile(t, pprofAddr)
-	mgrCPU, machineCPU, harnessCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds(t)-busyBefore, pidCPUSeconds(t, os.Getpid())-harnessBefore
+	mgrCPU, machineCPU, harnessCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds()-busyBefore, pidCPUSeconds(t, os.Getpid())-harnessBefore
 	apiCPU, etcdCPU := processCPUSeconds(t, "kube-apiserver")-apiBefore, processCPUSeconds(t, "etcd")-etcdBefore
 	checkWorks(t, c, n)
 	waitQuiet(t, metricsAddr)
@@ -506,19 +507,7 @@ func pidCPUSeconds(t *testing.T, pid int) float64 {
 }
 
 // machineBusySeconds is the CPU time all processes on the machine spent busy (not idle or waiting for I/O).
-func machineBusySeconds(t *testing.T) float64 {
-	raw, err := os.ReadFile("/proc/stat")
-	must(t, err)
-	fields := strings.Fields(strings.SplitN(string(raw), "\n", 2)[0])[1:]
-	var busy float64
-	for i, f := range fields {
-		v, _ := strconv.ParseFloat(f, 64)
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return busy / 100
-}
+func machineBusySeconds() float64 { return benchmeasure.MachineBusy().Seconds() }
 
 // requests are the manager's client-go request counts by HTTP method, from its metrics endpoint, and under the key
 // reconciles the per-cluster controller's reconciles.

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 )
 
 // usage is this process's CPU time (getrusage, user+sys) and the whole machine's busy CPU time (/proc/stat).
@@ -23,9 +22,7 @@ type usage struct {
 }
 
 func sample() usage {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return usage{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), machine: machineBusy(), at: time.Now()}
+	return usage{self: benchmeasure.SelfCPU(), machine: benchmeasure.MachineBusy(), at: time.Now()}
 }
 
 // cost is what one stretch of time took: wall time, our CPU and the other processes' CPU.
@@ -42,26 +39,6 @@ func (c *cost) add(d cost) {
 	c.wall += d.wall
 	c.self += d.self
 	c.other += d.other
-}
-
-// machineBusy is the CPU time all processes spent busy: user, nice, system, irq, softirq and steal (guest time is
-// already inside user and nice). /proc/stat counts in USER_HZ ticks, 10 ms.
-func machineBusy() time.Duration {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	fields := strings.Fields(line)[1:]
-	var ticks int64
-	for i, f := range fields {
-		if i == 3 || i == 4 || i > 7 { // idle, iowait; guest, guest_nice
-			continue
-		}
-		v, _ := strconv.ParseInt(f, 10, 64)
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // rotate runs every mode once per round, in an order that rotates each round, with a GC before each timed run.
@@ -81,18 +58,6 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 )
 
 // Sizes of the phases; together they take about a minute and a half of wall time on 2 cores.
@@ -190,7 +192,7 @@ func (b *bench) bulk() {
 		"vs raw ANP", "raw ANP's CPU / this CPU")
 	var direct, anp, full, anpCPU, fullCPU float64
 	for _, m := range modes {
-		med := median(m.rates)
+		med := benchmeasure.Median(m.rates)
 		switch m.r.key {
 		case keyDirect:
 			direct = med
@@ -203,7 +205,7 @@ func (b *bench) bulk() {
 	for _, m := range modes {
 		opened := b.tunnelsSince(m.r, m.tunnels)
 		m.rt.CloseIdleConnections()
-		med := median(m.rates)
+		med := benchmeasure.Median(m.rates)
 		lo, hi := minMax(m.rates)
 		out.row(m.r.label, fmt.Sprintf("%.0f", med), fmt.Sprintf("(%.0f-%.0f)", lo, hi), fmt.Sprintf("%.0f", m.cpuPerTransfer()),
 			secs(m.cost.other), opened, ratio(med, direct), ratio(med, anp), ratio(anpCPU, m.cpuPerTransfer()))

@@ -28,11 +28,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +43,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchplot"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -132,14 +131,14 @@ func TestFleet(t *testing.T) {
 		heap, rss := memory()
 		writeHeapProfile(t, fmt.Sprintf("%d-idle", n))
 		f.HeapBytesPerAgentIdle, f.RSSBytesPerAgentIdle = float64(heap-baseHeap)/float64(n), float64(rss-baseRSS)/float64(n)
-		cpu0, t0 := cpuTime(), time.Now()
+		cpu0, t0 := benchmeasure.SelfCPU(), time.Now()
 		time.Sleep(idle) // what is measured is the idle hub itself: nothing to await
-		f.IdleCPUMillisPerSecond = float64((cpuTime() - cpu0).Milliseconds()) / time.Since(t0).Seconds()
+		f.IdleCPUMillisPerSecond = float64((benchmeasure.SelfCPU() - cpu0).Milliseconds()) / time.Since(t0).Seconds()
 
 		// The first round answers every cluster; then both designs in turns.
-		cpu0 = cpuTime()
+		cpu0 = benchmeasure.SelfCPU()
 		src.Round(ctx)
-		f.FirstRoundCPUMillis = float64((cpuTime() - cpu0).Milliseconds())
+		f.FirstRoundCPUMillis = float64((benchmeasure.SelfCPU() - cpu0).Milliseconds())
 		expectHealthy(t, src, n)
 		var ours, prev, oursWall, prevWall []float64
 		for range rounds {
@@ -149,8 +148,8 @@ func TestFleet(t *testing.T) {
 			cpu, wall = measure(func() { previousRound(t, ctx, previous, n) })
 			prev, prevWall = append(prev, cpu), append(prevWall, wall)
 		}
-		f.RoundCPUMillis, f.PreviousRoundCPUMillis = median(ours), median(prev)
-		f.RoundSeconds, f.PreviousRoundSeconds = median(oursWall), median(prevWall)
+		f.RoundCPUMillis, f.PreviousRoundCPUMillis = benchmeasure.Median(ours), benchmeasure.Median(prev)
+		f.RoundSeconds, f.PreviousRoundSeconds = benchmeasure.Median(oursWall), benchmeasure.Median(prevWall)
 		f.RoundRatio = f.PreviousRoundCPUMillis / max(f.RoundCPUMillis, 0.001)
 		heap, rss = memory()
 		writeHeapProfile(t, fmt.Sprintf("%d-probed", n))
@@ -311,15 +310,9 @@ func hubReader(t *testing.T, hub *tunneltest.Hub) client.Reader {
 // measure is the process's CPU and the wall time f takes, in milliseconds and seconds.
 func measure(f func()) (cpuMillis, wallSeconds float64) {
 	runtime.GC()
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, t0 := benchmeasure.SelfCPU(), time.Now()
 	f()
-	return float64((cpuTime() - cpu0).Microseconds()) / 1000, time.Since(t0).Seconds()
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return float64((benchmeasure.SelfCPU() - cpu0).Microseconds()) / 1000, time.Since(t0).Seconds()
 }
 
 // memory is the heap and stacks in use after a GC, and the resident set, in bytes.
@@ -347,33 +340,11 @@ func vmRSS() int64 {
 // otherCPU starts counting the CPU of every other process on the machine; the returned func says how busy they kept
 // it, in percent of one core.
 func otherCPU() func() float64 {
-	total0, self0, t0 := machineCPU(), cpuTime(), time.Now()
+	total0, self0, t0 := benchmeasure.MachineBusy(), benchmeasure.SelfCPU(), time.Now()
 	return func() float64 {
-		others := (machineCPU() - total0) - (cpuTime() - self0)
+		others := (benchmeasure.MachineBusy() - total0) - (benchmeasure.SelfCPU() - self0)
 		return 100 * others.Seconds() / time.Since(t0).Seconds()
 	}
-}
-
-// machineCPU is the busy time of every CPU since boot (/proc/stat), children of this process included.
-func machineCPU() time.Duration {
-	raw, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(raw), "\n")
-	fields := strings.Fields(line)
-	var busy int64
-	for i, f := range fields[1:] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		v, _ := strconv.ParseInt(f, 10, 64)
-		busy += v
-	}
-	return time.Duration(busy) * time.Second / 100
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func intsFromEnv(t *testing.T, name string, def []int) []int {
