@@ -14,31 +14,16 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
-
-func scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = corev1.AddToScheme(s)
-	_ = discoveryv1.AddToScheme(s)
-	_ = proxyv1alpha1.AddToScheme(s)
-	return s
-}
-
-// hubReader holds the hub objects of h, as the hub's API would.
-func hubReader(h *tunneltest.Hub) client.Client {
-	return fake.NewClientBuilder().WithScheme(scheme()).WithObjects(h.Objects()...).Build()
-}
 
 func TestRESTConfigReachesEachClusterByNameThroughItsTunnel(t *testing.T) {
 	g := NewWithT(t)
@@ -49,7 +34,7 @@ func TestRESTConfigReachesEachClusterByNameThroughItsTunnel(t *testing.T) {
 	hub.StartAgent(t, "2nd", api2)
 
 	ctx := context.Background()
-	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: hub.Resolve})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(proxies.FrontendAddress()).To(Equal("proxy-entrypoint.proxy-ns.svc:8090"))
 
@@ -76,7 +61,7 @@ func TestProbeReportsHealthLatencyAndMissingAgents(t *testing.T) {
 	api, _ := tunneltest.KubeAPIServer(t, "v1", healthy.Load)
 	hub.StartAgent(t, "c1", api)
 	ctx := context.Background()
-	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: hub.Resolve})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	agents, err := proxies.ConnectedAgents(ctx)
@@ -106,7 +91,7 @@ func TestCredentialsAreReadAgainSoARenewedClientCertificateIsUsed(t *testing.T) 
 	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	hub.StartAgent(t, "c1", api)
 	ctx := context.Background()
-	reader := hubReader(hub)
+	reader := hub.Reader()
 	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: reader, Resolve: hub.Resolve})
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -136,13 +121,13 @@ func TestNewNamesWhatIsMissingOnTheHub(t *testing.T) {
 	hub := tunneltest.Start(t, "proxy-ns")
 	ctx := context.Background()
 
-	empty := fake.NewClientBuilder().WithScheme(scheme()).Build()
+	empty := fake.NewClientBuilder().WithScheme(tunneltest.HubScheme()).Build()
 	_, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: empty})
 	g.Expect(errors.Is(err, clusterproxy.ErrNoConfiguration)).To(BeTrue(), "%v", err)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 	g.Expect(err).To(MatchError(ContainSubstring(`"cluster-proxy"`)))
 
-	noSecret := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(hub.MPC.DeepCopy(), hub.BundleSecret.DeepCopy()).Build()
+	noSecret := fake.NewClientBuilder().WithScheme(tunneltest.HubScheme()).WithObjects(hub.MPC.DeepCopy(), hub.BundleSecret.DeepCopy()).Build()
 	_, err = clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: noSecret})
 	g.Expect(err).To(MatchError(ContainSubstring("secret proxy-ns/proxy-client")))
 
@@ -156,7 +141,7 @@ func TestDialerTakesThePortFromTheAddressAndRefusesOtherNetworks(t *testing.T) {
 	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	hub.StartAgent(t, "c1", api)
 	ctx := context.Background()
-	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: hub.Resolve})
 	g.Expect(err).NotTo(HaveOccurred())
 	d := proxies.Dialer("c1")
 
@@ -211,7 +196,7 @@ func TestReplicaAgentsAsksEveryReadyEndpointOfTheProxyServersService(t *testing.
 	objs := append(hub.Objects(),
 		slice("a", int32(portNumber), endpoint("proxy-a", "127.0.0.1", true), endpoint("proxy-b", "127.0.0.1", true), endpoint("proxy-c", "127.0.0.3", false)),
 		slice("b", int32(closed), endpoint("proxy-gone", "127.0.0.1", true)))
-	reader := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(objs...).Build()
+	reader := fake.NewClientBuilder().WithScheme(tunneltest.HubScheme()).WithObjects(objs...).Build()
 	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: reader})
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -231,7 +216,7 @@ func TestReplicaAgentsAsksEveryReadyEndpointOfTheProxyServersService(t *testing.
 	}
 
 	// No replica answers: the error names them.
-	none := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(append(hub.Objects(),
+	none := fake.NewClientBuilder().WithScheme(tunneltest.HubScheme()).WithObjects(append(hub.Objects(),
 		slice("b", int32(closed), endpoint("proxy-gone", "127.0.0.1", true)))...).Build()
 	down, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: none})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -75,7 +75,7 @@ func echoCluster(t *testing.T) (*clusterproxy.Client, *rest.Config, *int) {
 	hub := tunneltest.Start(t, "proxy-ns")
 	api, ca, upgrades := echoServer(t)
 	hub.StartAgent(t, "c1", api)
-	proxies, err := clusterproxy.New(context.Background(), nil, clusterproxy.Options{Reader: hubReader(hub), Resolve: hub.Resolve})
+	proxies, err := clusterproxy.New(context.Background(), nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: hub.Resolve})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,13 +50,6 @@ func TestSignificant(t *testing.T) {
 	}
 }
 
-func hubReader(h *tunneltest.Hub) client.Client {
-	s := runtime.NewScheme()
-	_ = corev1.AddToScheme(s)
-	_ = proxyv1alpha1.AddToScheme(s)
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(h.Objects()...).Build()
-}
-
 // drain returns the change events already sent.
 func drain(src *tunnelhealth.Source) []string {
 	var out []string
@@ -84,7 +76,7 @@ func TestReportsConnectedHealthyClustersWithLatencyAndOnlyWhatChanged(t *testing
 	api2, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	hub.StartAgent(t, "c1", api1)
 	c2 := hub.StartAgent(t, "c2", api2)
-	reader := hubReader(hub)
+	reader := hub.Reader()
 	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: time.Hour,
 		LatencyChanged: moves})
 
@@ -153,7 +145,7 @@ func TestProxyServersThatStopAnsweringMakeEveryClusterUnreachableOnlyAfterStaleA
 	hub := tunneltest.Start(t, "proxy-ns")
 	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	hub.StartAgent(t, "c1", api)
-	reader := hubReader(hub)
+	reader := hub.Reader()
 	staleAfter := 300 * time.Millisecond
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, ProbeTimeout: 3 * time.Second, StaleAfter: staleAfter,
@@ -205,7 +197,7 @@ func TestStartRunsRoundsUntilTheContextEnds(t *testing.T) {
 	hub := tunneltest.Start(t, "proxy-ns")
 	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	agent := hub.StartAgent(t, "c1", api)
-	src := tunnelhealth.New(tunnelhealth.Options{Reader: hubReader(hub), Resolve: hub.Resolve, Interval: 50 * time.Millisecond})
+	src := tunnelhealth.New(tunnelhealth.Options{Reader: hub.Reader(), Resolve: hub.Resolve, Interval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Start(ctx) }()
@@ -222,9 +214,9 @@ func TestRoundsReuseTheirClientAndReadTheConfigurationAgainOnlyAfterAFailedRound
 	hub := tunneltest.Start(t, "proxy-ns")
 	api, _ := tunneltest.KubeAPIServer(t, "v1", nil)
 	hub.StartAgent(t, "c1", api)
-	base := hubReader(hub)
+	base := hub.Reader()
 	var configReads atomic.Int32
-	reader := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
+	reader := interceptor.NewClient(base, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*proxyv1alpha1.ManagedProxyConfiguration); ok {
 				configReads.Add(1)

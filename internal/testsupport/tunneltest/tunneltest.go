@@ -21,8 +21,11 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -106,6 +109,20 @@ func (h *Hub) AgentCredentials(t testing.TB, cluster string) (certFile, keyFile,
 // Objects are the hub objects a client reads: the configuration and the two Secrets.
 func (h *Hub) Objects() []client.Object {
 	return []client.Object{h.MPC.DeepCopy(), h.ClientSecret.DeepCopy(), h.BundleSecret.DeepCopy()}
+}
+
+// HubScheme knows the kinds a hub reader of the tunnels holds: core, discovery and the operator's.
+func HubScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = corev1.AddToScheme(s)
+	_ = discoveryv1.AddToScheme(s)
+	_ = proxyv1alpha1.AddToScheme(s)
+	return s
+}
+
+// Reader is a fake hub API that holds Objects, as the hub's API would.
+func (h *Hub) Reader() client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(h.Objects()...).Build()
 }
 
 // ResolveFlags are Resolve as --resolve values.

@@ -35,12 +35,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
@@ -100,7 +96,7 @@ func TestFleet(t *testing.T) {
 	idle := durationFromEnv(t, "BENCH_IDLE", 10*time.Second)
 
 	hub := tunneltest.Start(t, "proxy-ns", func(o *server.Options) { o.Log = logr.Discard() })
-	reader := hubReader(t, hub)
+	reader := hub.Reader()
 	ctx := context.Background()
 	src := tunnelhealth.New(tunnelhealth.Options{Reader: reader, Resolve: hub.Resolve, Interval: time.Hour, StaleAfter: 24 * time.Hour})
 	go func() { // the reconciler's part: take the change events
@@ -296,15 +292,6 @@ func waitConnected(t *testing.T, hub *tunneltest.Hub, n int, limit time.Duration
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func hubReader(t *testing.T, hub *tunneltest.Hub) client.Reader {
-	t.Helper()
-	s := clientgoscheme.Scheme
-	if err := proxyv1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(hub.Objects()...).Build()
 }
 
 // measure is the process's CPU and the wall time f takes, in milliseconds and seconds.
