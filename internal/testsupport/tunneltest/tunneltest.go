@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,7 +218,8 @@ func (h *Hub) StartAgent(t testing.TB, cluster, kubeAPIServer string) *Agent {
 	cert, key, ca := h.AgentCredentials(t, cluster)
 	src, err := tlsreload.New(cert, key, ca)
 	must(t, err)
-	agentID := fmt.Sprintf("%s-agent-%d", cluster, h.n.Load())
+	// The certificate's file is agent-<n>.crt, n unique in the Hub: the ID is <cluster>-agent-<n>.
+	agentID := cluster + "-" + strings.TrimSuffix(filepath.Base(cert), ".crt")
 	a, err := agent.New(agent.Options{
 		ServerAddress: h.Server.Addrs().Agent, AgentID: agentID, Identifiers: "host=" + cluster, TLS: src,
 		KubeAPIServer: kubeAPIServer, DrainTimeout: 100 * time.Millisecond,
