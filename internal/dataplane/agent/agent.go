@@ -165,12 +165,12 @@ func New(opts Options) (*Agent, error) {
 		serverCount: 1,
 		changed:     make(chan struct{}, 1),
 		packetSize:  maxPacketPayload,
-		health:      newMemListener(),
+		health:      newMemListener(destTunnelHealth),
 	}
 	size := opts.ReadBufferSize
 	a.bufs.New = func() any { b := make([]byte, size); return &b }
 	if opts.ServiceProxy != nil && opts.ServiceProxyPort != 0 {
-		a.services = newMemListener()
+		a.services = newMemListener(destServiceProxy)
 	}
 	return a, nil
 }

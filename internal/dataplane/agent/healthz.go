@@ -63,7 +63,7 @@ func (a *Agent) healthzHandler() http.Handler {
 	})
 }
 
-// kubeTLS verifies the kube-apiserver against Options.KubeAPIServerCA; without it (tests) the certificate is not
+// kubeTLS verifies the kube-apiserver with Options.KubeAPIServerTLS; without it (tests) the certificate is not
 // verified, as the hub's own probe of <cluster>:443 never could.
 func (a *Agent) kubeTLS() *tls.Config {
 	if a.opts.KubeAPIServerTLS != nil {

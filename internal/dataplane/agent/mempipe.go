@@ -11,16 +11,17 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/deadline"
 )
 
-// memListener hands in-process connections to an http.Server, so the service-proxy is reachable through the tunnel
-// without a network port anybody else could connect to.
+// memListener hands in-process connections to an http.Server, so the service-proxy and the tunnel health port are
+// reachable through the tunnel without a network port anybody else could connect to.
 type memListener struct {
+	name      memAddr // what it serves, its address
 	conns     chan net.Conn
 	done      chan struct{}
 	closeOnce sync.Once
 }
 
-func newMemListener() *memListener {
-	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+func newMemListener(name string) *memListener {
+	return &memListener{name: memAddr(name), conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
 func (l *memListener) Accept() (net.Conn, error) {
@@ -37,11 +38,12 @@ func (l *memListener) Close() error {
 	return nil
 }
 
-func (l *memListener) Addr() net.Addr { return memAddr("service-proxy") }
+func (l *memListener) Addr() net.Addr { return l.name }
 
 // DialContext returns the client end of a new connection whose server end the listener's Accept returns.
 func (l *memListener) DialContext(ctx context.Context) (net.Conn, error) {
 	client, server := newMemPipe()
+	server.local = l.name
 	select {
 	case l.conns <- server:
 		return client, nil
@@ -70,6 +72,7 @@ var memChunks = sync.Pool{New: func() any { b := make([]byte, 0, memChunk); retu
 
 // memConn is one end of an in-memory, buffered, full-duplex connection with deadlines, which http.Server needs.
 type memConn struct {
+	local     memAddr // the listener's name on the end it accepted, else "memory"
 	in, out   *memBuffer
 	readDL    deadline.Deadline
 	writeDL   deadline.Deadline
@@ -78,7 +81,7 @@ type memConn struct {
 
 func newMemPipe() (a, b *memConn) {
 	x, y := newMemBuffer(), newMemBuffer()
-	return &memConn{in: x, out: y}, &memConn{in: y, out: x}
+	return &memConn{in: x, out: y, local: "memory"}, &memConn{in: y, out: x, local: "memory"}
 }
 
 func (c *memConn) Read(p []byte) (int, error)  { return c.in.read(p, &c.readDL) }
@@ -92,7 +95,7 @@ func (c *memConn) Close() error {
 	return nil
 }
 
-func (c *memConn) LocalAddr() net.Addr  { return memAddr("service-proxy") }
+func (c *memConn) LocalAddr() net.Addr  { return c.local }
 func (c *memConn) RemoteAddr() net.Addr { return memAddr("tunnel") }
 
 func (c *memConn) SetDeadline(t time.Time) error {

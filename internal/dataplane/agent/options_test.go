@@ -175,7 +175,7 @@ func TestMemPipeDeadlines(t *testing.T) {
 
 func TestMemListenerHandsOutConnections(t *testing.T) {
 	g := NewWithT(t)
-	l := newMemListener()
+	l := newMemListener("test")
 	go func() {
 		c, err := l.Accept()
 		if err == nil {
