@@ -54,3 +54,49 @@ func TestSignificantCountsReplicasThatGainOrLoseAnAgent(t *testing.T) {
 	g.Expect(Significant(prev, next)).To(BeTrue())
 	g.Expect(Significant(prev, prev)).To(BeFalse())
 }
+
+func TestApplyTouchesOnlyWhatAnAnswerNamesUnlessTheReplicasChange(t *testing.T) {
+	g := NewWithT(t)
+	agent := func(id string) tunnelclient.ClusterTunnel {
+		return tunnelclient.ClusterTunnel{Agents: []string{id}, Probe: &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: 1000}}
+	}
+	s := New(Options{})
+	s.replicas = map[string]*replicaReports{
+		"proxy-a": {cursor: tunnelclient.TunnelsCursor{Instance: "a-1", Generation: 5},
+			clusters: map[string]tunnelclient.ClusterTunnel{"c1": agent("c1-agent"), "c2": agent("c2-agent")}},
+	}
+
+	// What changed since generation 5: c2 lost its agent.
+	touched, all := s.apply(map[string]tunnelclient.TunnelsView{
+		"proxy-a": {Instance: "a-1", Generation: 6, Clusters: map[string]tunnelclient.ClusterTunnel{"c2": {}}},
+	})
+	g.Expect(all).To(BeFalse())
+	g.Expect(touched).To(Equal(map[string]bool{"c2": true}))
+	g.Expect(s.replicas["proxy-a"].clusters).To(HaveKey("c1"))
+	g.Expect(s.replicas["proxy-a"].clusters).NotTo(HaveKey("c2"))
+	g.Expect(s.replicas["proxy-a"].cursor).To(Equal(tunnelclient.TunnelsCursor{Instance: "a-1", Generation: 6}),
+		"the next round asks from here")
+
+	// Nothing changed: nothing is touched.
+	touched, all = s.apply(map[string]tunnelclient.TunnelsView{"proxy-a": {Instance: "a-1", Generation: 6}})
+	g.Expect(all).To(BeFalse())
+	g.Expect(touched).To(BeEmpty())
+
+	// The replica restarted: its full answer replaces what it held, and every cluster's counts may have changed.
+	touched, all = s.apply(map[string]tunnelclient.TunnelsView{
+		"proxy-a": {Instance: "a-2", Generation: 1, Full: true, Clusters: map[string]tunnelclient.ClusterTunnel{"c3": agent("c3-agent")}},
+	})
+	g.Expect(all).To(BeTrue())
+	g.Expect(touched).To(Equal(map[string]bool{"c1": true, "c3": true}))
+	g.Expect(s.replicas["proxy-a"].clusters).To(HaveLen(1))
+
+	// A second replica answers, then the first stops answering.
+	_, all = s.apply(map[string]tunnelclient.TunnelsView{
+		"proxy-a": {Instance: "a-2", Generation: 1},
+		"proxy-b": {Instance: "b-1", Generation: 1, Full: true},
+	})
+	g.Expect(all).To(BeTrue(), "a new replica")
+	_, all = s.apply(map[string]tunnelclient.TunnelsView{"proxy-b": {Instance: "b-1", Generation: 1}})
+	g.Expect(all).To(BeTrue(), "a replica gone")
+	g.Expect(s.replicas).NotTo(HaveKey("proxy-a"))
+}
