@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
@@ -62,7 +63,7 @@ func runChild(path string) error {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
-	apiserver := newPipeListener()
+	apiserver := bufconn.Listen(64 << 10)
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			http.NotFound(w, r)
@@ -78,7 +79,7 @@ func runChild(path string) error {
 	netDialer := &net.Dialer{}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr == kubeAPIServerAddress {
-			return apiserver.dial(ctx)
+			return apiserver.DialContext(ctx)
 		}
 		stats.dials.Add(1)
 		c, err := netDialer.DialContext(ctx, network, addr)
@@ -122,47 +123,3 @@ func runChild(path string) error {
 	running.Wait()
 	return nil
 }
-
-// pipeListener accepts in-memory connections its dial makes.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return kubeAPIServerAddress }
