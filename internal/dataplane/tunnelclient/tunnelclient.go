@@ -48,25 +48,39 @@ type Frontend struct {
 // DialCluster opens a single-use konnectivity tunnel and dials <cluster>:<port> through it, as cluster-gateway and
 // clusteradm do; ctx bounds the dial only. Closing the connection ends the tunnel.
 //
-// Two failures are tried again on a new connection, up to retryAttempts times in all, because behind a Service
-// another attempt reaches another replica:
-//   - a refused TCP connection: the endpoint that got it is gone (a killed replica the Service still lists for a
-//     moment);
-//   - a replica without an agent of the cluster ("No agent available"): a new replica is Ready before the agents
-//     reach it. A cluster no replica has fails after the last attempt, within a few round trips.
+// Two failures are tried again on a new connection, because behind a Service another attempt reaches another
+// replica:
+//   - a refused TCP connection, up to refusedAttempts in all: the endpoint that got it is gone (a killed replica the
+//     Service still lists for a moment). Each attempt picks an endpoint at random, so one dead replica of three takes
+//     n attempts running with a chance of 1 in 3^n; a refusal costs only a round trip, so there can be many.
+//   - a replica without an agent of the cluster ("No agent available"), up to noAgentAttempts in all: a new replica
+//     is Ready before the agents reach it. Each such attempt costs a tunnel (a TLS handshake), so a cluster no
+//     replica has fails after a few.
 func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
-	for attempt := 1; ; attempt++ {
+	refusals, misses := 0, 0
+	for {
 		conn, refused, err := f.dialCluster(ctx, cluster, port)
-		retry := refused || (err != nil && strings.Contains(err.Error(), noAgent))
-		if err == nil || !retry || attempt == retryAttempts || ctx.Err() != nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
 			return conn, err
+		case refused:
+			if refusals++; refusals == refusedAttempts {
+				return nil, err
+			}
+		case strings.Contains(err.Error(), noAgent):
+			if misses++; misses == noAgentAttempts {
+				return nil, err
+			}
+		default:
+			return nil, err
 		}
 	}
 }
 
 const (
-	// retryAttempts bounds DialCluster's attempts.
-	retryAttempts = 3
+	// refusedAttempts and noAgentAttempts bound DialCluster's attempts (see there).
+	refusedAttempts = 8
+	noAgentAttempts = 3
 	// noAgent is the dial error of a proxy-server with no agent for the host (ANP's server.ErrNotFound).
 	noAgent = "No agent available"
 )
