@@ -2,9 +2,16 @@
 
 // Package controlplane measures the operator's control plane at scale: N managed clusters (1,000 by default) on a
 // real envtest hub, the manager as its own process. It reports how long every cluster takes to get its ManifestWork
-// and ClusterProxyStatus, the manager's API writes per cluster, its peak RSS, and its API requests during 60 s of
-// steady state (BENCH_STEADY, 60s by default). Run it with 'make bench-control-plane' (BENCH_CLUSTERS=5000 for the larger run;
-// BENCH_PROFILE_DIR=dir saves CPU profiles and the objects of one cluster).
+// and ClusterProxyStatus, the CPU and API writes per cluster, the manager's peak RSS, and its API requests during
+// 60 s of steady state (BENCH_STEADY). Run it with 'make bench-control-plane'.
+//
+//   - BENCH_CLUSTERS=1000,5000,10000 measures each size on a hub of its own and prints the per-cluster figures side by
+//     side, so a step that grows faster than the fleet shows.
+//   - BENCH_MEMORY_LIMIT=256Mi runs the manager in a memory cgroup of its own with that limit, as every install path
+//     limits its container (cgroup v1 and root).
+//   - Figures are written as JSON to BENCH_OUT (default bin/bench/control-plane.json) and drawn beside it as SVG;
+//     TestControlPlanePlots draws them again without measuring.
+//   - BENCH_PROFILE_DIR=dir saves CPU profiles and the objects of one cluster.
 package controlplane
 
 import (
@@ -53,12 +60,44 @@ const (
 	convergenceTimeout = 10 * time.Minute
 )
 
+// sizeFigures is what one fleet size measured; per-cluster figures are the totals over Clusters.
+type sizeFigures struct {
+	Clusters           int     `json:"clusters"`
+	ConvergenceSeconds float64 `json:"convergenceSeconds"`
+	// CPU seconds while converging, and the CPU the whole machine spent busy meanwhile.
+	ManagerCPUSeconds       float64 `json:"managerCPUSeconds"`
+	KubeAPIServerCPUSeconds float64 `json:"kubeAPIServerCPUSeconds"`
+	EtcdCPUSeconds          float64 `json:"etcdCPUSeconds"`
+	HarnessCPUSeconds       float64 `json:"harnessCPUSeconds"`
+	MachineBusySeconds      float64 `json:"machineBusySeconds"`
+	WritesPerCluster        float64 `json:"writesPerCluster"`
+	ReconcilesPerCluster    float64 `json:"reconcilesPerCluster"`
+	ManagerPeakRSSMiB       int     `json:"managerPeakRSSMiB"`
+	// MemoryLimitMiB is the memory cgroup limit the manager ran under (BENCH_MEMORY_LIMIT), 0 for none; the cgroup's
+	// peak counts the page cache of the manager's binary too, and OOMKills says whether the kernel killed it.
+	MemoryLimitMiB int     `json:"memoryLimitMiB,omitempty"`
+	CgroupPeakMiB  int     `json:"cgroupPeakMiB,omitempty"`
+	OOMKills       int     `json:"oomKills,omitempty"`
+	SteadySeconds  float64 `json:"steadySeconds"`
+	SteadyWrites   float64 `json:"steadyWrites"`
+	SteadyGets     float64 `json:"steadyGets"`
+	MeasuredAt     string  `json:"measuredAt"`
+}
+
+func (f sizeFigures) perCluster(seconds float64) float64 { return seconds * 1000 / float64(f.Clusters) }
+
+// TestControlPlaneScale measures each fleet size of BENCH_CLUSTERS (default 1000) on a hub of its own, then prints
+// the per-cluster figures side by side and writes them as JSON and plots to BENCH_OUT's folder.
 func TestControlPlaneScale(t *testing.T) {
-	n := 1000
+	sizes := []int{1000}
 	if v := os.Getenv("BENCH_CLUSTERS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			t.Fatalf("BENCH_CLUSTERS=%q: %v", v, err)
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				t.Fatalf("BENCH_CLUSTERS=%q: want cluster counts separated by commas, such as 1000,5000,10000", v)
+			}
+			sizes = append(sizes, n)
 		}
 	}
 	steadyStatePeriod := defaultSteadyState
@@ -68,6 +107,28 @@ func TestControlPlaneScale(t *testing.T) {
 			t.Fatalf("BENCH_STEADY=%q: %v", v, err)
 		}
 	}
+	var limit int64
+	if v := os.Getenv("BENCH_MEMORY_LIMIT"); v != "" {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Value() <= 0 {
+			t.Fatalf("BENCH_MEMORY_LIMIT=%q: want a memory quantity such as 256Mi", v)
+		}
+		limit = q.Value()
+	}
+	var all []sizeFigures
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) { all = append(all, measureSize(t, n, steadyStatePeriod, limit)) })
+		if t.Failed() {
+			return
+		}
+	}
+	printSideBySide(all)
+	writeFigures(t, all)
+}
+
+// measureSize registers n clusters on a new hub, installs the add-on on all of them at once, and measures the
+// manager until they converge and through the steady state after.
+func measureSize(t *testing.T, n int, steadyStatePeriod time.Duration, memoryLimit int64) sizeFigures {
 	ctx := context.Background()
 	env, err := testenv.NewHub()
 	if err != nil {
@@ -87,7 +148,7 @@ func TestControlPlaneScale(t *testing.T) {
 	}
 
 	metricsAddr, pprofAddr := freeAddr(t), freeAddr(t)
-	mgr := startManager(t, env, cfg, c, metricsAddr, pprofAddr)
+	mgr := startManager(t, env, cfg, c, metricsAddr, pprofAddr, memoryLimit)
 	defer mgr.stop()
 
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{
@@ -102,7 +163,7 @@ func TestControlPlaneScale(t *testing.T) {
 	must(t, c.Create(ctx, mpc))
 	waitFor(t, "the configuration to be Ready", convergenceTimeout, func() bool {
 		if exited, _ := mgr.Exited(); exited {
-			t.Fatalf("the manager exited (%s); its log ends:\n%s", mgr.ExitDescription(), mgr.Tail(30))
+			t.Fatalf("the manager exited (%s); its log ends:\n%s", mgr.exitDescription(t), mgr.Tail(30))
 		}
 		live := &proxyv1alpha1.ManagedProxyConfiguration{}
 		return c.Get(ctx, client.ObjectKeyFromObject(mpc), live) == nil && meta.IsStatusConditionTrue(live.Status.Conditions, proxyv1alpha1.ConditionReady)
@@ -134,7 +195,7 @@ func TestControlPlaneScale(t *testing.T) {
 	select {
 	case doneAt = <-convergedAt:
 	case <-mgr.Done():
-		t.Fatalf("the manager exited (%s) before every cluster converged; its log ends:\n%s", mgr.ExitDescription(), mgr.Tail(30))
+		t.Fatalf("the manager exited (%s) before every cluster converged; its log ends:\n%s", mgr.exitDescription(t), mgr.Tail(30))
 	case <-time.After(convergenceTimeout):
 		t.Fatalf("timed out after %s waiting for every cluster to have a ManifestWork and a reported ClusterProxyStatus; the manager's log ends:\n%s",
 			convergenceTimeout, mgr.Tail(30))
@@ -156,6 +217,19 @@ func TestControlPlaneScale(t *testing.T) {
 	steadyGets := afterSteady.method("GET") - afterConverge.method("GET")
 	rss := mgr.peakRSSMiB(t)
 	sizes := objectSizes(t, cfg, "cluster-00000")
+	fig := sizeFigures{
+		Clusters: n, ConvergenceSeconds: converged.Seconds(),
+		ManagerCPUSeconds: mgrCPU, KubeAPIServerCPUSeconds: apiCPU, EtcdCPUSeconds: etcdCPU, HarnessCPUSeconds: harnessCPU,
+		MachineBusySeconds: machineCPU,
+		WritesPerCluster:   writes / float64(n), ReconcilesPerCluster: (afterConverge[reconciles] - before[reconciles]) / float64(n),
+		ManagerPeakRSSMiB: rss, SteadySeconds: steadyStatePeriod.Seconds(), SteadyWrites: steadyWrites, SteadyGets: steadyGets,
+		MeasuredAt: time.Now().UTC().Format(time.RFC3339),
+	}
+	memory := ""
+	if mgr.cgroup != nil {
+		fig.MemoryLimitMiB, fig.CgroupPeakMiB, fig.OOMKills = int(memoryLimit>>20), mgr.cgroup.peakMiB(t), mgr.cgroup.oomKills(t)
+		memory = fmt.Sprintf("; memory cgroup limit %d MiB, its peak %d MiB, OOM kills %d", fig.MemoryLimitMiB, fig.CgroupPeakMiB, fig.OOMKills)
+	}
 
 	report := []string{
 		fmt.Sprintf("clusters                         %d", n),
@@ -164,10 +238,10 @@ func TestControlPlaneScale(t *testing.T) {
 		fmt.Sprintf("clusters per second              %.1f", float64(n)/converged.Seconds()),
 		fmt.Sprintf("CPU while converging             manager %.1fs, kube-apiserver %.1fs, etcd %.1fs, this harness %.1fs; whole machine %.1fs of %.1fs available",
 			mgrCPU, apiCPU, etcdCPU, harnessCPU, machineCPU, converged.Seconds()*float64(runtime.NumCPU())),
-		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", float64(writes)/float64(n), targetWritesPerCl),
+		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", fig.WritesPerCluster, targetWritesPerCl),
 		fmt.Sprintf("manager requests while converging %s", afterConverge.minus(before)),
-		fmt.Sprintf("reconciles per cluster           %.2f", (afterConverge[reconciles]-before[reconciles])/float64(n)),
-		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000); now %s", rss, targetRSSMiB, mgr.rssNow(t)),
+		fmt.Sprintf("reconciles per cluster           %.2f", fig.ReconcilesPerCluster),
+		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000); now %s%s", rss, targetRSSMiB, mgr.rssNow(t), memory),
 		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", steadyStatePeriod, steadyWrites, steadyGets),
 		fmt.Sprintf("one cluster's objects (JSON)     %s", sizes),
 	}
@@ -189,6 +263,7 @@ func TestControlPlaneScale(t *testing.T) {
 		// Run as deployed: a request RBAC denied is a permission config/rbac lacks, even one nothing else noticed.
 		must(t, testenv.CheckManagerRBAC(mgr.LogPath()))
 	}
+	return fig
 }
 
 // warnings are the manager log's warning and error lines (klog's W and E lines, and zap's), where a re-opened
@@ -394,13 +469,17 @@ func objectSizes(t *testing.T, cfg *rest.Config, namespace string) string {
 	return strings.Join(parts, ", ")
 }
 
-// manager is the operator's manager running as its own process, so its RSS is its own.
-type manager struct{ *testenv.Process }
+// manager is the operator's manager running as its own process, so its RSS is its own; with BENCH_MEMORY_LIMIT, in
+// a memory cgroup of its own, as its Deployment's limit puts it.
+type manager struct {
+	*testenv.Process
+	cgroup *memoryCgroup
+}
 
 // startManager builds and starts the manager. It runs as a cluster admin, as envtest's clients do and as the
 // baseline of SPEC.md §7 was measured; with BENCH_IDENTITY=serviceaccount it runs as deployed instead (see
 // testenv.DeployedManagerKubeconfig).
-func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c client.Client, metricsAddr, pprofAddr string) *manager {
+func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c client.Client, metricsAddr, pprofAddr string, memoryLimit int64) *manager {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
@@ -408,30 +487,49 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the manager: %v\n%s", err, out)
 	}
-	args := []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprofAddr}
-	logPath := filepath.Join(dir, "manager.log")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
 	switch id := os.Getenv("BENCH_IDENTITY"); id {
 	case "", "admin":
-		p, err := testenv.StartProcess(env, "cluster-proxy-operator", bin, logPath, args...)
+		_, err := testenv.AdminKubeconfig(env, "cluster-proxy-operator", kubeconfig)
 		must(t, err)
-		return &manager{p}
 	case "serviceaccount":
 		// Such a run also proves that the shipped least-privilege rules suffice for a thousand clusters.
-		kubeconfig := filepath.Join(dir, "kubeconfig")
 		must(t, testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, managerNamespace, kubeconfig))
-		p, err := testenv.Run(testenv.Command{Path: bin, LogPath: logPath, Args: append([]string{"--kubeconfig=" + kubeconfig}, args...)})
-		must(t, err)
-		return &manager{p}
 	default:
 		t.Fatalf("BENCH_IDENTITY=%q: want admin or serviceaccount", id)
-		return nil
 	}
+	cmd := testenv.Command{Path: bin, LogPath: filepath.Join(dir, "manager.log"),
+		Args: []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprofAddr}}
+	m := &manager{}
+	if memoryLimit > 0 {
+		m.cgroup = newMemoryCgroup(t, memoryLimit)
+		cmd = m.cgroup.wrap(cmd)
+	}
+	p, err := testenv.Run(cmd)
+	must(t, err)
+	m.Process = p
+	return m
 }
 
 // managerNamespace stands for the namespace the manager is deployed in ("system" in config/rbac).
 const managerNamespace = "cluster-proxy-system"
 
-func (m *manager) stop() { m.Stop() }
+func (m *manager) stop() {
+	m.Stop()
+	if m.cgroup != nil {
+		m.cgroup.remove()
+	}
+}
+
+// exitDescription says how the manager ended, and whether the kernel's OOM killer ended it.
+func (m *manager) exitDescription(t *testing.T) string {
+	if m.cgroup != nil {
+		if kills := m.cgroup.oomKills(t); kills > 0 {
+			return fmt.Sprintf("%s; OOM kills in its memory cgroup: %d", m.ExitDescription(), kills)
+		}
+	}
+	return m.ExitDescription()
+}
 
 // peakRSSMiB is the manager's high-water resident set (VmHWM).
 func (m *manager) peakRSSMiB(t *testing.T) int {
