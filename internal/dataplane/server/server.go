@@ -38,8 +38,6 @@ const (
 	// the first backend of its cluster, and ANP sends every dial to the first one; the ping (and gRPC's 20 s timeout)
 	// drops it within a minute.
 	DefaultAgentKeepaliveTime = 30 * time.Second
-	// agentReadBufferSize is the read buffer of each agent connection.
-	agentReadBufferSize = 8 << 10
 	// agentKeepaliveMinTime is the shortest keepalive interval agents may use.
 	agentKeepaliveMinTime = 30 * time.Second
 	readHeaderTimeout     = 10 * time.Second
@@ -214,10 +212,11 @@ func New(opts Options) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.StreamInterceptor(agentStreamInterceptor(s.agents, s.log)),
 		grpc.ForceServerCodecV2(newAgentCodec()),
-		// Memory per agent: a connection's read buffer is held for its life (gRPC's default, 32 KiB, was a third of
-		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Frames larger
-		// than the read buffer are read into their own buffers anyway.
-		grpc.ReadBufferSize(agentReadBufferSize),
+		// Memory per agent: gRPC holds a connection's read buffer for its life (its default, 32 KiB, was a third of
+		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Over TLS the
+		// buffer copies what crypto/tls has already buffered, a whole record, so the framer reads the TLS
+		// connection directly.
+		grpc.ReadBufferSize(0),
 	)
 	agent.RegisterAgentServiceServer(s.agentEndpoint, s.anp)
 
