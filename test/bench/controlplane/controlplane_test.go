@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -43,6 +44,7 @@ import (
 	workv1 "open-cluster-management.io/api/work/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -115,6 +117,8 @@ func TestControlPlaneScale(t *testing.T) {
 		}
 		limit = q.Value()
 	}
+	// envtest logs through controller-runtime's logger; without one, each hub prints a warning with a stack trace.
+	log.SetLogger(logr.Discard())
 	var all []sizeFigures
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) { all = append(all, measureSize(t, n, steadyStatePeriod, limit)) })
