@@ -1,5 +1,6 @@
 // Package benchplot draws the benchmarks' figures as small SVG charts, so docs/performance.md can show them without a
-// plotting tool: a line chart of series over a numeric axis (a fleet size), and a bar chart of named values.
+// plotting tool: a line chart of series over a numeric axis (a fleet size), and a bar chart of named values, one bar
+// per name or a group of bars per name.
 package benchplot
 
 import (
@@ -7,6 +8,9 @@ import (
 	"html"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -25,11 +29,13 @@ type Line struct {
 	LogY bool
 }
 
-// Bar is a bar chart of named values.
+// Bar is a bar chart of named values: one bar per name from Values, or, with Series instead, a group per name with a
+// bar of each series (Series[j].Y[i] is series j's value for Names[i]).
 type Bar struct {
 	Title, YLabel string
 	Names         []string
 	Values        []float64
+	Series        []Series
 }
 
 const (
@@ -38,6 +44,8 @@ const (
 	plotWidth, plotHeight            = width - left - right, height - top - bottom
 	fontStyle                        = `font-family="sans-serif" font-size="12"`
 	axisColor, gridColor, labelColor = "#333", "#ddd", "#333"
+	// charWidth is about how wide a character of fontStyle is, to tell when a label needs two lines.
+	charWidth = 6.5
 )
 
 // colors of the series, in order.
@@ -98,6 +106,9 @@ func (l Line) WriteSVG(w io.Writer) error {
 
 // WriteSVG draws the chart.
 func (c Bar) WriteSVG(w io.Writer) error {
+	if len(c.Series) > 0 {
+		return c.writeGroups(w)
+	}
 	if len(c.Names) == 0 || len(c.Names) != len(c.Values) {
 		return fmt.Errorf("chart %q: %d names for %d values", c.Title, len(c.Names), len(c.Values))
 	}
@@ -108,11 +119,8 @@ func (c Bar) WriteSVG(w io.Writer) error {
 	yGrid(&b, yscale)
 	slot := float64(plotWidth) / float64(len(c.Values))
 	for i, v := range c.Values {
-		h := plotHeight * yscale.at(v)
-		x := left + slot*float64(i) + slot*0.15
 		color := colors[i%len(colors)]
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, top+plotHeight-h, slot*0.7, h, color)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" %s fill="%s">%s</text>`+"\n", x+slot*0.35, top+plotHeight-h-4, fontStyle, labelColor, format(v))
+		bar(&b, yscale, left+slot*float64(i)+slot*0.15, slot*0.7, v, color)
 		legend(&b, i, c.Names[i], color)
 	}
 	axes(&b, "", c.YLabel)
@@ -120,6 +128,74 @@ func (c Bar) WriteSVG(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// writeGroups draws a group of bars per name, the series in the legend and the names under their groups.
+func (c Bar) writeGroups(w io.Writer) error {
+	if len(c.Values) > 0 {
+		return fmt.Errorf("chart %q: both values and series", c.Title)
+	}
+	if len(c.Names) == 0 {
+		return fmt.Errorf("chart %q: no names", c.Title)
+	}
+	var ys []float64
+	for _, s := range c.Series {
+		if len(s.Y) != len(c.Names) {
+			return fmt.Errorf("chart %q: series %q has %d values for %d names", c.Title, s.Name, len(s.Y), len(c.Names))
+		}
+		ys = append(ys, s.Y...)
+	}
+	_, ymax := bounds(ys)
+	yscale := linear(0, niceMax(ymax))
+	var b strings.Builder
+	header(&b, c.Title)
+	yGrid(&b, yscale)
+	slot := float64(plotWidth) / float64(len(c.Names))
+	barWidth := slot * 0.8 / float64(len(c.Series))
+	for i, name := range c.Names {
+		x := left + slot*float64(i) + slot*0.1
+		for j, s := range c.Series {
+			bar(&b, yscale, x+barWidth*float64(j), barWidth, s.Y[i], colors[j%len(colors)])
+		}
+		groupLabel(&b, left+slot*(float64(i)+0.5), slot, name)
+	}
+	for j, s := range c.Series {
+		legend(&b, j, s.Name, colors[j%len(colors)])
+	}
+	axes(&b, "", c.YLabel)
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// bar draws a bar of value v from the X axis up, v written above it.
+func bar(b *strings.Builder, yscale scale, x, width, v float64, color string) {
+	h := plotHeight * yscale.at(v)
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, top+plotHeight-h, width, h, color)
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" %s fill="%s">%s</text>`+"\n", x+width/2, top+plotHeight-h-4, fontStyle, labelColor, format(v))
+}
+
+// groupLabel writes name centred at x under the X axis, split at the space nearest its middle where it is wider than
+// the group's slot (the bottom margin holds two lines).
+func groupLabel(b *strings.Builder, x, slot float64, name string) {
+	lines := []string{name}
+	if float64(len(name))*charWidth > slot {
+		cut, mid := -1, len(name)/2
+		for i, r := range name {
+			if r == ' ' && (cut < 0 || abs(i-mid) < abs(cut-mid)) {
+				cut = i
+			}
+		}
+		if cut > 0 {
+			lines = []string{name[:cut], name[cut+1:]}
+		}
+	}
+	for k, line := range lines {
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" %s fill="%s">%s</text>`+"\n", x, top+plotHeight+18+15*k, fontStyle, labelColor,
+			html.EscapeString(line))
+	}
+}
+
+func abs(i int) int { return max(i, -i) }
 
 func header(b *strings.Builder, title string) {
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", width, height, width, height)
@@ -219,4 +295,28 @@ func format(v float64) string {
 	default:
 		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 	}
+}
+
+// Chart is a Line or a Bar.
+type Chart interface{ WriteSVG(io.Writer) error }
+
+// WriteFiles draws every chart to the file of its name in dir, and returns the names written, sorted.
+func WriteFiles(dir string, charts map[string]Chart) ([]string, error) {
+	var names []string
+	for name, chart := range charts {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		err = chart.WriteSVG(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
 }

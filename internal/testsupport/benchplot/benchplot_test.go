@@ -5,6 +5,8 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,9 +64,51 @@ func TestBarDrawsOneBarPerValue(t *testing.T) {
 	g.Expect(Bar{Title: "t", Names: []string{"a"}}.WriteSVG(io.Discard)).To(MatchError(ContainSubstring("1 names for 0 values")))
 }
 
+func TestBarWithSeriesDrawsAGroupPerNameAndABarPerSeries(t *testing.T) {
+	g := NewWithT(t)
+	var b bytes.Buffer
+	g.Expect(Bar{Title: "latency", YLabel: "us", Names: []string{"raw ANP tunnel", "full path: user-server to agent"},
+		Series: []Series{{Name: "p50", Y: []float64{212, 388}}, {Name: "p99", Y: []float64{1450, 2210}}}}.WriteSVG(&b)).To(Succeed())
+	els := elements(g, b.String())
+	g.Expect(els["rect"]).To(Equal(1+2*2+2), "the background, a bar per name and series, a legend key per series")
+	g.Expect(b.String()).To(ContainSubstring(">p99<"), "the series are the legend")
+	g.Expect(b.String()).To(ContainSubstring(">raw ANP tunnel<"), "a name that fits its group is one line under it")
+	g.Expect(b.String()).To(ContainSubstring(">full path:<"), "a longer name is split at the space nearest its middle")
+	g.Expect(b.String()).To(ContainSubstring(">user-server to agent<"))
+	g.Expect(b.String()).To(ContainSubstring(">2,210<"), "every bar has its value")
+}
+
+func TestBarRejectsSeriesThatDoNotMatchTheNames(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(Bar{Title: "t", Names: []string{"a", "b"}, Series: []Series{{Name: "s", Y: []float64{1}}}}.WriteSVG(io.Discard)).
+		To(MatchError(ContainSubstring(`series "s" has 1 values for 2 names`)))
+	g.Expect(Bar{Title: "t", Series: []Series{{Name: "s"}}}.WriteSVG(io.Discard)).To(MatchError(ContainSubstring("no names")))
+	g.Expect(Bar{Title: "t", Names: []string{"a"}, Values: []float64{1}, Series: []Series{{Name: "s", Y: []float64{1}}}}.WriteSVG(io.Discard)).
+		To(MatchError(ContainSubstring("both values and series")))
+}
+
 func TestFormatKeepsThreeDigitsOrSoAndGroupsThousands(t *testing.T) {
 	g := NewWithT(t)
 	for v, want := range map[float64]string{0: "0", 0.25: "0.25", 3.5: "3.5", 12: "12", 12.34: "12.3", 371.6: "372", 64583.4: "64,583", 100000: "100,000"} {
 		g.Expect(format(v)).To(Equal(want), "%g", v)
 	}
+}
+
+func TestWriteFilesDrawsEveryChartToItsFile(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	names, err := WriteFiles(dir, map[string]Chart{
+		"b.svg": Bar{Title: "bars", Names: []string{"x"}, Values: []float64{1}},
+		"a.svg": Line{Title: "lines", X: []float64{1, 2}, Series: []Series{{Name: "s", Y: []float64{1, 2}}}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names).To(Equal([]string{"a.svg", "b.svg"}))
+	for _, name := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(elements(g, string(raw))).To(HaveKey("svg"))
+	}
+
+	_, err = WriteFiles(dir, map[string]Chart{"bad.svg": Line{Title: "no points"}})
+	g.Expect(err).To(MatchError(ContainSubstring("bad.svg")), "the error names the file")
 }

@@ -5,7 +5,6 @@ package controlplane
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +99,7 @@ func writePlots(t *testing.T, dir string, all []sizeFigures) {
 	if limited {
 		memory = append(memory, benchplot.Series{Name: "memory limit", Y: limit})
 	}
-	charts := map[string]interface{ WriteSVG(io.Writer) error }{
+	charts := map[string]benchplot.Chart{
 		"control-plane-convergence.svg": benchplot.Line{Title: "Every cluster converged, from the add-ons' creation", XLabel: "clusters",
 			YLabel: "seconds", X: clusters, Series: []benchplot.Series{{Name: "convergence", Y: converged}}},
 		"control-plane-per-cluster.svg": benchplot.Line{Title: "CPU per cluster while converging", XLabel: "clusters",
@@ -109,14 +108,7 @@ func writePlots(t *testing.T, dir string, all []sizeFigures) {
 		"control-plane-memory.svg": benchplot.Line{Title: "Manager memory", XLabel: "clusters", YLabel: "MiB", X: clusters,
 			Series: memory},
 	}
-	for name, chart := range charts {
-		f, err := os.Create(filepath.Join(dir, name))
-		must(t, err)
-		err = chart.WriteSVG(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		must(t, err)
-	}
-	t.Logf("plots written to %s: control-plane-convergence.svg, control-plane-per-cluster.svg, control-plane-memory.svg", dir)
+	names, err := benchplot.WriteFiles(dir, charts)
+	must(t, err)
+	t.Logf("plots written to %s: %s", dir, strings.Join(names, ", "))
 }

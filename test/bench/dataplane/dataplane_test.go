@@ -20,9 +20,12 @@
 // (bulk,latency,concurrency,streams) and BENCH_MODES (direct,direct-pool,anp,anp-pool,anp-per-request,anp-per-request-rsa,
 // ours-raw,full) narrow a run, e.g. for a CPU profile of one mode:
 //
-//	BENCH_PHASES=bulk BENCH_MODES=full go test -tags bench ./test/bench/dataplane -run TestDataPlane -count=1 -v -cpuprofile /tmp/full.prof
+//	BENCH_PHASES=bulk BENCH_MODES=full go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$' -count=1 -v -cpuprofile /tmp/full.prof
 //
-// BENCH_HEAPPROFILE=<file> writes a heap profile once the streams phase has closed everything.
+// Figures are printed and written as JSON to BENCH_OUT (default bin/bench/dataplane.json), and drawn beside it, for the
+// phases that ran, as dataplane-bulk.svg, dataplane-latency.svg and dataplane-concurrency.svg; TestDataPlanePlots
+// draws them again from that file without measuring. BENCH_HEAPPROFILE=<file> writes a heap profile once the streams
+// phase has closed everything.
 package dataplane
 
 import (
@@ -50,6 +53,7 @@ type bench struct {
 	only   map[string]bool // BENCH_MODES; nil runs every mode
 	out    io.Writer
 	sum    summary
+	fig    figures // what is written to BENCH_OUT
 }
 
 // summary is what the targets are judged on.
@@ -72,7 +76,8 @@ type phaseCost struct {
 func TestDataPlane(t *testing.T) {
 	setup := sample()
 	w := newWorld(t)
-	b := &bench{t: t, w: w, routes: w.routes(), only: list(os.Getenv("BENCH_MODES")), out: os.Stdout}
+	b := &bench{t: t, w: w, routes: w.routes(), only: list(os.Getenv("BENCH_MODES")), out: os.Stdout,
+		fig: figures{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU()}}
 	b.header(since(setup))
 
 	phases := list(os.Getenv("BENCH_PHASES"))
@@ -98,6 +103,8 @@ func TestDataPlane(t *testing.T) {
 		b.reportStreams(b.sum.streams)
 	})
 	b.footer()
+	b.fig.finish(b.sum)
+	writeFigures(t, b.fig)
 }
 
 // list parses a comma-separated environment value into a set; empty means nil (everything).

@@ -209,6 +209,7 @@ func (b *bench) bulk() {
 		lo, hi := minMax(m.rates)
 		out.row(m.r.label, fmt.Sprintf("%.0f", med), fmt.Sprintf("(%.0f-%.0f)", lo, hi), fmt.Sprintf("%.0f", m.cpuPerTransfer()),
 			secs(m.cost.other), opened, ratio(med, direct), ratio(med, anp), ratio(anpCPU, m.cpuPerTransfer()))
+		b.fig.Bulk = append(b.fig.Bulk, bulkFigures{Mode: m.r.key, MiBPerSecond: med, CPUMillisPer64MiB: m.cpuPerTransfer()})
 		b.check("bulk", m.r, &m.errs)
 	}
 	out.flush()
@@ -273,6 +274,7 @@ func (b *bench) latency() {
 		out.row(m.r.label, strconv.Itoa(len(m.samples)), us(p50[m.r.key]), us(percentile(m.samples, 90)), us(p99[m.r.key]), cpu,
 			secs(m.cost.other), opened,
 			ratio(float64(p50[m.r.key]), float64(p50[keyANP])), ratio(float64(p99[m.r.key]), float64(p99[keyANP])))
+		b.fig.Latency = append(b.fig.Latency, latencyFigures{Mode: m.r.key, P50Micros: micros(p50[m.r.key]), P99Micros: micros(p99[m.r.key])})
 		b.check("latency", m.r, &m.errs)
 	}
 	out.flush()
@@ -386,6 +388,8 @@ func (b *bench) concurrency() {
 		out.row(m.r.label, fmt.Sprintf("%.0f", rate[m.r.key]), "("+strings.Join(rounds, ", ")+")", us(percentile(m.samples, 50)),
 			us(percentile(m.samples, 99)), cpu, secs(m.cost.other), opened, strconv.Itoa(m.errs.n),
 			ratio(rate[m.r.key], rate[keyANPPerReq]))
+		b.fig.Concurrency = append(b.fig.Concurrency, concurrencyFigures{Mode: m.r.key, RequestsPerSecond: rate[m.r.key],
+			CPUMicrosPerRequest: cpuPerRequest[m.r.key]})
 		b.check("concurrency", m.r, &m.errs)
 	}
 	out.flush()

@@ -455,7 +455,7 @@ func writePlots(t *testing.T, dir string, all []sizeFigures) {
 		idle, afterRounds = append(idle, f.HeapBytesPerAgentIdle/1024), append(afterRounds, f.HeapBytesPerAgentAfterRounds/1024)
 		target = append(target, targetBytesPerAgent/1024)
 	}
-	charts := map[string]interface{ WriteSVG(io.Writer) error }{
+	charts := map[string]benchplot.Chart{
 		"fleet-round-cpu.svg": benchplot.Line{Title: "Tunnel-health round: hub CPU (manager + proxy-server)", XLabel: "agents",
 			YLabel: "CPU ms per round (log)", X: agents, LogY: true,
 			Series: []benchplot.Series{{Name: "GET /tunnels", Y: ours}, {Name: "a tunnel per cluster", Y: previous}}},
@@ -463,18 +463,9 @@ func writePlots(t *testing.T, dir string, all []sizeFigures) {
 			YLabel: "KiB per agent", X: agents,
 			Series: []benchplot.Series{{Name: "idle", Y: idle}, {Name: "after probe rounds", Y: afterRounds}, {Name: "target", Y: target}}},
 	}
-	for name, chart := range charts {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = chart.WriteSVG(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	names, err := benchplot.WriteFiles(dir, charts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("plots written to %s: fleet-round-cpu.svg, fleet-memory.svg", dir)
+	t.Logf("plots written to %s: %s", dir, strings.Join(names, ", "))
 }
