@@ -112,3 +112,20 @@ func TestWriteFilesDrawsEveryChartToItsFile(t *testing.T) {
 	_, err = WriteFiles(dir, map[string]Chart{"bad.svg": Line{Title: "no points"}})
 	g.Expect(err).To(MatchError(ContainSubstring("bad.svg")), "the error names the file")
 }
+
+func TestFiguresGoBackAsTheyWereWritten(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "new-folder", "figures.json")
+	t.Setenv("BENCH_OUT", path)
+	g.Expect(FiguresPath("ignored.json")).To(Equal(path), "BENCH_OUT names the file")
+
+	type figures struct{ Clusters []int }
+	g.Expect(WriteFigures(path, figures{Clusters: []int{1000, 10000}})).To(Succeed())
+	var back figures
+	g.Expect(ReadFigures(path, &back)).To(Succeed())
+	g.Expect(back.Clusters).To(Equal([]int{1000, 10000}))
+
+	g.Expect(ReadFigures(filepath.Join(t.TempDir(), "none.json"), &back)).To(MatchError(ContainSubstring("no figures of an earlier run")))
+	g.Expect(os.WriteFile(path, []byte("{"), 0o644)).To(Succeed())
+	g.Expect(ReadFigures(path, &back)).To(MatchError(ContainSubstring(path)))
+}

@@ -3,9 +3,7 @@
 package controlplane
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,31 +51,21 @@ func printSideBySide(all []sizeFigures) {
 
 // TestControlPlanePlots draws the plots again from the figures of an earlier run (BENCH_OUT), without measuring.
 func TestControlPlanePlots(t *testing.T) {
-	raw, err := os.ReadFile(figuresPath())
-	if err != nil {
-		t.Fatalf("no figures of an earlier run: %v (make bench-control-plane writes them)", err)
-	}
 	var all []sizeFigures
-	if err := json.Unmarshal(raw, &all); err != nil {
-		t.Fatal(err)
+	if err := benchplot.ReadFigures(figuresPath(), &all); err != nil {
+		t.Fatalf("%v (make bench-control-plane writes them)", err)
 	}
 	writePlots(t, filepath.Dir(figuresPath()), all)
 }
 
 // figuresPath is BENCH_OUT, default bin/bench/control-plane.json.
-func figuresPath() string {
-	if out := os.Getenv("BENCH_OUT"); out != "" {
-		return out
-	}
-	return filepath.Join("..", "..", "..", "bin", "bench", "control-plane.json")
-}
+func figuresPath() string { return benchplot.FiguresPath("control-plane.json") }
 
 func writeFigures(t *testing.T, all []sizeFigures) {
 	out := figuresPath()
-	must(t, os.MkdirAll(filepath.Dir(out), 0o755))
-	raw, err := json.MarshalIndent(all, "", "  ")
-	must(t, err)
-	must(t, os.WriteFile(out, raw, 0o644))
+	if err := benchplot.WriteFigures(out, all); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("figures written to %s", out)
 	writePlots(t, filepath.Dir(out), all)
 }

@@ -3,8 +3,6 @@
 package dataplane
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,35 +100,19 @@ func plotName(mode string) string {
 
 // TestDataPlanePlots draws the plots again from the figures of an earlier run (BENCH_OUT), without measuring.
 func TestDataPlanePlots(t *testing.T) {
-	raw, err := os.ReadFile(figuresPath())
-	if err != nil {
-		t.Fatalf("no figures of an earlier run: %v (make bench-data-plane writes them)", err)
-	}
 	var f figures
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
+	if err := benchplot.ReadFigures(figuresPath(), &f); err != nil {
+		t.Fatalf("%v (make bench-data-plane writes them)", err)
 	}
 	writePlots(t, filepath.Dir(figuresPath()), f)
 }
 
 // figuresPath is BENCH_OUT, default bin/bench/dataplane.json.
-func figuresPath() string {
-	if out := os.Getenv("BENCH_OUT"); out != "" {
-		return out
-	}
-	return filepath.Join("..", "..", "..", "bin", "bench", "dataplane.json")
-}
+func figuresPath() string { return benchplot.FiguresPath("dataplane.json") }
 
 func writeFigures(t *testing.T, f figures) {
 	out := figuresPath()
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, raw, 0o644); err != nil {
+	if err := benchplot.WriteFigures(out, f); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("figures written to %s", out)

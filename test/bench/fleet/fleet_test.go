@@ -411,35 +411,19 @@ func writeHeapProfile(t *testing.T, name string) {
 
 // TestFleetPlots draws the plots again from the figures of an earlier run (BENCH_OUT), without measuring.
 func TestFleetPlots(t *testing.T) {
-	raw, err := os.ReadFile(figuresPath())
-	if err != nil {
-		t.Fatalf("no figures of an earlier run: %v (make bench-fleet writes them)", err)
-	}
 	var all []sizeFigures
-	if err := json.Unmarshal(raw, &all); err != nil {
-		t.Fatal(err)
+	if err := benchplot.ReadFigures(figuresPath(), &all); err != nil {
+		t.Fatalf("%v (make bench-fleet writes them)", err)
 	}
 	writePlots(t, filepath.Dir(figuresPath()), all)
 }
 
 // figuresPath is BENCH_OUT, default bin/bench/fleet.json.
-func figuresPath() string {
-	if out := os.Getenv("BENCH_OUT"); out != "" {
-		return out
-	}
-	return filepath.Join("..", "..", "..", "bin", "bench", "fleet.json")
-}
+func figuresPath() string { return benchplot.FiguresPath("fleet.json") }
 
 func writeFigures(t *testing.T, all []sizeFigures) {
 	out := figuresPath()
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := json.MarshalIndent(all, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, raw, 0o644); err != nil {
+	if err := benchplot.WriteFigures(out, all); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("figures written to %s", out)
