@@ -316,26 +316,25 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 		}}
 	}
 	live := func(int32) string { return f.addrs.Frontend }
+	// goneFirst sends the first k dials to the gone replica, then the rest to the live one.
+	goneFirst := func(k int32) func(int32) string {
+		return func(n int32) string {
+			if n <= k {
+				return goneAddr
+			}
+			return f.addrs.Frontend
+		}
+	}
 
 	// The first connection lands on the gone replica, as a Service's stale endpoint sends it there.
-	conn, err := dialer(func(n int32) string {
-		if n == 1 {
-			return goneAddr
-		}
-		return f.addrs.Frontend
-	}).DialCluster(context.Background(), "c1", 443)
+	conn, err := dialer(goneFirst(1)).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(get(conn, bufio.NewReader(conn), "c1", "/after-a-refusal")).To(Equal("c1-apiserver /after-a-refusal"))
 	g.Expect(conn.Close()).To(Succeed())
 	g.Expect(dials.Load()).To(BeEquivalentTo(2))
 
 	// Seven in a row land there (one replica of three dead: 1 in 2,187), as happened once in e2e with three.
-	conn, err = dialer(func(n int32) string {
-		if n <= 7 {
-			return goneAddr
-		}
-		return f.addrs.Frontend
-	}).DialCluster(context.Background(), "c1", 443)
+	conn, err = dialer(goneFirst(7)).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(get(conn, bufio.NewReader(conn), "c1", "/after-seven-refusals")).To(Equal("c1-apiserver /after-seven-refusals"))
 	g.Expect(conn.Close()).To(Succeed())
