@@ -397,4 +397,6 @@ func (b *bench) concurrency() {
 	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of a new tunnel per request: %s %s\n", targetConcurrency,
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
+	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of 64 reused raw ANP tunnels: %s %s\n", targetPooled,
+		ratio(rate[keyFull], rate[keyANPPool]), verdict(rate[keyFull]/rate[keyANPPool], targetPooled, true))
 }
