@@ -20,6 +20,15 @@ const (
 	HeaderProto     = "Cluster-Proxy-Proto"
 )
 
+// HeaderTunnel is on every answer of the service-proxy to a service tunnel request: a CONNECT with the headers above,
+// for a plain-http service. On 200 its value is the Host the service's requests carry (<name>.<namespace>.<the
+// cluster's service domain>:<port>), and the connection then leads to the service itself; on a refusal it is
+// TunnelRefused. An answer without it comes from a service-proxy that has no service tunnels.
+const (
+	HeaderTunnel  = "Cluster-Proxy-Tunnel"
+	TunnelRefused = "refused"
+)
+
 // BearerToken is the token of an "Authorization: Bearer <token>" header, or "". It is parsed as the kube-apiserver
 // parses it, so the token checked is the token the apiserver will see: "Bearer  abc" (two spaces) has none.
 func BearerToken(h http.Header) string {

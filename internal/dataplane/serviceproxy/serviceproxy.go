@@ -92,7 +92,8 @@ func New(opts Options) (http.Handler, error) {
 		now = time.Now
 	}
 
-	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain}
+	buffers := &copybuf.Pool{}
+	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain, dial: dial, buffers: buffers}
 	managed, err := newReviewer("managed cluster", opts.Kube, ttl, now)
 	if err != nil {
 		return nil, err
@@ -122,7 +123,6 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	buffers := &copybuf.Pool{}
 	p.kube = newReverseProxy("kube-apiserver", kubeTransport, buffers)
 	var serviceTransport http.RoundTripper = newServiceTransport(dial, nil)
 	if opts.ServiceCAFile != "" {
@@ -142,10 +142,16 @@ type proxy struct {
 	agentToken *agentToken     // the credential of impersonated requests; nil without hub or OIDC tokens
 	kube       *httputil.ReverseProxy
 	services   *httputil.ReverseProxy
+	dial       dialFunc      // service tunnels' connections
+	buffers    *copybuf.Pool // shared by both reverse proxies and the service tunnels
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hasHeaderPrefix(r.Header, proxyhttp.HeaderPrefix) {
+		if r.Method == http.MethodConnect {
+			p.serveServiceTunnel(w, r)
+			return
+		}
 		p.serveService(w, r)
 		return
 	}
