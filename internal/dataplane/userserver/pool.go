@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Buffers of the pooled connections; larger than net/http's 4 KiB so a bulk body crosses the tunnel in fewer packets.
@@ -17,41 +19,65 @@ const (
 	tunnelWriteBufferSize = 32<<10 - 64
 )
 
-// pool keeps one http.Transport per cluster, so requests to a cluster share a bounded set of kept-alive tunnels
-// instead of opening one each. It is the ReverseProxy's RoundTripper; the request's host is the cluster.
+// pool keeps kept-alive tunnels per cluster, so requests to a cluster share a bounded set of tunnels instead of
+// opening one each. It is the ReverseProxy's RoundTripper: a request with a service route in its context goes through
+// that route's tunnels, any other to the service-proxy of the cluster its host names.
 type pool struct {
 	dialer          Dialer
 	port            int
 	maxIdle         int
 	maxConns        int
 	idleConnTimeout time.Duration
+	clock           clock.PassiveClock
 
-	mu         sync.RWMutex // every request reads transports; only a cluster's first request and sweep write
-	transports map[string]*http.Transport
+	mu       sync.RWMutex // every request reads clusters; only a cluster's first request and sweep write
+	clusters map[string]*clusterPool
+}
+
+// clusterPool is what the pool keeps for one cluster: the transport to its service-proxy, one per service reached by
+// service tunnels, and the slots that bound their tunnels together to maxConns.
+type clusterPool struct {
+	name  string
+	proxy *http.Transport
+	slots chan struct{} // one per open tunnel of any of the cluster's transports
+
+	mu       sync.Mutex
+	services map[ServiceRef]*serviceRoute
+	// noTunnelsUntil is when the cluster's agent is asked again for service tunnels after one answered that it has
+	// none (an agent older than the user-server); until then its services take the per-request form.
+	noTunnelsUntil time.Time
 }
 
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	return p.transport(req.URL.Hostname()).RoundTrip(req)
+	if r, ok := req.Context().Value(routeKey{}).(*serviceRoute); ok {
+		return r.transport.RoundTrip(req)
+	}
+	return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
 }
 
-// transport returns the cluster's transport, creating it on first use.
-func (p *pool) transport(cluster string) *http.Transport {
+// cluster returns the cluster's pool, creating it on first use.
+func (p *pool) cluster(name string) *clusterPool {
 	p.mu.RLock()
-	t, ok := p.transports[cluster]
+	c, ok := p.clusters[name]
 	p.mu.RUnlock()
 	if ok {
-		return t
+		return c
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.transports[cluster]; ok {
-		return t
+	if c, ok := p.clusters[name]; ok {
+		return c
 	}
-	t = &http.Transport{
-		Proxy: nil, // the tunnel is the only way to the cluster; no environment proxy applies
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return p.dial(ctx, cluster)
-		},
+	c = &clusterPool{name: name, slots: make(chan struct{}, p.maxConns), services: map[ServiceRef]*serviceRoute{}}
+	c.proxy = p.newTransport(func(ctx context.Context) (net.Conn, error) { return p.dial(ctx, c) })
+	p.clusters[name] = c
+	return c
+}
+
+func (p *pool) newTransport(dial func(context.Context) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
+		Proxy:       nil, // the tunnel is the only way to the cluster; no environment proxy applies
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		// HTTP/1.1 only: SPDY and websocket upgrades need it, and the service-proxy speaks plain HTTP/1.1.
 		ForceAttemptHTTP2:     false,
 		MaxIdleConnsPerHost:   p.maxIdle,
@@ -63,44 +89,59 @@ func (p *pool) transport(cluster string) *http.Transport {
 		WriteBufferSize:    tunnelWriteBufferSize,
 		ReadBufferSize:     tunnelReadBufferSize,
 	}
-	p.transports[cluster] = t
-	return t
 }
 
-func (p *pool) dial(ctx context.Context, cluster string) (net.Conn, error) {
-	c, err := p.dialer.DialCluster(ctx, cluster, p.port)
-	if err != nil {
-		tunnelDialFailures.WithLabelValues(cluster).Inc()
-		return nil, fmt.Errorf("open a tunnel to cluster %s: %w", cluster, err)
+// dial opens a tunnel to the cluster's service-proxy once one of the cluster's slots is free. When none is, the idle
+// tunnels of the cluster's transports are closed first: they would otherwise hold the slots another transport of the
+// cluster waits for until they expire.
+func (p *pool) dial(ctx context.Context, c *clusterPool) (net.Conn, error) {
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		c.closeIdle()
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("open a tunnel to cluster %s: %w", c.name, ctx.Err())
+		}
 	}
-	tunnelsOpened.WithLabelValues(cluster).Inc()
-	open := tunnelsOpen.WithLabelValues(cluster)
+	conn, err := p.dialer.DialCluster(ctx, c.name, p.port)
+	if err != nil {
+		<-c.slots
+		tunnelDialFailures.WithLabelValues(c.name).Inc()
+		return nil, fmt.Errorf("open a tunnel to cluster %s: %w", c.name, err)
+	}
+	tunnelsOpened.WithLabelValues(c.name).Inc()
+	open := tunnelsOpen.WithLabelValues(c.name)
 	open.Inc()
-	return &countedConn{Conn: c, onClose: open.Dec}, nil
+	return &countedConn{Conn: conn, onClose: func() {
+		open.Dec()
+		<-c.slots
+	}}, nil
 }
 
-// sweep drops the transports of clusters that are gone and closes the idle tunnels of clusters whose agent is not
+// sweep drops the pools of clusters that are gone and closes the idle tunnels of clusters whose agent is not
 // connected (they lead nowhere). A request that picked a transport just before it was dropped still completes; its
 // tunnel then expires after the idle timeout.
 func (p *pool) sweep(clusters Clusters) {
-	p.mu.Lock()
-	snapshot := make(map[string]*http.Transport, len(p.transports))
-	for cluster, t := range p.transports {
-		snapshot[cluster] = t
+	p.mu.RLock()
+	snapshot := make([]*clusterPool, 0, len(p.clusters))
+	for _, c := range p.clusters {
+		snapshot = append(snapshot, c)
 	}
-	p.mu.Unlock()
+	p.mu.RUnlock()
 	// Clusters is asked without the lock held, so requests are not held up meanwhile.
-	for cluster, t := range snapshot {
+	for _, c := range snapshot {
 		switch {
-		case !clusters.Known(cluster):
+		case !clusters.Known(c.name):
 			p.mu.Lock()
-			if p.transports[cluster] == t {
-				delete(p.transports, cluster)
+			if p.clusters[c.name] == c {
+				delete(p.clusters, c.name)
 			}
 			p.mu.Unlock()
-			t.CloseIdleConnections()
-		case !clusters.Connected(cluster):
-			t.CloseIdleConnections()
+			c.closeIdle()
+		case !clusters.Connected(c.name):
+			c.closeIdle()
 		}
 	}
 }
@@ -108,12 +149,21 @@ func (p *pool) sweep(clusters Clusters) {
 func (p *pool) closeIdle() {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for _, t := range p.transports {
-		t.CloseIdleConnections()
+	for _, c := range p.clusters {
+		c.closeIdle()
 	}
 }
 
-// countedConn keeps cluster_proxy_user_server_tunnels_open right however often it is closed.
+func (c *clusterPool) closeIdle() {
+	c.proxy.CloseIdleConnections()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.services {
+		r.closeIdle()
+	}
+}
+
+// countedConn keeps cluster_proxy_user_server_tunnels_open and the cluster's slots right however often it is closed.
 type countedConn struct {
 	net.Conn
 	once    sync.Once

@@ -128,7 +128,8 @@ func New(opts Options) *Server {
 			maxIdle:         opts.MaxIdleConnsPerCluster,
 			maxConns:        opts.MaxConnsPerCluster,
 			idleConnTimeout: opts.IdleConnTimeout,
-			transports:      map[string]*http.Transport{},
+			clock:           opts.Clock,
+			clusters:        map[string]*clusterPool{},
 		},
 		hijacked: hijackedConns{conns: map[*hijackedConn]struct{}{}},
 	}
@@ -197,13 +198,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("the agent of cluster %q is not connected", t.Cluster))
 		return
 	}
-	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	if t.Service != nil {
+		route, err := s.pool.serviceRoute(ctx, t)
+		if err != nil {
+			s.proxyError(w, r.WithContext(ctx), err)
+			return
+		}
+		if route != nil {
+			ctx = context.WithValue(ctx, routeKey{}, route)
+		}
+	}
+	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 type targetKey struct{}
 
-// rewrite addresses the cluster's service-proxy. ReverseProxy has already removed hop-by-hop headers (and put back
-// Connection and Upgrade for an upgrade); Authorization and Impersonate-* pass unchanged, the service-proxy decides.
+// rewrite addresses the cluster's service-proxy, or the service itself when the request goes through a service
+// route. ReverseProxy has already removed hop-by-hop headers (and put back Connection and Upgrade for an upgrade);
+// Authorization and Impersonate-* pass unchanged, the service-proxy or the service decides.
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	t, _ := pr.In.Context().Value(targetKey{}).(Target)
 	for k := range pr.Out.Header {
@@ -218,6 +231,10 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.RawPath = ""
 	pr.Out.Host = ""
 	pr.SetXForwarded()
+	if route, ok := pr.In.Context().Value(routeKey{}).(*serviceRoute); ok {
+		pr.Out.Host = route.hostHeader()
+		return
+	}
 	if svc := t.Service; svc != nil {
 		pr.Out.Header.Set(proxyhttp.HeaderNamespace, svc.Namespace)
 		pr.Out.Header.Set(proxyhttp.HeaderService, svc.Name)
@@ -232,6 +249,12 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	log := klog.FromContext(r.Context())
 	if r.Context().Err() != nil {
 		log.V(4).Info("Client went away before the cluster answered", "cluster", t.Cluster, "err", err)
+		return
+	}
+	var refused *refusal
+	if errors.As(err, &refused) {
+		log.V(2).Info("The service-proxy refused a service tunnel", "cluster", t.Cluster, "code", refused.code)
+		refused.write(w)
 		return
 	}
 	log.Error(err, "Proxying to the service-proxy failed", "cluster", t.Cluster)

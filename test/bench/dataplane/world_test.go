@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/pkg/server/proxystrategies"
 	"sigs.k8s.io/apiserver-network-proxy/pkg/util"
 	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
@@ -85,6 +86,7 @@ func newWorld(t *testing.T) *world {
 	w := &world{pki: newPKI(t), logs: &logCounter{}}
 	// ANP logs through klog, and so does the user-server when no logger is in its context: count, don't print.
 	klog.SetLogger(logr.New(w.logs).WithName("klog"))
+	ctrllog.SetLogger(logr.New(w.logs)) // the service-proxy's logger
 	w.target = startTarget(t, 0)
 	w.streamsTarget = startTarget(t, time.Second)
 	w.anp = startANP(t, w.pki)

@@ -1,0 +1,224 @@
+package userserver
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/proxyhttp"
+)
+
+const serviceHost = "prometheus.monitoring.svc.cluster.local:9090" // as a service-proxy with that domain names it
+
+var prometheusAllowed = allowlist.List{{Namespace: "monitoring", Name: "prometheus", Port: 9090}}
+
+// tunnelingProxy stands in for a service-proxy with service tunnels: it answers a CONNECT with refuse's answer, or
+// else with 200 and serviceHost, and then carries the connection to service. Other requests go to perRequest.
+type tunnelingProxy struct {
+	service    *httptest.Server
+	perRequest http.Handler
+	refuse     func(w http.ResponseWriter) bool
+
+	mu       sync.Mutex
+	connects []http.Header
+}
+
+func (p *tunnelingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect {
+		p.perRequest.ServeHTTP(w, r)
+		return
+	}
+	p.mu.Lock()
+	p.connects = append(p.connects, r.Header.Clone())
+	p.mu.Unlock()
+	if p.refuse != nil && p.refuse(w) {
+		return
+	}
+	service, err := net.Dial("tcp", p.service.Listener.Addr().String())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = service.Close()
+		return
+	}
+	_, _ = fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\n%s: %s\r\n\r\n", proxyhttp.HeaderTunnel, serviceHost)
+	_ = brw.Flush()
+	go func() {
+		_, _ = io.Copy(service, brw)
+		_ = service.Close()
+	}()
+	_, _ = io.Copy(conn, service)
+	_ = conn.Close()
+}
+
+func (p *tunnelingProxy) connectCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.connects)
+}
+
+func newTunnelingProxy(t *testing.T, service http.Handler) *tunnelingProxy {
+	svc := httptest.NewServer(service)
+	t.Cleanup(svc.Close)
+	return &tunnelingProxy{service: svc, perRequest: http.NotFoundHandler()}
+}
+
+const prometheusPath = "/c1/api/v1/namespaces/monitoring/services/http:prometheus:9090/proxy-service/api/v1/query?query=up"
+
+func TestServiceRequestsGoThroughOneServiceTunnelAsTheyAre(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	sp := newTunnelingProxy(t, http.HandlerFunc(s.handler))
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed}, "c1")
+
+	for range 3 {
+		req := e.request(t, http.MethodGet, prometheusPath, http.Header{"Authorization": {testToken}, "Cluster-Proxy-Service": {"kubernetes"}})
+		resp, err := e.frontend.Client().Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		g.Expect(string(body)).To(Equal("served /api/v1/query"))
+	}
+
+	got := s.last()
+	g.Expect(got.URL.RawQuery).To(Equal("query=up"))
+	g.Expect(got.Host).To(Equal(serviceHost), "the Host the service-proxy named")
+	g.Expect(got.Header.Get("Authorization")).To(Equal(testToken), "the service decides")
+	g.Expect(clusterProxyHeaders(got.Header)).To(BeEmpty(), "the service gets no routing header, spoofed or ours")
+	g.Expect(sp.connectCount()).To(Equal(1), "one tunnel, asked for the service once, serves every request")
+	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Namespace", []string{"monitoring"}))
+	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Service", []string{"prometheus"}))
+	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Port", []string{"9090"}))
+	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Proto", []string{"http"}))
+	g.Expect(e.dialer.dials.Load()).To(BeEquivalentTo(1))
+}
+
+func TestTheServiceProxysRefusalOfAServiceTunnelReachesTheClient(t *testing.T) {
+	g := NewWithT(t)
+	sp := newTunnelingProxy(t, http.NotFoundHandler())
+	sp.refuse = func(w http.ResponseWriter) bool {
+		w.Header().Set(proxyhttp.HeaderTunnel, proxyhttp.TunnelRefused)
+		proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonInternalError,
+			"the service-proxy cannot reach the service: connection refused")
+		return true
+	}
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed}, "c1")
+
+	for range 2 {
+		code, body := e.get(t, prometheusPath)
+		g.Expect(code).To(Equal(http.StatusBadGateway))
+		st := decodeStatus(t, body)
+		g.Expect(st.Reason).To(Equal(metav1.StatusReasonInternalError))
+		g.Expect(st.Message).To(Equal("the service-proxy cannot reach the service: connection refused"))
+	}
+	g.Expect(sp.connectCount()).To(Equal(2), "a refusal is not remembered: the service may come up")
+	open, _, _ := e.dialer.stats()
+	g.Expect(open).To(BeZero(), "a refused tunnel is closed")
+}
+
+// An agent older than the user-server answers a CONNECT as any service request; its services take the per-request
+// form, and the agent is asked again after noTunnelsRetry, by which time it may have been upgraded.
+func TestServicesOfAnAgentWithoutServiceTunnelsTakeThePerRequestForm(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	var s seen
+	var connects atomic.Int32
+	old := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			connects.Add(1)
+			http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		s.handler(w, r)
+	})
+	e := newEnv(t, old, Options{Allowed: prometheusAllowed, Clock: clk}, "c1")
+
+	for range 2 {
+		code, body := e.get(t, prometheusPath)
+		g.Expect(code).To(Equal(http.StatusOK))
+		g.Expect(body).To(Equal("served /api/v1/query"))
+	}
+	g.Expect(connects.Load()).To(BeEquivalentTo(1), "asked once")
+	got := s.last()
+	g.Expect(got.Method).To(Equal(http.MethodGet))
+	g.Expect(got.Header.Values("Cluster-Proxy-Service")).To(Equal([]string{"prometheus"}))
+	g.Expect(got.Host).To(Equal("c1:7443"))
+
+	clk.Step(noTunnelsRetry)
+	code, _ := e.get(t, prometheusPath)
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(connects.Load()).To(BeEquivalentTo(2), "asked again after noTunnelsRetry")
+}
+
+func TestHTTPSServicesTakeThePerRequestForm(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	sp := newTunnelingProxy(t, http.NotFoundHandler())
+	sp.perRequest = http.HandlerFunc(s.handler)
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed}, "c1")
+
+	code, body := e.get(t, "/c1/api/v1/namespaces/monitoring/services/https:prometheus:9090/proxy-service/api/v1/query")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(Equal("served /api/v1/query"))
+	g.Expect(sp.connectCount()).To(BeZero(), "the service-proxy verifies an https service per connection of its own")
+	g.Expect(s.last().Header.Values("Cluster-Proxy-Proto")).To(Equal([]string{"https"}))
+}
+
+// A cluster's tunnels are bounded together: a service tunnel waits for a slot, and the idle tunnels of the cluster's
+// other transports are closed to free one.
+func TestServiceTunnelsCountTowardsTheClustersBound(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	sp := newTunnelingProxy(t, http.HandlerFunc(s.handler))
+	sp.perRequest = http.HandlerFunc(s.handler)
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed, MaxConnsPerCluster: 1}, "c1")
+
+	code, _ := e.get(t, "/c1/api")
+	g.Expect(code).To(Equal(http.StatusOK))
+	code, body := e.get(t, prometheusPath)
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(body).To(Equal("served /api/v1/query"))
+	code, _ = e.get(t, "/c1/api")
+	g.Expect(code).To(Equal(http.StatusOK))
+
+	_, maxOpen, _ := e.dialer.stats()
+	g.Expect(maxOpen).To(Equal(1))
+	g.Expect(e.dialer.dials.Load()).To(BeEquivalentTo(3), "each request closed the other transport's idle tunnel")
+}
+
+// The CONNECT's answer may be followed at once by what the service says first; that is kept for the reader.
+func TestWhatFollowsTheServiceTunnelsAnswerIsKept(t *testing.T) {
+	g := NewWithT(t)
+	client, server := net.Pipe()
+	defer client.Close()
+	go func() {
+		defer server.Close()
+		r := bufio.NewReader(server)
+		if _, err := http.ReadRequest(r); err != nil {
+			return
+		}
+		_, _ = fmt.Fprintf(server, "HTTP/1.1 200 OK\r\n%s: %s\r\n\r\nbanner\n", proxyhttp.HeaderTunnel, serviceHost)
+	}()
+	conn, host, err := connectService(t.Context(), client, ServiceRef{Namespace: "monitoring", Name: "prometheus", Proto: "http", Port: 9090})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(host).To(Equal(serviceHost))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(line).To(Equal("banner\n"))
+}
