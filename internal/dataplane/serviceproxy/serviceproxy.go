@@ -160,17 +160,27 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveService forwards to an allow-listed service with the caller's headers, Authorization included.
 func (p *proxy) serveService(w http.ResponseWriter, r *http.Request) {
+	t, ok := p.allowedService(w, r)
+	if !ok {
+		return
+	}
+	p.services.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: t.url(p.domain)})))
+}
+
+// allowedService reads the service a request addresses. A malformed one is answered 400, one the allow-list does not
+// name 403; ok is false then.
+func (p *proxy) allowedService(w http.ResponseWriter, r *http.Request) (t serviceTarget, ok bool) {
 	t, err := parseServiceTarget(r.Header)
 	if err != nil {
 		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-		return
+		return t, false
 	}
 	if !p.allowed.Allows(t.namespace, t.name, t.port) {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			fmt.Sprintf("service %s/%s port %d is not in the allow-list of this cluster", t.namespace, t.name, t.port))
-		return
+		return t, false
 	}
-	p.services.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: t.url(p.domain)})))
+	return t, true
 }
 
 // serveKube authenticates the caller's token and forwards to the kube-apiserver: a managed-cluster token as it came,

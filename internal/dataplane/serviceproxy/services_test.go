@@ -103,15 +103,17 @@ func servingCertFrom(ca *certs.KeyPair, dnsName string) *tls.Certificate {
 	return &cert
 }
 
+// teamServices is the allow-list of the service and service tunnel specs.
+var teamServices = allowlist.List{
+	{Namespace: teamNamespace, Name: "echo", Port: 8080},
+	{Namespace: teamNamespace, Name: "secure"},
+	{Namespace: teamNamespace, Name: "stream", Port: 8080},
+}
+
 var _ = Describe("service requests", func() {
-	allowed := allowlist.List{
-		{Namespace: teamNamespace, Name: "echo", Port: 8080},
-		{Namespace: teamNamespace, Name: "secure"},
-		{Namespace: teamNamespace, Name: "stream", Port: 8080},
-	}
 
 	It("reach an allow-listed service with the path, query and headers, the caller's Authorization included", func(ctx SpecContext) {
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		echo := newEchoService("echo", nil)
 		p.dialer.route("echo.team.svc:8080", echo.Listener.Addr().String())
 
@@ -143,7 +145,7 @@ var _ = Describe("service requests", func() {
 	})
 
 	It("refuses a service that is not allow-listed with 403 and dials nothing", func(ctx SpecContext) {
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		for _, h := range []map[string][]string{
 			serviceHeaders("http", teamNamespace, "other", "8080"),
 			serviceHeaders("http", teamNamespace, "echo", "9090"),
@@ -157,7 +159,7 @@ var _ = Describe("service requests", func() {
 	})
 
 	It("refuses missing or malformed Cluster-Proxy-* headers with 400 and dials nothing", func(ctx SpecContext) {
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		for _, h := range []map[string][]string{
 			{"Cluster-Proxy-Namespace": {teamNamespace}},
 			{"Cluster-Proxy-Anything": {"x"}},
@@ -174,7 +176,7 @@ var _ = Describe("service requests", func() {
 
 	It("refuses an https service whose certificate does not chain to the system roots", func(ctx SpecContext) {
 		secure := newEchoService("secure", servingCert("secure.team.svc"))
-		untrusting := startProxy(func(o *Options) { o.Allowed = allowed })
+		untrusting := startProxy(func(o *Options) { o.Allowed = teamServices })
 		untrusting.dialer.route("secure.team.svc:8443", secure.Listener.Addr().String())
 		code, body := rawRequest(ctx, untrusting, http.MethodGet, "/", serviceHeaders("https", teamNamespace, "secure", "8443"))
 		Expect(code).To(Equal(http.StatusBadGateway))
@@ -200,7 +202,7 @@ var _ = Describe("service requests", func() {
 			}
 		}))
 		DeferCleanup(backend.Close)
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		p.dialer.route("stream.team.svc:8080", backend.Listener.Addr().String())
 
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/watch", nil)
@@ -242,7 +244,7 @@ var _ = Describe("service requests", func() {
 			}
 		}))
 		DeferCleanup(backend.Close)
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		p.dialer.route("stream.team.svc:8080", backend.Listener.Addr().String())
 
 		var d net.Dialer

@@ -21,17 +21,13 @@ import (
 // carried for the tunnel's life would not.
 func (p *proxy) serveServiceTunnel(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(proxyhttp.HeaderTunnel, proxyhttp.TunnelRefused)
-	t, err := parseServiceTarget(r.Header)
-	if err == nil && t.proto != "http" {
-		err = fmt.Errorf("a service tunnel leads to plain-http services only, not %s", t.proto)
-	}
-	if err != nil {
-		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+	t, ok := p.allowedService(w, r)
+	if !ok {
 		return
 	}
-	if !p.allowed.Allows(t.namespace, t.name, t.port) {
-		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-			fmt.Sprintf("service %s/%s port %d is not in the allow-list of this cluster", t.namespace, t.name, t.port))
+	if t.proto != "http" {
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			fmt.Sprintf("a service tunnel leads to plain-http services only, not %s", t.proto))
 		return
 	}
 	host := t.url(p.domain).Host

@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/proxyhttp"
 )
 
@@ -44,15 +43,10 @@ func connectService(ctx context.Context, p *proxyUnderTest, headers map[string][
 }
 
 var _ = Describe("service tunnels", func() {
-	allowed := allowlist.List{
-		{Namespace: teamNamespace, Name: "echo", Port: 8080},
-		{Namespace: teamNamespace, Name: "secure"},
-		{Namespace: teamNamespace, Name: "stream", Port: 8080},
-	}
 
 	It("lead to an allow-listed plain-http service, which gets the requests as they were written", func(ctx SpecContext) {
 		p := startProxy(func(o *Options) {
-			o.Allowed = allowed
+			o.Allowed = teamServices
 			o.ServiceDomain = "svc.cluster.local"
 		})
 		echo := newEchoService("echo", nil)
@@ -87,7 +81,7 @@ var _ = Describe("service tunnels", func() {
 	})
 
 	It("are refused with a Status and the tunnel header, and nothing is dialed for a service that may not be reached", func(ctx SpecContext) {
-		p := startProxy(func(o *Options) { o.Allowed = allowed })
+		p := startProxy(func(o *Options) { o.Allowed = teamServices })
 		for _, tc := range []struct {
 			headers map[string][]string
 			code    int
