@@ -173,7 +173,13 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			m.Spec.ProxyAgent.Image = "quay.io/ocm/cluster-proxy:v1"
 		})
 		Expect(k8s.Create(ctx(), hub)).To(Succeed())
-		DeferCleanup(func() { _ = k8s.Delete(ctx(), hub) })
+		DeferCleanup(func() {
+			_ = k8s.Delete(ctx(), hub)
+			// The garbage collector removes the ClusterManagementAddOn the default configuration owns, and then every
+			// add-on the ClusterManagementAddOn owns. Until it has, a later spec's new add-on can be made an owner of
+			// the doomed ClusterManagementAddOn and go with it.
+			expectGone(&addonv1alpha1.ClusterManagementAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName}})
+		})
 		expectReady(hub)
 		bundle = get(Default, &corev1.Secret{}, hub.Spec.ProxyServer.Namespace, "proxy-server-ca").Data["ca.crt"]
 	})
