@@ -46,9 +46,11 @@ type Options struct {
 	ServiceProxyPort int
 	// Allowed lists the services reachable through the service form; the kube-apiserver is not subject to it.
 	Allowed allowlist.List
-	// MaxIdleConnsPerCluster is how many idle tunnels a cluster's pool keeps, default 64.
+	// MaxIdleConnsPerCluster is how many idle tunnels a cluster's pool keeps to its service-proxy, and to each of its
+	// services reached by service tunnels, default 64.
 	MaxIdleConnsPerCluster int
-	// MaxConnsPerCluster bounds a cluster's tunnels, in use or idle, default 2048; further requests wait for one.
+	// MaxConnsPerCluster bounds a cluster's tunnels, in use or idle, service tunnels included, default 2048; further
+	// requests wait for one, and the cluster's idle tunnels are closed to make room.
 	// Every watch, followed log, exec, attach and port-forward holds a tunnel for as long as it runs, so the bound is
 	// well above what short requests need (MaxIdleConnsPerCluster) and what a cluster's long-lived streams are
 	// expected to reach; it still caps what one cluster can make the proxy-server and its agent hold.
