@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -41,11 +42,12 @@ type clusterPool struct {
 	proxy *http.Transport
 	slots chan struct{} // one per open tunnel of any of the cluster's transports
 
-	mu       sync.Mutex
+	mu       sync.RWMutex // every service request reads services; only a service's first request writes
 	services map[ServiceRef]*serviceRoute
-	// noTunnelsUntil is when the cluster's agent is asked again for service tunnels after one answered that it has
-	// none (an agent older than the user-server); until then its services take the per-request form.
-	noTunnelsUntil time.Time
+	// noTunnelsUntil is when (unix nanoseconds) the cluster's agent is asked again for service tunnels after one
+	// answered that it has none (an agent older than the user-server); until then its services take the per-request
+	// form. 0: never answered so.
+	noTunnelsUntil atomic.Int64
 }
 
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -156,8 +158,8 @@ func (p *pool) closeIdle() {
 
 func (c *clusterPool) closeIdle() {
 	c.proxy.CloseIdleConnections()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	for _, r := range c.services {
 		r.closeIdle()
 	}

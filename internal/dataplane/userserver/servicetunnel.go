@@ -56,18 +56,10 @@ func (p *pool) serviceRoute(ctx context.Context, t Target) (*serviceRoute, error
 		return nil, nil
 	}
 	c := p.cluster(t.Cluster)
-	c.mu.Lock()
-	if p.clock.Now().Before(c.noTunnelsUntil) {
-		c.mu.Unlock()
+	if until := c.noTunnelsUntil.Load(); until != 0 && p.clock.Now().UnixNano() < until {
 		return nil, nil
 	}
-	r, ok := c.services[*t.Service]
-	if !ok {
-		r = &serviceRoute{pool: p, cluster: c, service: *t.Service, spare: make(chan net.Conn, 1)}
-		r.transport = p.newTransport(r.dial)
-		c.services[*t.Service] = r
-	}
-	c.mu.Unlock()
+	r := c.route(p, *t.Service)
 	if r.host.Load() != nil {
 		return r, nil
 	}
@@ -84,6 +76,26 @@ func (p *pool) serviceRoute(ctx context.Context, t Target) (*serviceRoute, error
 		_ = conn.Close()
 	}
 	return r, nil
+}
+
+// route returns the cluster's route to svc, creating it on first use. Every service request reads it; only the
+// first one of a service writes.
+func (c *clusterPool) route(p *pool, svc ServiceRef) *serviceRoute {
+	c.mu.RLock()
+	r, ok := c.services[svc]
+	c.mu.RUnlock()
+	if ok {
+		return r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.services[svc]; ok {
+		return r
+	}
+	r = &serviceRoute{pool: p, cluster: c, service: svc, spare: make(chan net.Conn, 1)}
+	r.transport = p.newTransport(r.dial)
+	c.services[svc] = r
+	return r
 }
 
 // hostHeader is the Host of the service's requests.
@@ -120,9 +132,7 @@ func (r *serviceRoute) open(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		_ = conn.Close()
 		if errors.Is(err, errNoServiceTunnels) {
-			r.cluster.mu.Lock()
-			r.cluster.noTunnelsUntil = r.pool.clock.Now().Add(noTunnelsRetry)
-			r.cluster.mu.Unlock()
+			r.cluster.noTunnelsUntil.Store(r.pool.clock.Now().Add(noTunnelsRetry).UnixNano())
 		}
 		return nil, err
 	}
