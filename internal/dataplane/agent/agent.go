@@ -9,9 +9,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,8 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/client-go/rest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
@@ -290,6 +294,13 @@ func (a *Agent) maintain(ctx, tunnelCtx context.Context) {
 		}
 
 		t, err := a.connect(ctx, tunnelCtx)
+		if status.Code(err) == codes.AlreadyExists {
+			// The server found itself among the servers this agent holds (contract.HeldServersMetadata).
+			a.metrics.connects.WithLabelValues("duplicate").Inc()
+			delay = landed.duplicate(want)
+			log.V(1).Info("Reached a proxy-server that already has a tunnel; trying again for another", "detail", err.Error())
+			continue
+		}
 		if err != nil {
 			a.metrics.connects.WithLabelValues("error").Inc()
 			delay = bo.next()
@@ -363,6 +374,14 @@ func (a *Agent) signalChanged() {
 	case a.changed <- struct{}{}:
 	default:
 	}
+}
+
+// heldServerIDs lists the proxy-servers the agent has a tunnel to, going away or not: a new stream to one of them
+// would be a duplicate.
+func (a *Agent) heldServerIDs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Collect(maps.Keys(a.tunnels))
 }
 
 // heldLocked is the number of proxy-servers held that are not going away; a.mu is held.

@@ -15,8 +15,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,9 +29,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	kclient "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/pkg/server"
@@ -147,6 +152,11 @@ type testServer struct {
 	drains    int
 	stopOnce  sync.Once
 	agentPort int
+	// refuseHeld makes the server refuse, as the product's does, the stream of an agent that names it among the
+	// servers it holds (contract.HeldServersMetadata).
+	refuseHeld atomic.Bool
+	held       [][]string // the servers each stream named as held, in order
+	handled    int        // streams handed to ANP
 }
 
 // startServer listens for agents on agentAddr ("" for any loopback port).
@@ -192,6 +202,13 @@ func (s *testServer) agentAddress() string {
 }
 
 func (s *testServer) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	held := metadata.ValueFromIncomingContext(ss.Context(), contract.HeldServersMetadata)
+	s.mu.Lock()
+	s.held = append(s.held, held)
+	s.mu.Unlock()
+	if s.refuseHeld.Load() && slices.Contains(held, s.id) {
+		return status.Errorf(codes.AlreadyExists, "the agent holds %s already", s.id)
+	}
 	if p, ok := peer.FromContext(ss.Context()); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
 			s.mu.Lock()
@@ -201,6 +218,7 @@ func (s *testServer) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 	}
 	s.mu.Lock()
 	s.active++
+	s.handled++
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -230,6 +248,20 @@ func (s *testServer) activeStreams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.active
+}
+
+// streamsHandled is how many streams the server handed to ANP.
+func (s *testServer) streamsHandled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handled
+}
+
+// heldNamed is what each stream named as held, in order.
+func (s *testServer) heldNamed() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.held)
 }
 
 func (s *testServer) drainsSeen() int {

@@ -141,6 +141,37 @@ func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
 	g.Expect(serverB.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
 }
 
+// The agent names the servers it holds when it connects. A server of this product refuses a stream that names it,
+// before it becomes a backend there that the cluster's dials could be routed to; the agent takes the refusal as a
+// landing on a held server. Raw ANP servers accept such a stream, and the agent closes it (above).
+func TestNamesTheServersItHoldsSoThatTheyRefuseItsDuplicates(t *testing.T) {
+	g := NewWithT(t)
+	env := newEnvWithServers(t, 2)
+	serverA := env.srv
+	serverB := startServer(t, env.pki, "server-b", 2, "")
+	serverA.refuseHeld.Store(true)
+	serverB.refuseHeld.Store(true)
+	lb := startBalancer(t, func(n int32) string {
+		if n <= 3 {
+			return serverA.agentLis.Addr().String()
+		}
+		return serverB.agentLis.Addr().String()
+	})
+	opts := env.options(t)
+	opts.ServerAddress = env.behind(lb)
+	a, _ := runAgent(t, opts)
+	waitForTunnel(g, a, 2)
+
+	g.Expect(serverA.heldNamed()).To(Equal([][]string{nil, {"server-a"}, {"server-a"}}))
+	g.Expect(serverB.heldNamed()).To(Equal([][]string{{"server-a"}}))
+	g.Expect(serverA.streamsHandled()).To(Equal(1), "the duplicates never reached ANP")
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("duplicate"))).To(Equal(2.0))
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("error"))).To(BeZero(), "a refused duplicate is no failure")
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("success"))).To(Equal(2.0))
+	g.Expect(serverA.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+	g.Expect(serverB.get(clusterAddress, "/small")).To(Equal("small from kube-apiserver"))
+}
+
 // A proxy-server that stops gracefully sends GOAWAY: the agent looks for another server at once, although it held as
 // many as the servers say there are, and the going server's tunnel still serves dials until its stream ends.
 func TestLooksForAnotherServerWhenItsServerGoesAwayAndKeepsServingThroughIt(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // tunnel is one AgentService.Connect stream to one proxy-server. Packets from the server are read by one goroutine
@@ -69,7 +72,11 @@ func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 		return nil, fmt.Errorf("gRPC client for %s: %w", a.opts.ServerAddress, err)
 	}
 	ctx, cancel := context.WithCancel(parent)
-	ctx = metadata.AppendToOutgoingContext(ctx, header.AgentID, a.opts.AgentID, header.AgentIdentifiers, a.opts.Identifiers)
+	md := []string{header.AgentID, a.opts.AgentID, header.AgentIdentifiers, a.opts.Identifiers}
+	for _, id := range a.heldServerIDs() {
+		md = append(md, contract.HeldServersMetadata, id)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	t := &tunnel{a: a, cc: cc, ctx: ctx, cancel: cancel, conns: map[int64]*endpoint{}, pending: map[int64]*pendingDial{}}
 
 	setup, cancelSetup := context.WithTimeout(setupCtx, a.opts.ConnectTimeout)
@@ -94,6 +101,13 @@ func (t *tunnel) start() error {
 	md, err := stream.Header()
 	if err != nil {
 		return err
+	}
+	if md == nil {
+		// The stream ended without a header, as a refused one does: its status comes with the first Recv.
+		if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		return errors.New("the proxy-server ended the stream before its header")
 	}
 	ids, counts := md.Get(header.ServerID), md.Get(header.ServerCount)
 	if len(ids) != 1 || len(counts) != 1 {

@@ -97,9 +97,9 @@ func startFixture(t testing.TB, useRSA bool, newUser func(*Server) UserServer, m
 
 // agent starts an agent of cluster (namespace ns) claiming identifiers and waits for the server's answer; an
 // accepted agent is awaited until it counts as connected, when tunnels can reach it.
-func (f *fixture) agent(t testing.TB, cluster, ns, agentID, identifiers string, targets map[string]string) (*testAgent, error) {
+func (f *fixture) agent(t testing.TB, cluster, ns, agentID, identifiers string, targets map[string]string, held ...string) (*testAgent, error) {
 	t.Helper()
-	a := startTestAgent(t, f.addrs.Agent, f.agentTL(cluster, ns), agentID, identifiers, targets)
+	a := startTestAgent(t, f.addrs.Agent, f.agentTL(cluster, ns), agentID, identifiers, targets, held...)
 	if err := a.accepted(); err != nil {
 		return a, err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -104,11 +105,11 @@ func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
 	return info.State.VerifiedChains[0][0]
 }
 
-// agentStreamInterceptor refuses agent streams whose identifiers the certificate does not back, and tracks the
-// accepted ones while they last. It also scopes the agent ID to the cluster before ANP sees it: ANP keys established
-// connections by agent ID alone, so an agent reusing another cluster's agent ID could otherwise write into that
-// cluster's connections.
-func agentStreamInterceptor(agents *Agents, log logr.Logger) grpc.StreamServerInterceptor {
+// agentStreamInterceptor refuses agent streams whose identifiers the certificate does not back, and streams of agents
+// that already hold a tunnel to this server (contract.HeldServersMetadata), and tracks the accepted ones while they
+// last. It also scopes the agent ID to the cluster before ANP sees it: ANP keys established connections by agent ID
+// alone, so an agent reusing another cluster's agent ID could otherwise write into that cluster's connections.
+func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		md, _ := metadata.FromIncomingContext(ctx)
@@ -128,6 +129,10 @@ func agentStreamInterceptor(agents *Agents, log logr.Logger) grpc.StreamServerIn
 			log.Info("Refused agent stream", "cluster", id.Cluster, "agentID", agentIDs, "identifiers", identifiers,
 				"reason", reason, "detail", err.Error(), "remote", remote)
 			return status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
+		}
+		if slices.Contains(md.Get(contract.HeldServersMetadata), serverID) {
+			log.V(1).Info("Refused an agent stream: the agent holds a tunnel to this server already", "cluster", id.Cluster, "agentID", id.AgentID)
+			return status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
 		}
 
 		md = md.Copy()

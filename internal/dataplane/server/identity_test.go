@@ -128,6 +128,29 @@ func TestAgentEndpointBindsIdentifiersToTheAgentCertificate(t *testing.T) {
 	g.Expect(err).To(HaveOccurred(), "B is still unreachable")
 }
 
+// Agents reach the replicas through one address, so their connections often land on a replica they hold already. The
+// server refuses such a stream before registering it: a registered one, being the newest, would take the cluster's
+// dials until the agent closed it, and those dials would be lost.
+func TestAgentEndpointRefusesTheStreamOfAnAgentThatHoldsThisServerAlready(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	target := httpTarget(t, "a-apiserver")
+	_, err := f.agent(t, "a", "ns-a", "agent-1", "host=a", map[string]string{"a:443": target}, "another-server")
+	g.Expect(err).NotTo(HaveOccurred(), "an agent holding other servers only is accepted")
+
+	// The same agent again, holding this server: it serves nothing, so a dial routed to it would fail.
+	again := startTestAgent(t, f.addrs.Agent, f.agentTL("a", "ns-a"), "agent-1", "host=a", nil, "another-server", f.opts.ServerID)
+	err = again.accepted()
+	g.Expect(status.Code(err)).To(Equal(codes.AlreadyExists), "error %v", err)
+	g.Expect(err.Error()).To(ContainSubstring(f.opts.ServerID))
+	for i := range 10 {
+		conn, err := f.srv.DialCluster(context.Background(), "a", 443)
+		g.Expect(err).NotTo(HaveOccurred(), "dial %d", i+1)
+		g.Expect(get(conn, bufio.NewReader(conn), "a", "/")).To(Equal("a-apiserver /"))
+		_ = conn.Close()
+	}
+}
+
 // An agent of another cluster reusing an agent ID must not be able to write into connections served by the agent
 // that owns that ID: ANP looks established connections up by agent ID and connection ID alone.
 func TestAgentIDsAreScopedToTheirCluster(t *testing.T) {

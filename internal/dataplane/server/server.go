@@ -210,7 +210,7 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.AgentKeepaliveTime}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.StreamInterceptor(agentStreamInterceptor(s.agents, s.log)),
+		grpc.StreamInterceptor(agentStreamInterceptor(opts.ServerID, s.agents, s.log)),
 		grpc.ForceServerCodecV2(newAgentCodec()),
 		// Memory per agent: gRPC holds a connection's read buffer for its life (its default, 32 KiB, was a third of
 		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Over TLS the

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // testAgent is a minimal agent speaking ANP's agent protocol: it serves DIAL_REQ for the addresses in targets by
@@ -41,7 +43,8 @@ type testAgent struct {
 	err  error // why the stream ended; read after done
 }
 
-func startTestAgent(t testing.TB, addr string, tlsCfg *tls.Config, agentID, identifiers string, targets map[string]string) *testAgent {
+// held names the proxy-servers the agent says it holds a tunnel to already (contract.HeldServersMetadata).
+func startTestAgent(t testing.TB, addr string, tlsCfg *tls.Config, agentID, identifiers string, targets map[string]string, held ...string) *testAgent {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
@@ -52,6 +55,7 @@ func startTestAgent(t testing.TB, addr string, tlsCfg *tls.Config, agentID, iden
 	if identifiers != "" {
 		md.Append(header.AgentIdentifiers, identifiers)
 	}
+	md.Append(contract.HeldServersMetadata, held...)
 	stream, err := agent.NewAgentServiceClient(conn).Connect(metadata.NewOutgoingContext(ctx, md))
 	if err != nil {
 		cancel()
