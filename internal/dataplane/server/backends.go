@@ -23,10 +23,17 @@ type newestBackends struct {
 	mu sync.RWMutex
 	// byHost lists each host identifier's backends in the order they connected.
 	byHost map[string][]*anpserver.Backend
+
+	// losses tells the in-process dials waiting on a host that one of its backends went.
+	losses hostLosses
 }
 
 func newNewestBackends() *newestBackends {
-	return &newestBackends{DestHostBackendManager: anpserver.NewDestHostBackendManager(), byHost: map[string][]*anpserver.Backend{}}
+	return &newestBackends{
+		DestHostBackendManager: anpserver.NewDestHostBackendManager(),
+		byHost:                 map[string][]*anpserver.Backend{},
+		losses:                 hostLosses{watched: map[string]*hostLoss{}},
+	}
 }
 
 func (m *newestBackends) AddBackend(b *anpserver.Backend) {
@@ -40,15 +47,20 @@ func (m *newestBackends) AddBackend(b *anpserver.Backend) {
 	}
 }
 
+// RemoveBackend forgets b, then wakes the in-process dials waiting on its hosts: a dial made again cannot choose it.
 func (m *newestBackends) RemoveBackend(b *anpserver.Backend) {
 	m.DestHostBackendManager.RemoveBackend(b)
+	hosts := b.GetAgentIdentifiers().Host
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, host := range b.GetAgentIdentifiers().Host {
+	for _, host := range hosts {
 		m.byHost[host] = slices.DeleteFunc(m.byHost[host], func(x *anpserver.Backend) bool { return x == b })
 		if len(m.byHost[host]) == 0 {
 			delete(m.byHost, host)
 		}
+	}
+	m.mu.Unlock()
+	for _, host := range hosts {
+		m.losses.lost(host)
 	}
 }
 
@@ -70,4 +82,48 @@ func (m *newestBackends) Backend(ctx context.Context) (*anpserver.Backend, error
 		}
 	}
 	return first, nil
+}
+
+// hostLosses is how an in-process dial learns that a backend of its host went while the dial waited for its answer.
+// ANP does not answer the dials pending on a backend that goes (its TODO #126): a dial sent to an agent stream that
+// then ended would wait for its context, or for the in-process backstop. The dial does not know which backend ANP
+// chose, so the loss of any backend of its host makes it dial again; a dial that was in fact answered elsewhere is
+// closed at the agent by the DIAL_CLS the give-up sends.
+type hostLosses struct {
+	mu      sync.Mutex
+	watched map[string]*hostLoss
+}
+
+type hostLoss struct {
+	lost     chan struct{} // closed when a backend of the host goes
+	watchers int
+}
+
+// watch returns a channel closed when a backend of host goes, and the func that ends the watch.
+func (l *hostLosses) watch(host string) (lost <-chan struct{}, unwatch func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.watched[host]
+	if w == nil {
+		w = &hostLoss{lost: make(chan struct{})}
+		l.watched[host] = w
+	}
+	w.watchers++
+	return w.lost, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if w.watchers--; w.watchers == 0 && l.watched[host] == w {
+			delete(l.watched, host)
+		}
+	}
+}
+
+// lost wakes the watchers of host; later watches wait for the next loss.
+func (l *hostLosses) lost(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.watched[host]; w != nil {
+		close(w.lost)
+		delete(l.watched, host)
+	}
 }

@@ -43,6 +43,9 @@ const (
 	inProcessCloseTimeout = 10 * time.Second
 	// inProcessDialTimeout bounds a dial whose context has no deadline (konnectivity-client's backstop).
 	inProcessDialTimeout = 30 * time.Second
+	// inProcessRedials is how many times a dial is made again because an agent stream of its cluster ended while it
+	// waited for the answer (hostLosses).
+	inProcessRedials = 2
 	// inProcessUserAgent is the user agent ANP's handler logs for these streams.
 	inProcessUserAgent = "cluster-proxy-in-process"
 )
@@ -53,16 +56,35 @@ var (
 	errDialTimeout    = errors.New("no dial response in time")
 	errReaderStalled  = errors.New("tunnel closed: the connection was not read for too long")
 	errServerStopping = errors.New("the proxy-server is shutting down")
+	errBackendLost    = errors.New("an agent stream of the cluster ended while the dial waited for its answer")
 )
 
 // DialCluster opens a tunnel to <cluster>:<port> through the agent, in process. ctx bounds the dial only; the
 // connection lives until either end closes it or the server shuts down.
 func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
 	address := net.JoinHostPort(cluster, strconv.Itoa(port))
+	for redials := 0; ; redials++ {
+		conn, err := s.dialOnce(ctx, cluster, address)
+		if errors.Is(err, errBackendLost) && redials < inProcessRedials {
+			s.log.V(1).Info("An agent stream of the cluster ended while a dial waited for its answer; dialing again", "address", address)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
+		}
+		return conn, nil
+	}
+}
+
+// dialOnce is one in-process tunnel's dial. It gives up with errBackendLost when a backend of host goes meanwhile.
+func (s *Server) dialOnce(ctx context.Context, host, address string) (net.Conn, error) {
 	if !s.inProcess.add() {
-		return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, errServerStopping)
+		return nil, errServerStopping
 	}
 	t := newTunnel(address, s.log)
+	lost, unwatch := s.backends.losses.watch(host)
+	defer unwatch()
+	t.lost = lost
 	stop := context.AfterFunc(s.tunnelCtx, t.abort)
 	go func() {
 		defer s.inProcess.done()
@@ -70,11 +92,7 @@ func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net
 		stop()
 		t.handlerDone(err)
 	}()
-	conn, err := t.dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
-	}
-	return conn, nil
+	return t.dial(ctx)
 }
 
 // inProcessTunnels counts the running Proxy handlers of in-process tunnels so that shutdown can wait for them.
@@ -129,6 +147,7 @@ type tunnel struct {
 	random int64
 	log    logr.Logger
 	dialed chan *client.Packet // the one DIAL_RSP or DIAL_CLS
+	lost   <-chan struct{}     // closed when a backend of the dial's host goes; nil when nobody says
 	ended  chan struct{}       // closed when the handler has returned
 
 	// The inProcess*Timeout constants; tests shorten them.
@@ -204,6 +223,8 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 		failure = errDialTimeout
 	case <-t.ended:
 		failure = errTunnelClosed
+	case <-t.lost:
+		failure = errBackendLost
 	}
 	t.mu.Lock()
 	answered := t.dialDone

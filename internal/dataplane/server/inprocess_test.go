@@ -264,3 +264,42 @@ func TestDialGoesToTheClusterAgentThatConnectedLast(t *testing.T) {
 		g.Expect(conn.Close()).To(Succeed())
 	}
 }
+
+// ANP does not answer the dials pending on an agent stream that ends. An in-process dial whose cluster loses an agent
+// stream while it waits is made again, and reaches an agent that is still there instead of waiting for its context.
+func TestDialWaitingOnAnAgentStreamThatEndsIsMadeAgainThroughAnother(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	target := startTCPTarget(t, echo)
+	targets := map[string]string{"c1:443": target.addr}
+	_, err := f.agent(t, "c1", "ns1", "agent-live", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	going, err := f.agent(t, "c1", "ns1", "agent-going", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	going.unresponsive.Store(true)
+
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	dialed := make(chan result, 1)
+	go func() {
+		// Far longer than the dial needs; only a dial left waiting on the ended stream runs into it.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		conn, err := f.srv.DialCluster(ctx, "c1", 443)
+		dialed <- result{conn, err}
+	}()
+	// The newest agent got the dial, and its stream ends before it answers.
+	g.Eventually(going.dropped).Should(Receive())
+	going.Close()
+
+	var r result
+	g.Eventually(dialed).WithTimeout(30 * time.Second).Should(Receive(&r))
+	g.Expect(r.err).NotTo(HaveOccurred())
+	got, err := exchange(r.conn, []byte("ping"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(got)).To(Equal("ping"))
+	g.Expect(r.conn.Close()).To(Succeed())
+	g.Expect(f.srv.backends.losses.watched).To(BeEmpty(), "no watch is left behind")
+}

@@ -135,10 +135,11 @@ type UserServer interface {
 
 // Server is one proxy-server.
 type Server struct {
-	opts   Options
-	log    logr.Logger
-	anp    *anpserver.ProxyServer
-	agents *Agents
+	opts     Options
+	log      logr.Logger
+	anp      *anpserver.ProxyServer
+	backends *newestBackends
+	agents   *Agents
 	// tunnels answers GET /tunnels.
 	tunnels *tunnelReports
 
@@ -197,8 +198,8 @@ func New(opts Options) (*Server, error) {
 
 	s.anp = anpserver.NewProxyServer(opts.ServerID, []proxystrategies.ProxyStrategy{proxystrategies.ProxyStrategyDestHost},
 		opts.ServerCount, &anpserver.AgentTokenAuthenticationOptions{}, opts.XfrChannelSize)
-	backends := newNewestBackends()
-	s.anp.BackendManagers, s.anp.Readiness = []anpserver.BackendManager{backends}, backends
+	s.backends = newNewestBackends()
+	s.anp.BackendManagers, s.anp.Readiness = []anpserver.BackendManager{s.backends}, s.backends
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates))),

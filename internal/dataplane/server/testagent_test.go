@@ -38,6 +38,8 @@ type testAgent struct {
 	// unresponsive drops every packet while its stream stays open: an agent that died behind a forward proxy,
 	// which holds its connection.
 	unresponsive atomic.Bool
+	// dropped receives the DIAL_REQs an unresponsive agent dropped.
+	dropped chan *client.DialRequest
 
 	done chan struct{}
 	err  error // why the stream ended; read after done
@@ -64,7 +66,7 @@ func startTestAgent(t testing.TB, addr string, tlsCfg *tls.Config, agentID, iden
 	}
 	a := &testAgent{
 		targets: targets, conn: conn, stream: stream, cancel: cancel,
-		conns: map[int64]net.Conn{}, closeReqs: make(chan int64, 16), done: make(chan struct{}),
+		conns: map[int64]net.Conn{}, closeReqs: make(chan int64, 16), dropped: make(chan *client.DialRequest, 16), done: make(chan struct{}),
 	}
 	go a.serve()
 	t.Cleanup(a.Close)
@@ -101,6 +103,12 @@ func (a *testAgent) serve() {
 			return
 		}
 		if a.unresponsive.Load() {
+			if req := pkt.GetDialRequest(); req != nil {
+				select {
+				case a.dropped <- req:
+				default:
+				}
+			}
 			continue
 		}
 		switch pkt.Type {
