@@ -17,6 +17,9 @@ CHART_DIR := charts/cluster-proxy
 
 # KUBEBUILDER_ASSETS is the folder envtest-assets prints (etcd, kube-apiserver, kube-controller-manager).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
+# EVENTUALLY_TIMEOUT is how long an Eventually without its own timeout waits in make test (Gomega's default is 1s):
+# the packages run side by side on two cores, and an agent's reconnect or a server's start can take longer there.
+EVENTUALLY_TIMEOUT ?= 10s
 
 .PHONY: all
 all: build
@@ -95,7 +98,7 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 
 .PHONY: test
 test: manifests generate vet envtest-assets helm kustomize ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./... -count=1 -timeout 30m
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test ./... -count=1 -timeout 30m
 
 .PHONY: test-integration
 test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.
