@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/memtest"
 )
 
 func TestKubeAPIServerAddress(t *testing.T) {
@@ -136,7 +138,10 @@ func TestMemPipeFillAndDrainCyclesReuseTheirChunks(t *testing.T) {
 			got += n
 		}
 	}
-	g.Expect(testing.AllocsPerRun(20, cycle)).To(BeZero(), "allocations per fill and drain of the pipe")
+	allocs := testing.AllocsPerRun(20, cycle)
+	if memtest.PoolsReuse {
+		g.Expect(allocs).To(BeZero(), "allocations per fill and drain of the pipe")
+	}
 }
 
 func TestMemPipeDeadlines(t *testing.T) {

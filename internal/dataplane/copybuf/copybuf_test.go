@@ -20,5 +20,7 @@ func TestBuffersAreReused(t *testing.T) {
 		g.Expect(b.Get()).To(HaveLen(Size))
 	}
 	// A buffer put back is handed out again: a Get and Put cost the slice header Put boxes, not a new buffer.
-	g.Expect(memtest.BytesPerRun(100, func() { b.Put(b.Get()) })).To(BeNumerically("<", Size/4))
+	if memtest.PoolsReuse {
+		g.Expect(memtest.BytesPerRun(100, func() { b.Put(b.Get()) })).To(BeNumerically("<", Size/4))
+	}
 }

@@ -86,7 +86,9 @@ func TestAgentCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
 		}
 		releasePayload(pkt.GetData().Data)
 	})
-	g.Expect(perRun).To(BeNumerically("<", 1<<10), "bytes allocated per decoded and released 20 KiB packet")
+	if memtest.PoolsReuse {
+		g.Expect(perRun).To(BeNumerically("<", 1<<10), "bytes allocated per decoded and released 20 KiB packet")
+	}
 }
 
 func TestAgentCodecDoesNotTakeLargeBuffersForSmallDataPackets(t *testing.T) {
