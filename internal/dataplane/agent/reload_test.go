@@ -114,13 +114,17 @@ func (e *testEnv) behind(lb *balancer) string {
 	return address
 }
 
-func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
-	g := NewWithT(t)
+// landingTwiceOnAHeldServer runs an agent whose connections reach server A, A, A, then B, both saying there are two
+// servers: the second and third land on a server the agent already holds. refuseHeld makes both servers refuse a
+// stream that names them as held, as the product's proxy-server does; raw ANP accepts it.
+func landingTwiceOnAHeldServer(t *testing.T, refuseHeld bool) (a *Agent, serverA, serverB *testServer, lb *balancer) {
+	t.Helper()
 	env := newEnvWithServers(t, 2)
-	serverA := env.srv
-	serverB := startServer(t, env.pki, "server-b", 2, "")
-	// A, A, A, then B: the second and third connections land on a server the agent already holds.
-	lb := startBalancer(t, func(n int32) string {
+	serverA = env.srv
+	serverB = startServer(t, env.pki, "server-b", 2, "")
+	serverA.refuseHeld.Store(refuseHeld)
+	serverB.refuseHeld.Store(refuseHeld)
+	lb = startBalancer(t, func(n int32) string {
 		if n <= 3 {
 			return serverA.agentLis.Addr().String()
 		}
@@ -128,8 +132,14 @@ func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
 	})
 	opts := env.options(t)
 	opts.ServerAddress = env.behind(lb)
-	a, _ := runAgent(t, opts)
-	waitForTunnel(g, a, 2)
+	a, _ = runAgent(t, opts)
+	waitForTunnel(NewWithT(t), a, 2)
+	return a, serverA, serverB, lb
+}
+
+func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
+	g := NewWithT(t)
+	a, serverA, serverB, lb := landingTwiceOnAHeldServer(t, false)
 
 	g.Expect(counterValue(a.metrics.connects.WithLabelValues("duplicate"))).To(Equal(2.0))
 	g.Expect(counterValue(a.metrics.connects.WithLabelValues("success"))).To(Equal(2.0))
@@ -146,21 +156,7 @@ func TestHoldsOneTunnelPerProxyServerAndClosesDuplicates(t *testing.T) {
 // landing on a held server. Raw ANP servers accept such a stream, and the agent closes it (above).
 func TestNamesTheServersItHoldsSoThatTheyRefuseItsDuplicates(t *testing.T) {
 	g := NewWithT(t)
-	env := newEnvWithServers(t, 2)
-	serverA := env.srv
-	serverB := startServer(t, env.pki, "server-b", 2, "")
-	serverA.refuseHeld.Store(true)
-	serverB.refuseHeld.Store(true)
-	lb := startBalancer(t, func(n int32) string {
-		if n <= 3 {
-			return serverA.agentLis.Addr().String()
-		}
-		return serverB.agentLis.Addr().String()
-	})
-	opts := env.options(t)
-	opts.ServerAddress = env.behind(lb)
-	a, _ := runAgent(t, opts)
-	waitForTunnel(g, a, 2)
+	a, serverA, serverB, _ := landingTwiceOnAHeldServer(t, true)
 
 	g.Expect(serverA.heldNamed()).To(Equal([][]string{nil, {"server-a"}, {"server-a"}}))
 	g.Expect(serverB.heldNamed()).To(Equal([][]string{{"server-a"}}))
