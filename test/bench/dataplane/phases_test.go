@@ -28,8 +28,8 @@ const (
 	latencyPerRound    = 250 // 2,000 timed requests per mode
 	latencyWarmup      = 100
 	concurrentClients  = 64
-	concurrencyRounds  = 2
-	concurrencyRound   = 5 * time.Second // 10 s measured per mode
+	concurrencyRounds  = 4
+	concurrencyRound   = 2500 * time.Millisecond // 10 s measured per mode
 	concurrencyWarmup  = time.Second
 	bufferSize         = 64 << 10
 	mib                = float64(1 << 20)
