@@ -2,6 +2,7 @@ package userserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -46,15 +47,23 @@ type clusterPool struct {
 	services map[ServiceRef]*serviceRoute
 	// noTunnelsUntil is when (unix nanoseconds) the cluster's agent is asked again for service tunnels after one
 	// answered that it has none (an agent older than the user-server); until then its services take the per-request
-	// form. 0: never answered so.
+	// form, and after it a route opens a tunnel before its request is sent, as on its first use. 0: no agent answered
+	// so since the last tunnel opened.
 	noTunnelsUntil atomic.Int64
 }
 
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
-	if r, ok := req.Context().Value(routeKey{}).(*serviceRoute); ok {
-		return r.transport.RoundTrip(req)
+	r, ok := req.Context().Value(routeKey{}).(*serviceRoute)
+	if !ok {
+		return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
 	}
-	return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
+	resp, err := r.transport.RoundTrip(req)
+	if errors.Is(err, errNoServiceTunnels) && (req.Body == nil || req.Body == http.NoBody) {
+		// The agent was replaced by one without service tunnels after the route learnt its Host. Nothing of the
+		// request was sent, and it has no body the failed round trip closed: it takes the per-request form.
+		return r.cluster.proxy.RoundTrip(perRequestForm(req, r.service))
+	}
+	return resp, err
 }
 
 // cluster returns the cluster's pool, creating it on first use.

@@ -56,11 +56,12 @@ func (p *pool) serviceRoute(ctx context.Context, t Target) (*serviceRoute, error
 		return nil, nil
 	}
 	c := p.cluster(t.Cluster)
-	if until := c.noTunnelsUntil.Load(); until != 0 && p.clock.Now().UnixNano() < until {
+	until := c.noTunnelsUntil.Load()
+	if until != 0 && p.clock.Now().UnixNano() < until {
 		return nil, nil
 	}
 	r := c.route(p, *t.Service)
-	if r.host.Load() != nil {
+	if r.host.Load() != nil && until == 0 {
 		return r, nil
 	}
 	conn, err := r.open(ctx)
@@ -70,6 +71,7 @@ func (p *pool) serviceRoute(ctx context.Context, t Target) (*serviceRoute, error
 	case err != nil:
 		return nil, err
 	}
+	c.noTunnelsUntil.CompareAndSwap(until, 0) // the agent has service tunnels (again)
 	select {
 	case r.spare <- conn:
 	default: // another request's tunnel is already waiting
@@ -146,17 +148,8 @@ func connectService(ctx context.Context, conn net.Conn, svc ServiceRef) (net.Con
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	authority := net.JoinHostPort(svc.Name+"."+svc.Namespace, strconv.Itoa(svc.Port))
-	req := &http.Request{
-		Method: http.MethodConnect,
-		URL:    &url.URL{Host: authority},
-		Host:   authority,
-		Header: http.Header{
-			proxyhttp.HeaderNamespace: {svc.Namespace},
-			proxyhttp.HeaderService:   {svc.Name},
-			proxyhttp.HeaderPort:      {strconv.Itoa(svc.Port)},
-			proxyhttp.HeaderProto:     {svc.Proto},
-		},
-	}
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Host: authority}, Host: authority, Header: http.Header{}}
+	setServiceHeaders(req.Header, svc)
 	if err := req.Write(conn); err != nil {
 		return conn, "", connectError(ctx, err)
 	}
@@ -218,4 +211,21 @@ func (r *refusal) write(w http.ResponseWriter) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(r.code)
 	_, _ = w.Write(r.body)
+}
+
+// setServiceHeaders names svc to the service-proxy, as a request of the per-request form or a CONNECT does.
+func setServiceHeaders(h http.Header, svc ServiceRef) {
+	h.Set(proxyhttp.HeaderNamespace, svc.Namespace)
+	h.Set(proxyhttp.HeaderService, svc.Name)
+	h.Set(proxyhttp.HeaderPort, strconv.Itoa(svc.Port))
+	h.Set(proxyhttp.HeaderProto, svc.Proto)
+}
+
+// perRequestForm is out, which a service route's rewrite addressed to the service itself, addressed to the
+// cluster's service-proxy instead, with svc in its headers.
+func perRequestForm(out *http.Request, svc ServiceRef) *http.Request {
+	out = out.Clone(out.Context())
+	out.Host = ""
+	setServiceHeaders(out.Header, svc)
+	return out
 }

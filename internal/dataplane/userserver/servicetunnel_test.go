@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,8 @@ type tunnelingProxy struct {
 	service    *httptest.Server
 	perRequest http.Handler
 	refuse     func(w http.ResponseWriter) bool
+	// old makes it answer a CONNECT as a service-proxy from before service tunnels does.
+	old atomic.Bool
 
 	mu       sync.Mutex
 	connects []http.Header
@@ -43,6 +46,10 @@ func (p *tunnelingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.connects = append(p.connects, r.Header.Clone())
 	p.mu.Unlock()
+	if p.old.Load() {
+		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
 	if p.refuse != nil && p.refuse(w) {
 		return
 	}
@@ -164,6 +171,56 @@ func TestServicesOfAnAgentWithoutServiceTunnelsTakeThePerRequestForm(t *testing.
 	code, _ := e.get(t, prometheusPath)
 	g.Expect(code).To(Equal(http.StatusOK))
 	g.Expect(connects.Load()).To(BeEquivalentTo(2), "asked again after noTunnelsRetry")
+}
+
+// An agent may be replaced by an older one (a rollback) while a service's route is in use. The request whose new
+// tunnel finds the old agent takes the per-request form instead of failing, and so do the requests after it; once the
+// retry time has passed, the route asks for a tunnel before it sends a request, as on its first use.
+func TestAServiceRouteWhoseAgentLostServiceTunnelsFailsNoRequest(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	var s seen
+	sp := newTunnelingProxy(t, http.HandlerFunc(s.handler))
+	sp.perRequest = http.HandlerFunc(s.handler)
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed, Clock: clk}, "c1")
+	get := func(wantHost string) {
+		t.Helper()
+		code, body := e.get(t, prometheusPath)
+		g.Expect(code).To(Equal(http.StatusOK), body)
+		g.Expect(body).To(Equal("served /api/v1/query"))
+		g.Expect(s.last().Host).To(Equal(wantHost))
+	}
+
+	get(serviceHost)
+	g.Expect(sp.connectCount()).To(Equal(1))
+
+	// The agent restarts older: its tunnels end, and it answers a CONNECT as any service request.
+	sp.old.Store(true)
+	e.server.pool.closeIdle()
+	get("c1:7443")
+	g.Expect(sp.connectCount()).To(Equal(2), "the route's new tunnel found the old agent")
+	g.Expect(s.last().Header.Values("Cluster-Proxy-Service")).To(Equal([]string{"prometheus"}))
+	get("c1:7443")
+	g.Expect(sp.connectCount()).To(Equal(2), "not asked again before noTunnelsRetry")
+
+	// Still old after noTunnelsRetry: the route asks before it sends, so a request with a body, which a failed round
+	// trip would have used up, takes the per-request form too.
+	clk.Step(noTunnelsRetry)
+	req := e.request(t, http.MethodPost, prometheusPath, http.Header{"Authorization": {testToken}})
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader("query=up")), int64(len("query=up"))
+	resp, err := e.frontend.Client().Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(s.last().Host).To(Equal("c1:7443"))
+	g.Expect(sp.connectCount()).To(Equal(3))
+
+	// Upgraded again: after noTunnelsRetry the route opens a tunnel first, and uses it.
+	sp.old.Store(false)
+	clk.Step(noTunnelsRetry)
+	get(serviceHost)
+	get(serviceHost)
+	g.Expect(sp.connectCount()).To(Equal(4))
 }
 
 func TestHTTPSServicesTakeThePerRequestForm(t *testing.T) {

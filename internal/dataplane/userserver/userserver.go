@@ -237,11 +237,8 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Host = route.hostHeader()
 		return
 	}
-	if svc := t.Service; svc != nil {
-		pr.Out.Header.Set(proxyhttp.HeaderNamespace, svc.Namespace)
-		pr.Out.Header.Set(proxyhttp.HeaderService, svc.Name)
-		pr.Out.Header.Set(proxyhttp.HeaderPort, strconv.Itoa(svc.Port))
-		pr.Out.Header.Set(proxyhttp.HeaderProto, svc.Proto)
+	if t.Service != nil {
+		setServiceHeaders(pr.Out.Header, *t.Service)
 	}
 }
 
