@@ -131,6 +131,7 @@ func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) gr
 			return status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
 		}
 		if slices.Contains(md.Get(contract.HeldServersMetadata), serverID) {
+			duplicateRefusals.Inc()
 			log.V(1).Info("Refused an agent stream: the agent holds a tunnel to this server already", "cluster", id.Cluster, "agentID", id.AgentID)
 			return status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
 		}

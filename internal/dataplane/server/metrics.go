@@ -16,6 +16,11 @@ var (
 		Help: "Agent streams refused because their identifiers do not match their client certificate, by reason.",
 	}, []string{"reason"})
 
+	duplicateRefusals = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_agent_duplicate_streams_refused_total",
+		Help: "Agent streams refused because the agent holds a tunnel to this proxy-server already (it landed here again through the entrypoint).",
+	})
+
 	connectedClusters = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cluster_proxy_connected_clusters",
 		Help: "Clusters with at least one connected agent.",
@@ -31,5 +36,5 @@ func init() {
 	for _, r := range refusalReasons {
 		identityRefusals.WithLabelValues(r)
 	}
-	prometheus.MustRegister(identityRefusals, connectedClusters)
+	prometheus.MustRegister(identityRefusals, duplicateRefusals, connectedClusters)
 }
