@@ -68,21 +68,30 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // cluster returns the cluster's pool, creating it on first use.
 func (p *pool) cluster(name string) *clusterPool {
-	p.mu.RLock()
-	c, ok := p.clusters[name]
-	p.mu.RUnlock()
+	return loadOrCreate(&p.mu, p.clusters, name, func() *clusterPool {
+		c := &clusterPool{name: name, slots: make(chan struct{}, p.maxConns), services: map[ServiceRef]*serviceRoute{}}
+		c.proxy = p.newTransport(func(ctx context.Context) (net.Conn, error) { return p.dial(ctx, c) })
+		return c
+	})
+}
+
+// loadOrCreate returns m[key], or stores and returns create() when key has no entry yet. Lookups, every request's,
+// take mu's read lock; only a creation takes the write lock.
+func loadOrCreate[K comparable, V any](mu *sync.RWMutex, m map[K]V, key K, create func() V) V {
+	mu.RLock()
+	v, ok := m[key]
+	mu.RUnlock()
 	if ok {
-		return c
+		return v
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clusters[name]; ok {
-		return c
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok := m[key]; ok {
+		return v
 	}
-	c = &clusterPool{name: name, slots: make(chan struct{}, p.maxConns), services: map[ServiceRef]*serviceRoute{}}
-	c.proxy = p.newTransport(func(ctx context.Context) (net.Conn, error) { return p.dial(ctx, c) })
-	p.clusters[name] = c
-	return c
+	v = create()
+	m[key] = v
+	return v
 }
 
 func (p *pool) newTransport(dial func(context.Context) (net.Conn, error)) *http.Transport {

@@ -80,24 +80,13 @@ func (p *pool) serviceRoute(ctx context.Context, t Target) (*serviceRoute, error
 	return r, nil
 }
 
-// route returns the cluster's route to svc, creating it on first use. Every service request reads it; only the
-// first one of a service writes.
+// route returns the cluster's route to svc, creating it on first use.
 func (c *clusterPool) route(p *pool, svc ServiceRef) *serviceRoute {
-	c.mu.RLock()
-	r, ok := c.services[svc]
-	c.mu.RUnlock()
-	if ok {
+	return loadOrCreate(&c.mu, c.services, svc, func() *serviceRoute {
+		r := &serviceRoute{pool: p, cluster: c, service: svc, spare: make(chan net.Conn, 1)}
+		r.transport = p.newTransport(r.dial)
 		return r
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r, ok := c.services[svc]; ok {
-		return r
-	}
-	r = &serviceRoute{pool: p, cluster: c, service: svc, spare: make(chan net.Conn, 1)}
-	r.transport = p.newTransport(r.dial)
-	c.services[svc] = r
-	return r
+	})
 }
 
 // hostHeader is the Host of the service's requests.
