@@ -52,13 +52,6 @@ func (a *Agents) Connected(cluster string) bool {
 	return len(a.connected[cluster]) > 0
 }
 
-// streams is the number of open streams of cluster's agent agentID.
-func (a *Agents) streams(cluster, agentID string) int {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.connected[cluster][agentID]
-}
-
 // Known reports whether an agent of cluster connected at least once since this process started.
 func (a *Agents) Known(cluster string) bool {
 	a.mu.RLock()

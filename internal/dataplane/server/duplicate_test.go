@@ -51,7 +51,7 @@ func TestAnAgentLandingAgainAndAgainOnAServerItHoldsNeverBecomesASecondBackend(t
 		g.Expect(err).NotTo(HaveOccurred(), "dial %d", i+1)
 		g.Expect(get(conn, bufio.NewReader(conn), "a", "/")).To(Equal("a-apiserver /"))
 		_ = conn.Close()
-		g.Expect(f.srv.agents.streams("a", "agent-1")).To(Equal(1), "after dial %d", i+1)
+		g.Expect(openStreams(f.srv.agents, "a", "agent-1")).To(Equal(1), "after dial %d", i+1)
 	}
 	g.Expect(a.Tunnels()).To(Equal(1))
 }
@@ -62,4 +62,11 @@ func duplicatesRefused() float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// openStreams is the number of open streams of cluster's agent agentID.
+func openStreams(a *Agents, cluster, agentID string) int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.connected[cluster][agentID]
 }
