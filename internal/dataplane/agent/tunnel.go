@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 )
 
 // tunnel is one AgentService.Connect stream to one proxy-server. Packets from the server are read by one goroutine
@@ -58,7 +59,7 @@ func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 		dial = a.opts.ServerDial
 	}
 	cc, err := grpc.NewClient("passthrough:///"+a.opts.ServerAddress,
-		grpc.WithTransportCredentials(credentials.NewTLS(a.opts.TLS.ClientConfig(host))),
+		grpc.WithTransportCredentials(tlsbatch.Credentials(credentials.NewTLS(a.opts.TLS.ClientConfig(host)))),
 		grpc.WithContextDialer(dial),
 		grpc.WithNoProxy(),
 		grpc.WithUserAgent("cluster-proxy-agent"),

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/pkg/server/proxystrategies"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
 )
 
@@ -202,13 +203,13 @@ func New(opts Options) (*Server, error) {
 	s.anp.BackendManagers, s.anp.Readiness = []anpserver.BackendManager{s.backends}, s.backends
 
 	s.frontend = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates))),
+		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
 	client.RegisterProxyServiceServer(s.frontend, s.anp)
 
 	s.agentEndpoint = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil))),
+		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.AgentKeepaliveTime}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.StreamInterceptor(agentStreamInterceptor(opts.ServerID, s.agents, s.log)),
@@ -288,7 +289,7 @@ func (s *Server) listen() error {
 		}
 		opened = append(opened, l)
 		if cfg != nil {
-			l = tls.NewListener(l, cfg)
+			l = tls.NewListener(tlsbatch.Listener(l), cfg)
 		}
 		return l, nil
 	}

@@ -1,7 +1,10 @@
 package userserver
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +14,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 )
 
 // serving runs s.Serve on a loopback listener until the returned cancel is called; done yields Serve's result.
@@ -162,4 +168,86 @@ func TestServeKeepsAcceptingDuringMinDrainDuration(t *testing.T) {
 	g.Expect(done).NotTo(Receive(), "still in the minimum drain")
 	clk.Step(time.Nanosecond)
 	g.Eventually(done).WithTimeout(5 * time.Second).Should(Receive(BeNil()))
+}
+
+// writeSizes is a connection beneath TLS that keeps the size of each write.
+type writeSizes struct {
+	net.Conn
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (c *writeSizes) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, len(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+type writeSizesListener struct {
+	net.Listener
+	conns chan *writeSizes
+}
+
+func (l writeSizesListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	w := &writeSizes{Conn: c}
+	l.conns <- w
+	return w, nil
+}
+
+// The reverse proxy copies a body 32 KiB at a time, two TLS records each; on HTTP/1 both leave in one write.
+func TestABodyLeavesTwoTLSRecordsPerWriteOverHTTP1(t *testing.T) {
+	g := NewWithT(t)
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<20/16)
+	backend := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) })
+	e := newEnv(t, backend, Options{}, "c1")
+
+	ca, err := certs.NewCA("user-server-test", time.Hour, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "user-server", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Duration: time.Hour}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	pair, err := tls.X509KeyPair(leaf.CertPEM, leaf.KeyPEM)
+	g.Expect(err).NotTo(HaveOccurred())
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	raw := writeSizesListener{Listener: tcp, conns: make(chan *writeSizes, 1)}
+	ln := tls.NewListener(tlsbatch.Listener(raw), &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"http/1.1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.server.Serve(ctx, ln)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+tcp.Addr().String()+"/c1/bulk", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	req.Header.Set("Authorization", testToken)
+	resp, err := client.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	g.Expect(bytes.Equal(got, body)).To(BeTrue(), "the body arrives whole and in order")
+
+	conn := <-raw.conns
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	twoRecords := 0
+	for _, n := range conn.sizes {
+		if n > 2*tlsbatch.RecordPayload {
+			twoRecords++
+		}
+	}
+	// 1 MiB in 32 KiB copies is 32 of them; the first 128 KiB of a connection go in smaller records.
+	g.Expect(twoRecords).To(BeNumerically(">=", 24), "writes of two records: %v", conn.sizes)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/copybuf"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 )
 
 // Dialer opens a tunnel to a port of a cluster's agent.
@@ -154,7 +155,7 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 // ServeHTTP answers with a Kubernetes Status itself when the request cannot go to the cluster, and proxies it
 // otherwise.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked}
+	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r)}
 	s.serve(rec, r)
 	code := rec.code
 	switch {
@@ -273,6 +274,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       clientIdleTimeout,
 		// Requests carry ctx's values (the logger) but not its end: draining is how they end.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext: tlsbatch.ConnContext,
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -340,6 +342,7 @@ type recorder struct {
 	http.ResponseWriter
 	hijacked *hijackedConns
 	code     int
+	batch    *tlsbatch.Conn // beneath an HTTP/1 connection's TLS, or nil
 }
 
 func (w *recorder) WriteHeader(code int) {
@@ -352,6 +355,10 @@ func (w *recorder) WriteHeader(code int) {
 func (w *recorder) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
+	}
+	if w.batch != nil && len(b) > tlsbatch.RecordPayload {
+		// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
+		return w.batch.Batch(func() (int, error) { return w.ResponseWriter.Write(b) })
 	}
 	return w.ResponseWriter.Write(b)
 }
