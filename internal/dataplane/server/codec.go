@@ -47,7 +47,8 @@ const (
 const payloadBufferSize = 32 << 10
 
 // smallPayload is the largest payload that gets an allocation of its own size, as protobuf would make it. Larger ones
-// come from gRPC's buffer pool, in 16 or 32 KiB buffers: at most 4 times the payload, and reused once handed back,
+// come from the agent endpoint's buffer pool, in 8, 16 or 32 KiB buffers: at most twice the payload, and reused once
+// handed back,
 // while a small payload never takes a buffer much larger than itself, since the gRPC and HTTP-CONNECT frontends do
 // not hand theirs back.
 const smallPayload = 4 << 10
@@ -57,14 +58,14 @@ func newPayload(n int) []byte {
 	if n <= smallPayload {
 		return make([]byte, n)
 	}
-	return *mem.DefaultBufferPool().Get(n)
+	return *agentBuffers.Get(n)
 }
 
-// releasePayload hands a DATA payload back to gRPC's pool once nothing refers to it any more. Only the capacities
+// releasePayload hands a DATA payload back to the pool once nothing refers to it any more. Only the capacities
 // newPayload takes from the pool are kept; other payloads are left to the garbage collector.
 func releasePayload(b []byte) {
 	if c := cap(b); c > smallPayload && c <= payloadBufferSize && c&(c-1) == 0 {
-		mem.DefaultBufferPool().Put(&b)
+		agentBuffers.Put(&b)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -219,6 +220,7 @@ func New(opts Options) (*Server, error) {
 		// buffer copies what crypto/tls has already buffered, a whole record, so the framer reads the TLS
 		// connection directly.
 		grpc.ReadBufferSize(0),
+		experimental.BufferPool(agentBuffers),
 	)
 	agent.RegisterAgentServiceServer(s.agentEndpoint, s.anp)
 
