@@ -4,8 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ports"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -118,47 +117,8 @@ func build(pkg string) string {
 	return out
 }
 
-// Ports for the processes under test come from below the kernel's ephemeral range (ip_local_port_range, 32768 and
-// up by default): a port the kernel hands out for ":0" could be given again to another listener or to an outgoing
-// connection before the process it was picked for binds it ("bind: address already in use").
-const (
-	lowestPort    = 20000
-	ephemeralFrom = "/proc/sys/net/ipv4/ip_local_port_range"
-)
-
-var picked = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort returns a port nothing listens on right now, on any interface, below the ephemeral range, and not
-// returned before.
-func freePort() int {
-	highest := 32767
-	if b, err := os.ReadFile(ephemeralFrom); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if lo, err := strconv.Atoi(f[0]); err == nil && lo-1 > lowestPort {
-				highest = lo - 1
-			}
-		}
-	}
-	picked.Lock()
-	defer picked.Unlock()
-	for range 1000 {
-		p := lowestPort + rand.IntN(highest-lowestPort+1)
-		if picked.ports[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		picked.ports[p] = true
-		return p
-	}
-	panic("no free port below the ephemeral range")
-}
+// freePort returns a port for a process under test to bind (see ports.Free).
+func freePort() int { return ports.Free() }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ports"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -102,10 +103,10 @@ func Start(dir string, opts Options) (*Squid, error) {
 	}
 	s := &Squid{dir: dir, ip: opts.Listen, port: opts.Port, tlsPort: opts.TLSPort, caPEM: ca.CertPEM}
 	if s.port == 0 {
-		s.port = freePort(opts.Listen)
+		s.port = ports.Free()
 	}
 	if s.tlsPort == 0 {
-		s.tlsPort = freePort(opts.Listen)
+		s.tlsPort = ports.Free()
 	}
 	conf := strings.Join([]string{
 		fmt.Sprintf("http_port %s", s.address(s.port)),
@@ -241,14 +242,4 @@ func (s *Squid) Stop() error {
 		p.Terminate(15 * time.Second)
 	}
 	return nil
-}
-
-// freePort is a port of ip that nothing listens on now.
-func freePort(ip net.IP) int {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		panic(err) // a local address always has a free port; failing here is an environment problem
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
