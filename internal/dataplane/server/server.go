@@ -291,6 +291,8 @@ func (s *Server) listen() error {
 		}
 		opened = append(opened, l)
 		if cfg != nil {
+			// The user-server batches the records of its HTTP/1 responses through tlsbatch; on the HTTP-CONNECT
+			// frontend nothing starts a batch and every write passes straight through.
 			l = tls.NewListener(tlsbatch.Listener(l), cfg)
 		}
 		return l, nil
