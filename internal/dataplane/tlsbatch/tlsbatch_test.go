@@ -125,7 +125,7 @@ func TestABatchLargerThanItsBufferLeavesInOrder(t *testing.T) {
 	Expect(arrived(len(want))).To(Equal(want))
 }
 
-func TestABatchReturnsTheErrorOfItsLastWrite(t *testing.T) {
+func TestABatchReturnsTheErrorOfSendingWhatItKept(t *testing.T) {
 	RegisterTestingT(t)
 	c, rec, _ := pipe(t)
 	broken := errors.New("connection reset")
