@@ -48,9 +48,8 @@ const payloadBufferSize = 32 << 10
 
 // smallPayload is the largest payload that gets an allocation of its own size, as protobuf would make it. Larger ones
 // come from the agent endpoint's buffer pool, in 8, 16 or 32 KiB buffers: at most twice the payload, and reused once
-// handed back,
-// while a small payload never takes a buffer much larger than itself, since the gRPC and HTTP-CONNECT frontends do
-// not hand theirs back.
+// handed back, while a small payload never takes a buffer much larger than itself, since the gRPC and HTTP-CONNECT
+// frontends do not hand theirs back.
 const smallPayload = 4 << 10
 
 // newPayload returns a buffer of n bytes, n at most payloadBufferSize, for a DATA payload.
