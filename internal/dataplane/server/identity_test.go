@@ -3,13 +3,17 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -175,4 +179,33 @@ func TestAgentIDsAreScopedToTheirCluster(t *testing.T) {
 	// The server found no connection of the intruder's and told it to close: the packet was handled, and dropped.
 	g.Eventually(intruder.closeReqs).Should(Receive(Equal(int64(1))))
 	g.Expect(get(conn, bufio.NewReader(conn), "a", "/genuine")).To(Equal("a-apiserver /genuine"))
+}
+
+// The agent endpoint's first SETTINGS ask for an HPACK table of 0 bytes: an agent's few header blocks are not indexed
+// and the server keeps no table of them for the connection's life.
+func TestAgentEndpointAsksAgentsNotToIndexTheirHeaders(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	cfg := f.agentTL("c1", "cluster-proxy").Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.Dial("tcp", f.addrs.Agent, cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = conn.Close() }()
+	_, err = io.WriteString(conn, http2.ClientPreface)
+	g.Expect(err).NotTo(HaveOccurred())
+	fr := http2.NewFramer(conn, conn)
+	g.Expect(fr.WriteSettings()).To(Succeed())
+	g.Expect(conn.SetReadDeadline(time.Now().Add(10 * time.Second))).To(Succeed())
+	for {
+		frame, err := fr.ReadFrame()
+		g.Expect(err).NotTo(HaveOccurred())
+		settings, ok := frame.(*http2.SettingsFrame)
+		if !ok || settings.IsAck() {
+			continue
+		}
+		size, ok := settings.Value(http2.SettingHeaderTableSize)
+		g.Expect(ok).To(BeTrue(), "the server's SETTINGS name a header table size")
+		g.Expect(size).To(BeZero())
+		return
+	}
 }
