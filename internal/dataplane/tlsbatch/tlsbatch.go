@@ -10,6 +10,7 @@ package tlsbatch
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -95,13 +96,13 @@ func (c *Conn) flushLocked() error {
 	return err
 }
 
-// BatchedWrite writes p through tlsConn, the crypto/tls connection above c, in one batch when it spans more than one
-// record.
-func (c *Conn) BatchedWrite(tlsConn net.Conn, p []byte) (int, error) {
-	if len(p) <= RecordPayload {
-		return tlsConn.Write(p)
+// BatchedWrite writes p to w, which writes through the crypto/tls connection above c, in one batch when p spans more
+// than one record. A nil Conn writes p to w alone.
+func (c *Conn) BatchedWrite(w io.Writer, p []byte) (int, error) {
+	if c == nil || len(p) <= RecordPayload {
+		return w.Write(p)
 	}
-	return c.Batch(func() (int, error) { return tlsConn.Write(p) })
+	return c.Batch(func() (int, error) { return w.Write(p) })
 }
 
 // listener accepts Conns.

@@ -145,6 +145,11 @@ func TestANilConnRunsTheWriteAlone(t *testing.T) {
 	var c *Conn
 	n, err := c.Batch(func() (int, error) { return 7, nil })
 	Expect(n, err).To(Equal(7))
+	var w bytes.Buffer
+	big := bytes.Repeat([]byte{'x'}, 2*RecordPayload)
+	n, err = c.BatchedWrite(&w, big)
+	Expect(n, err).To(Equal(len(big)))
+	Expect(w.Len()).To(Equal(len(big)))
 }
 
 // tlsPair returns a TLS client over a Conn over a recordingConn, connected over loopback TCP to a TLS server whose

@@ -356,11 +356,8 @@ func (w *recorder) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	if w.batch != nil && len(b) > tlsbatch.RecordPayload {
-		// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
-		return w.batch.Batch(func() (int, error) { return w.ResponseWriter.Write(b) })
-	}
-	return w.ResponseWriter.Write(b)
+	// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
+	return w.batch.BatchedWrite(w.ResponseWriter, b)
 }
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
