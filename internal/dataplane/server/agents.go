@@ -9,23 +9,33 @@ import (
 
 // Agents is the set of agent streams the agent endpoint accepted and that are still open, by cluster.
 type Agents struct {
-	mu        sync.RWMutex
-	connected map[string]map[string]int // cluster → agent ID → open streams
-	known     map[string]bool           // clusters that connected at least once since start
+	mu sync.RWMutex
+	// connected lists each cluster's agents with open streams. A cluster has one agent, or two while it rolls, so a
+	// short list costs less per cluster than a map would.
+	connected map[string][]agentStreamCount
+	known     map[string]bool // clusters that connected at least once since start
+}
+
+// agentStreamCount counts the open streams of one agent.
+type agentStreamCount struct {
+	id      string
+	streams int
 }
 
 // NewAgents is an empty set.
 func NewAgents() *Agents {
-	return &Agents{connected: map[string]map[string]int{}, known: map[string]bool{}}
+	return &Agents{connected: map[string][]agentStreamCount{}, known: map[string]bool{}}
 }
 
 // add records an accepted stream; the returned func removes it.
 func (a *Agents) add(cluster, agentID string) (remove func()) {
 	a.mu.Lock()
-	if a.connected[cluster] == nil {
-		a.connected[cluster] = map[string]int{}
+	ids := a.connected[cluster]
+	if i := slices.IndexFunc(ids, func(s agentStreamCount) bool { return s.id == agentID }); i >= 0 {
+		ids[i].streams++
+	} else {
+		a.connected[cluster] = append(ids, agentStreamCount{id: agentID, streams: 1})
 	}
-	a.connected[cluster][agentID]++
 	a.known[cluster] = true
 	a.mu.Unlock()
 
@@ -35,11 +45,17 @@ func (a *Agents) add(cluster, agentID string) (remove func()) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			ids := a.connected[cluster]
-			if ids[agentID]--; ids[agentID] <= 0 {
-				delete(ids, agentID)
+			i := slices.IndexFunc(ids, func(s agentStreamCount) bool { return s.id == agentID })
+			if i < 0 {
+				return
+			}
+			if ids[i].streams--; ids[i].streams <= 0 {
+				ids = slices.Delete(ids, i, i+1)
 			}
 			if len(ids) == 0 {
 				delete(a.connected, cluster)
+			} else {
+				a.connected[cluster] = ids
 			}
 		})
 	}
@@ -73,8 +89,8 @@ func (a *Agents) Snapshot() map[string][]string {
 	out := make(map[string][]string, len(a.connected))
 	for cluster, ids := range a.connected {
 		list := make([]string, 0, len(ids))
-		for id := range ids {
-			list = append(list, id)
+		for _, s := range ids {
+			list = append(list, s.id)
 		}
 		slices.Sort(list)
 		out[cluster] = list

@@ -68,5 +68,10 @@ func duplicatesRefused() float64 {
 func openStreams(a *Agents, cluster, agentID string) int {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.connected[cluster][agentID]
+	for _, s := range a.connected[cluster] {
+		if s.id == agentID {
+			return s.streams
+		}
+	}
+	return 0
 }

@@ -2,23 +2,26 @@ package server
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	anpserver "sigs.k8s.io/apiserver-network-proxy/pkg/server"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/copybuf"
 )
 
-// httpConnectHandler serves the HTTP-CONNECT listener: CONNECT opens a tunnel through ANP, GET /agents lists the
+// httpConnectHandler serves the HTTP-CONNECT listener: CONNECT opens a tunnel through an agent, GET /agents lists the
 // connected agents, GET /tunnels reports and probes the tunnels this replica holds.
 func (s *Server) httpConnectHandler() http.Handler {
-	tunnel := &anpserver.Tunnel{Server: s.anp}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodConnect:
-			tunnel.ServeHTTP(w, r)
+			s.serveConnect(w, r)
 		case r.URL.Path == "/agents":
 			s.agents.ServeHTTP(w, r)
 		case r.URL.Path == "/tunnels":
@@ -28,6 +31,59 @@ func (s *Server) httpConnectHandler() http.Handler {
 		}
 	})
 }
+
+// serveConnect dials the request's host:port through an agent of that host, as an in-process tunnel, answers 200,
+// then carries bytes both ways until either end closes: the client's end closes the connection at the agent, and
+// the agent's closes the client's.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	hijacker, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "CONNECT needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+		return
+	}
+	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
+	// closes, and at the latest when the agent streams end.
+	tunnel, err := s.dial(r.Context(), r.Host, &s.connects, nil)
+	if err != nil {
+		code := http.StatusBadGateway
+		if strings.Contains(err.Error(), noAgent) {
+			code = http.StatusServiceUnavailable
+		}
+		http.Error(w, fmt.Sprintf("CONNECT %s: %v", r.Host, err), code)
+		return
+	}
+	defer func() { _ = tunnel.Close() }()
+	conn, buffered, err := hijacker.Hijack()
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+		return
+	}
+	fromAgent := make(chan struct{})
+	go func() {
+		defer close(fromAgent)
+		buf := connectBuffers.Get()
+		defer connectBuffers.Put(buf)
+		_, _ = io.CopyBuffer(conn, tunnel, buf)
+		_ = conn.Close() // the agent closed: so does the client's connection, which ends the copy below
+	}()
+	if n := buffered.Reader.Buffered(); n > 0 { // what the client sent right after its CONNECT
+		head, _ := buffered.Peek(n)
+		if _, err := tunnel.Write(head); err != nil {
+			_ = conn.Close()
+		}
+	}
+	buf := connectBuffers.Get()
+	_, _ = io.CopyBuffer(tunnel, conn, buf)
+	connectBuffers.Put(buf)
+	_ = tunnel.Close()
+	<-fromAgent
+}
+
+// connectBuffers are the buffers CONNECT tunnels copy with, a pair per tunnel while it carries bytes.
+var connectBuffers copybuf.Pool
 
 func (s *Server) healthHandler() http.Handler {
 	mux := http.NewServeMux()

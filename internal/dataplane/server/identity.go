@@ -107,8 +107,8 @@ func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
 
 // agentStreamInterceptor refuses agent streams whose identifiers the certificate does not back, and streams of agents
 // that already hold a tunnel to this server (contract.HeldServersMetadata), and tracks the accepted ones while they
-// last. It also scopes the agent ID to the cluster before ANP sees it: ANP keys established connections by agent ID
-// alone, so an agent reusing another cluster's agent ID could otherwise write into that cluster's connections.
+// last. It hands the router the checked identity (agentKey), with the agent ID scoped to the cluster: agent IDs are
+// the agents' to choose.
 func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
@@ -136,9 +136,9 @@ func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) gr
 			return status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
 		}
 
-		md = md.Copy()
-		md.Set(header.AgentID, id.Cluster+"/"+id.AgentID)
-		st := &agentStream{ServerStream: ss, ctx: metadata.NewIncomingContext(ctx, md), track: func() func() {
+		hosts, _ := contract.AgentIdentifierHosts(identifiers[0]) // CheckAgentIdentity parsed them already
+		scoped := scopedAgent{id: id.Cluster + "/" + id.AgentID, hosts: hosts}
+		st := &agentStream{ServerStream: ss, ctx: context.WithValue(ctx, agentKey{}, scoped), track: func() func() {
 			return agents.add(id.Cluster, id.AgentID)
 		}}
 		defer st.untrack()
@@ -146,8 +146,9 @@ func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) gr
 	}
 }
 
-// agentStream is an accepted agent stream as ANP sees it. ANP registers the backend after it sent the stream header
-// and before it first reads, so the stream counts as connected from its first read: by then tunnels can use it.
+// agentStream is an accepted agent stream as the router sees it. The router registers the backend after it sent the
+// stream header and before it first reads, so the stream counts as connected from its first read: by then tunnels can
+// use it.
 type agentStream struct {
 	grpc.ServerStream
 	ctx    context.Context
@@ -163,7 +164,7 @@ func (s *agentStream) RecvMsg(m any) error {
 	return s.ServerStream.RecvMsg(m)
 }
 
-// untrack ends the tracking, or prevents it when ANP never read.
+// untrack ends the tracking, or prevents it when the router never read.
 func (s *agentStream) untrack() {
 	s.once.Do(func() {})
 	if s.remove != nil {

@@ -15,15 +15,13 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/deadline"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc/metadata"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
-	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
-// The in-process frontend. A connection the user-server dials is itself the frontend stream that ANP's Proxy handler
-// serves: packets pass between the handler and the connection as Go values, with no protobuf encoding, HTTP/2
-// framing, in-memory socket or client-side goroutine, and the packet protocol is konnectivity-client's (DIAL_REQ,
-// DIAL_RSP or DIAL_CLS, DATA both ways, CLOSE_REQ and CLOSE_RSP).
+// The in-process frontend. A connection the user-server dials is itself a frontend stream that the router serves:
+// packets pass between the router and the connection as Go values, with no protobuf encoding, HTTP/2 framing,
+// in-memory socket or client-side goroutine, and the packet protocol is konnectivity-client's (DIAL_REQ, DIAL_RSP or
+// DIAL_CLS, DATA both ways, CLOSE_REQ and CLOSE_RSP).
 const (
 	// inProcessWindow bounds the bytes from the agent that wait to be read on one connection. While it is full the
 	// proxy-server's loop for that agent waits, as it waits for a gRPC stream's flow-control window.
@@ -43,11 +41,9 @@ const (
 	inProcessCloseTimeout = 10 * time.Second
 	// inProcessDialTimeout bounds a dial whose context has no deadline (konnectivity-client's backstop).
 	inProcessDialTimeout = 30 * time.Second
-	// inProcessRedials is how many times a dial is made again because an agent stream of its cluster ended while it
-	// waited for the answer (hostLosses).
+	// inProcessRedials is how many times a dial is made again because the agent stream it was sent to ended before
+	// the agent answered (errAgentStreamEnded).
 	inProcessRedials = 2
-	// inProcessUserAgent is the user agent ANP's handler logs for these streams.
-	inProcessUserAgent = "cluster-proxy-in-process"
 )
 
 var (
@@ -56,46 +52,52 @@ var (
 	errDialTimeout    = errors.New("no dial response in time")
 	errReaderStalled  = errors.New("tunnel closed: the connection was not read for too long")
 	errServerStopping = errors.New("the proxy-server is shutting down")
-	errBackendLost    = errors.New("an agent stream of the cluster ended while the dial waited for its answer")
 )
 
 // DialCluster opens a tunnel to <cluster>:<port> through the agent, in process. ctx bounds the dial only; the
 // connection lives until either end closes it or the server shuts down.
 func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
-	address := net.JoinHostPort(cluster, strconv.Itoa(port))
+	conn, err := s.dial(ctx, net.JoinHostPort(cluster, strconv.Itoa(port)), &s.inProcess, s.tunnelCtx)
+	if err != nil {
+		return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
+	}
+	return conn, nil
+}
+
+// dial opens an in-process tunnel to address (<host>:<port>, the host an agent identifier), and dials again when the
+// agent stream the dial went to ended before the agent answered. group counts the tunnel's stream while it runs, and
+// the tunnel ends when until does (never when nil).
+func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context) (net.Conn, error) {
 	for redials := 0; ; redials++ {
-		conn, err := s.dialOnce(ctx, cluster, address)
-		if errors.Is(err, errBackendLost) && redials < inProcessRedials {
-			s.log.V(1).Info("An agent stream of the cluster ended while a dial waited for its answer; dialing again", "address", address)
+		conn, err := s.dialOnce(ctx, address, group, until)
+		if errors.Is(err, errAgentStreamEnded) && redials < inProcessRedials {
+			s.log.V(1).Info("The agent stream a dial was sent to ended before the agent answered; dialing again", "address", address)
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
-		}
-		return conn, nil
+		return conn, err
 	}
 }
 
-// dialOnce is one in-process tunnel's dial. It gives up with errBackendLost when a backend of host goes meanwhile.
-func (s *Server) dialOnce(ctx context.Context, host, address string) (net.Conn, error) {
-	if !s.inProcess.add() {
+// dialOnce is one in-process tunnel's dial.
+func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessTunnels, until context.Context) (net.Conn, error) {
+	if !group.add() {
 		return nil, errServerStopping
 	}
 	t := newTunnel(address, s.log)
-	lost, unwatch := s.backends.losses.watch(host)
-	defer unwatch()
-	t.lost = lost
-	stop := context.AfterFunc(s.tunnelCtx, t.abort)
+	stop := func() bool { return false }
+	if until != nil {
+		stop = context.AfterFunc(until, t.abort)
+	}
 	go func() {
-		defer s.inProcess.done()
-		err := s.anp.Proxy(tunnelStream{t})
+		defer group.done()
+		err := s.router.serveFrontend(tunnelStream{t})
 		stop()
 		t.handlerDone(err)
 	}()
 	return t.dial(ctx)
 }
 
-// inProcessTunnels counts the running Proxy handlers of in-process tunnels so that shutdown can wait for them.
+// inProcessTunnels counts the router's loops of in-process tunnels so that shutdown can wait for them.
 type inProcessTunnels struct {
 	mu      sync.Mutex
 	stopped bool
@@ -138,17 +140,14 @@ func (p *inProcessTunnels) stop(ctx context.Context) {
 	}
 }
 
-// tunnel is the state of one in-process tunnel, shared by its two ends: tunnelStream, which ANP's Proxy handler
-// serves, and tunnelConn, the net.Conn DialCluster returns.
+// tunnel is the state of one in-process tunnel, shared by its two ends: tunnelStream, which the router serves, and
+// tunnelConn, the net.Conn DialCluster returns.
 type tunnel struct {
-	ctx    context.Context // the stream's, with the incoming metadata ANP reads; it ends when the handler returns
-	cancel context.CancelFunc
 	addr   tunnelAddr
 	random int64
 	log    logr.Logger
 	dialed chan *client.Packet // the one DIAL_RSP or DIAL_CLS
-	lost   <-chan struct{}     // closed when a backend of the dial's host goes; nil when nobody says
-	ended  chan struct{}       // closed when the handler has returned
+	ended  chan struct{}       // closed when the router's loop has returned
 
 	// The inProcess*Timeout constants; tests shorten them.
 	dialTimeout, stallTimeout, closeTimeout time.Duration
@@ -178,10 +177,7 @@ type tunnel struct {
 }
 
 func newTunnel(address string, log logr.Logger) *tunnel {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &tunnel{
-		ctx:          metadata.NewIncomingContext(ctx, metadata.Pairs(header.UserAgent, inProcessUserAgent)),
-		cancel:       cancel,
 		addr:         tunnelAddr(address),
 		random:       rand.Int64(), //nolint:gosec // a dial ID, not a secret
 		log:          log,
@@ -223,8 +219,6 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 		failure = errDialTimeout
 	case <-t.ended:
 		failure = errTunnelClosed
-	case <-t.lost:
-		failure = errBackendLost
 	}
 	t.mu.Lock()
 	answered := t.dialDone
@@ -250,6 +244,9 @@ func (t *tunnel) answer(pkt *client.Packet) (net.Conn, error) {
 	}
 	t.endStream()
 	if rsp := pkt.GetDialResponse(); rsp != nil {
+		if rsp.Error == errAgentStreamEnded.Error() {
+			return nil, errAgentStreamEnded
+		}
 		return nil, errors.New(rsp.Error)
 	}
 	return nil, errDialClosed
@@ -317,7 +314,7 @@ func (t *tunnel) abort() {
 	t.endStream()
 }
 
-// handlerDone runs when ANP's handler has returned: the stream is over, and so is the connection.
+// handlerDone runs when the router's loop has returned: the stream is over, and so is the connection.
 func (t *tunnel) handlerDone(err error) {
 	if err != nil {
 		t.log.V(2).Info("In-process tunnel stream ended", "address", string(t.addr), "err", err)
@@ -330,16 +327,15 @@ func (t *tunnel) handlerDone(err error) {
 		t.closeWait.Stop()
 	}
 	t.mu.Unlock()
-	t.cancel()
 	close(t.ended)
 	wake(t.inReady)
 	wake(t.outSpace)
 }
 
-// tunnelStream is the tunnel as ANP's Proxy handler sees it: a gRPC ProxyService server stream.
+// tunnelStream is the tunnel as the router sees it: a frontend stream.
 type tunnelStream struct{ *tunnel }
 
-var _ client.ProxyService_ProxyServer = tunnelStream{}
+var _ packetStream = tunnelStream{}
 
 // Recv returns the next packet from the connection; io.EOF once the stream is half-closed and drained.
 func (s tunnelStream) Recv() (*client.Packet, error) {
@@ -364,7 +360,7 @@ func (s tunnelStream) Recv() (*client.Packet, error) {
 }
 
 // Send takes a packet for the connection. It returns an error only for a dial answer nobody waits for any more, so
-// that ANP closes that connection at the agent.
+// that the router closes that connection at the agent.
 func (s tunnelStream) Send(pkt *client.Packet) error {
 	switch pkt.Type {
 	case client.PacketType_DIAL_RSP, client.PacketType_DIAL_CLS:
@@ -385,7 +381,7 @@ func (s tunnelStream) Send(pkt *client.Packet) error {
 
 func (s tunnelStream) dialAnswer(pkt *client.Packet) error {
 	if rsp := pkt.GetDialResponse(); rsp != nil && rsp.Random != s.random {
-		return nil // not ours; ANP matches answers to streams by the dial ID, so this does not happen
+		return nil // not ours; the router matches answers to streams by the dial ID, so this does not happen
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -435,33 +431,4 @@ func (s tunnelStream) deliver(data []byte) {
 	s.inBytes += len(data)
 	s.mu.Unlock()
 	wake(s.inReady)
-}
-
-// Context carries the metadata ANP's handler reads.
-func (s tunnelStream) Context() context.Context { return s.ctx }
-
-func (s tunnelStream) SetHeader(metadata.MD) error  { return nil }
-func (s tunnelStream) SendHeader(metadata.MD) error { return nil }
-func (s tunnelStream) SetTrailer(metadata.MD)       {}
-
-func (s tunnelStream) SendMsg(m any) error {
-	pkt, ok := m.(*client.Packet)
-	if !ok {
-		return fmt.Errorf("in-process tunnel: cannot send a %T", m)
-	}
-	return s.Send(pkt)
-}
-
-func (s tunnelStream) RecvMsg(m any) error {
-	dst, ok := m.(*client.Packet)
-	if !ok {
-		return fmt.Errorf("in-process tunnel: cannot receive into a %T", m)
-	}
-	pkt, err := s.Recv()
-	if err != nil {
-		return err
-	}
-	dst.Reset()
-	dst.Type, dst.Payload = pkt.Type, pkt.Payload
-	return nil
 }

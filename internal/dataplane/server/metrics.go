@@ -9,7 +9,7 @@ import (
 // metricsAgents is the set the connected-clusters gauge reads: the most recently built server's.
 var metricsAgents atomic.Pointer[Agents]
 
-// Registered in the default registry, next to ANP's own metrics, so one /metrics shows both.
+// Registered in the default registry, which /metrics serves.
 var (
 	identityRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cluster_proxy_agent_identity_refusals_total",
@@ -19,6 +19,16 @@ var (
 	duplicateRefusals = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cluster_proxy_agent_duplicate_streams_refused_total",
 		Help: "Agent streams refused because the agent holds a tunnel to this proxy-server already (it landed here again through the entrypoint).",
+	})
+
+	agentStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cluster_proxy_server_agent_streams",
+		Help: "Agent streams the proxy-server holds.",
+	})
+
+	established = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cluster_proxy_server_established_connections",
+		Help: "Connections through the proxy-server's agents that the agents answered and that are not closed yet.",
 	})
 
 	connectedClusters = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -36,5 +46,5 @@ func init() {
 	for _, r := range refusalReasons {
 		identityRefusals.WithLabelValues(r)
 	}
-	prometheus.MustRegister(identityRefusals, duplicateRefusals, connectedClusters)
+	prometheus.MustRegister(identityRefusals, duplicateRefusals, agentStreams, established, connectedClusters)
 }

@@ -1,6 +1,7 @@
-// Package server is the proxy-server: ANP's ProxyServer (destHost strategy) behind a gRPC frontend, an agent endpoint
-// that binds agent identifiers to the agent's certificate, an HTTP-CONNECT frontend, health/metrics and admin
-// servers, the connected-agents view, and an in-process dialer the user-server opens its tunnels with.
+// Package server is the proxy-server: a router of konnectivity's packet protocol (ANP's, which konnectivity-client
+// and ANP's agent speak) behind a gRPC frontend, an agent endpoint that binds agent identifiers to the agent's
+// certificate, an HTTP-CONNECT frontend, health/metrics and admin servers, the connected-agents view, and an
+// in-process dialer the user-server opens its tunnels with.
 package server
 
 import (
@@ -21,8 +22,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
-	anpserver "sigs.k8s.io/apiserver-network-proxy/pkg/server"
-	"sigs.k8s.io/apiserver-network-proxy/pkg/server/proxystrategies"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
@@ -33,7 +32,6 @@ import (
 const (
 	DefaultReloadInterval  = 5 * time.Second
 	DefaultShutdownTimeout = 20 * time.Second
-	DefaultXfrChannelSize  = 10
 	DefaultKeepaliveTime   = time.Hour
 	// DefaultAgentKeepaliveTime is how often the agent endpoint pings an idle agent: not ANP's hour. An agent that
 	// vanished without closing its connection (a pod killed behind a forward proxy, which keeps its side open) stays
@@ -74,7 +72,6 @@ type Options struct {
 	// while Services and load balancers stop sending to it: a connection they still send is served, not refused.
 	// The user-server keeps its own (userserver.Options.MinDrainDuration).
 	LameDuck              time.Duration
-	XfrChannelSize        int
 	FrontendKeepaliveTime time.Duration
 	AgentKeepaliveTime    time.Duration
 	// Peers, when set, holds the server's readiness back after start until it holds an agent of every cluster a
@@ -105,9 +102,6 @@ func (o *Options) defaults() {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if o.XfrChannelSize <= 0 {
-		o.XfrChannelSize = DefaultXfrChannelSize
-	}
 	if o.FrontendKeepaliveTime <= 0 {
 		o.FrontendKeepaliveTime = DefaultKeepaliveTime
 	}
@@ -137,11 +131,10 @@ type UserServer interface {
 
 // Server is one proxy-server.
 type Server struct {
-	opts     Options
-	log      logr.Logger
-	anp      *anpserver.ProxyServer
-	backends *newestBackends
-	agents   *Agents
+	opts   Options
+	log    logr.Logger
+	router *router
+	agents *Agents
 	// tunnels answers GET /tunnels.
 	tunnels *tunnelReports
 
@@ -156,6 +149,8 @@ type Server struct {
 	inProcess     inProcessTunnels
 	tunnelCtx     context.Context
 	cancelTunnels context.CancelFunc
+	// connects counts the in-process tunnels of CONNECT requests.
+	connects inProcessTunnels
 
 	listenOnce sync.Once
 	listenErr  error
@@ -198,16 +193,13 @@ func New(opts Options) (*Server, error) {
 		s.userTLS.WithProfile(s.tlsProfile)
 	}
 
-	s.anp = anpserver.NewProxyServer(opts.ServerID, []proxystrategies.ProxyStrategy{proxystrategies.ProxyStrategyDestHost},
-		opts.ServerCount, &anpserver.AgentTokenAuthenticationOptions{}, opts.XfrChannelSize)
-	s.backends = newNewestBackends()
-	s.anp.BackendManagers, s.anp.Readiness = []anpserver.BackendManager{s.backends}, s.backends
+	s.router = newRouter(opts.ServerID, opts.ServerCount, s.log)
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
-	client.RegisterProxyServiceServer(s.frontend, s.anp)
+	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router})
 
 	s.agentEndpoint = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),
@@ -225,9 +217,9 @@ func New(opts Options) (*Server, error) {
 		grpc.HeaderTableSize(0),
 		experimental.BufferPool(agentBuffers),
 	)
-	agent.RegisterAgentServiceServer(s.agentEndpoint, s.anp)
+	agent.RegisterAgentServiceServer(s.agentEndpoint, agentService{r: s.router})
 
-	// The user-server's tunnels are streams of ANP's handler in memory (DialCluster), not reachable from outside.
+	// The user-server's tunnels are frontend streams of the router in memory (DialCluster), not reachable from outside.
 	s.tunnelCtx, s.cancelTunnels = context.WithCancel(context.Background())
 
 	if opts.HTTPConnectAddr != "" {

@@ -193,7 +193,7 @@ func (u *fakeUserServer) Serve(ctx context.Context, ln net.Listener) error {
 
 func (u *fakeUserServer) Ready() bool { return u.ready.Load() }
 
-func TestHealthReadinessFollowsTheUserServerAndMetricsShowBothANPAndOurs(t *testing.T) {
+func TestHealthReadinessFollowsTheUserServerAndMetricsShowOurs(t *testing.T) {
 	g := NewWithT(t)
 	user := &fakeUserServer{}
 	f := startFixture(t, false, func(*Server) UserServer { return user }, nil)
@@ -223,7 +223,8 @@ func TestHealthReadinessFollowsTheUserServerAndMetricsShowBothANPAndOurs(t *test
 
 	text := metricsText(g, f)
 	g.Expect(hasLine(text, `cluster_proxy_agent_identity_refusals_total{reason="foreign_identifier"}`)).To(BeTrue())
-	g.Expect(hasLine(text, "konnectivity_network_proxy_server_ready_backend_connections")).To(BeTrue())
+	g.Expect(hasLine(text, "cluster_proxy_server_agent_streams ")).To(BeTrue())
+	g.Expect(hasLine(text, "cluster_proxy_server_established_connections ")).To(BeTrue())
 
 	// The admin server serves pprof on loopback.
 	resp, err = http.Get("http://" + f.addrs.Admin + "/debug/pprof/")

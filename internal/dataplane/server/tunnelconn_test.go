@@ -13,9 +13,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
-	"google.golang.org/grpc/metadata"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
-	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 )
 
 // These tests play ANP's Proxy handler themselves, through the tunnel's stream end.
@@ -94,16 +92,6 @@ func dataPacket(b []byte) *client.Packet {
 
 func closeRSP() *client.Packet {
 	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{CloseResponse: &client.CloseResponse{ConnectID: testConnID}}}
-}
-
-func TestTunnelStreamCarriesTheMetadataANPReads(t *testing.T) {
-	g := NewWithT(t)
-	h := newHandlerEnd(t)
-	md, ok := metadata.FromIncomingContext(h.Context())
-	g.Expect(ok).To(BeTrue(), "ANP's handler refuses a stream without incoming metadata")
-	g.Expect(md.Get(header.UserAgent)).To(ConsistOf(inProcessUserAgent))
-	h.finish()
-	g.Expect(h.Context().Err()).To(MatchError(context.Canceled), "the stream's context ends with the handler")
 }
 
 func TestTunnelDialGivenUpSendsDialCloseAndEndsTheStream(t *testing.T) {

@@ -28,14 +28,14 @@ import (
 )
 
 const (
-	streamsEach   = 500 // idle keep-alive connections, and as many slow chunked streams
-	openAtOnce    = 64
-	holdFor       = 5 * time.Second
-	settleWindow  = 2 * time.Second // the goroutine count must not change for this long
-	settleLimit   = 60 * time.Second
-	releaseLimit  = 15 * time.Second
-	agentOpenConn = "cluster_proxy_agent_open_connections"
-	established   = "konnectivity_network_proxy_server_established_connections"
+	streamsEach       = 500 // idle keep-alive connections, and as many slow chunked streams
+	openAtOnce        = 64
+	holdFor           = 5 * time.Second
+	settleWindow      = 2 * time.Second // the goroutine count must not change for this long
+	settleLimit       = 60 * time.Second
+	releaseLimit      = 15 * time.Second
+	agentOpenConn     = "cluster_proxy_agent_open_connections"
+	establishedMetric = "cluster_proxy_server_established_connections"
 )
 
 // streamsResult is what the streams phase saw.
@@ -43,18 +43,18 @@ type streamsResult struct {
 	errOpen, errRequest, errVerify, errClose atomic.Int64
 	firstErrs                                errs
 
-	goroutines     [3]int     // before, held, after
-	heapMiB        [3]float64 // in use after a GC
-	agentConns     [3]float64 // the agent's open connections to destinations
-	establishedANP [3]float64 // the proxy-server's established connections (ANP's gauge)
-	agentReleased  float64    // the agent's open connections once the clients had closed
-	openAll        time.Duration
-	closeAll       time.Duration
-	settle         time.Duration
-	settled        bool
-	minHeldBytes   int64 // the least any slow stream received during the hold
-	cost           cost
-	dump           string // goroutine dump written when the count did not come back
+	goroutines    [3]int     // before, held, after
+	heapMiB       [3]float64 // in use after a GC
+	agentConns    [3]float64 // the agent's open connections to destinations
+	established   [3]float64 // the proxy-server's established connections
+	agentReleased float64    // the agent's open connections once the clients had closed
+	openAll       time.Duration
+	closeAll      time.Duration
+	settle        time.Duration
+	settled       bool
+	minHeldBytes  int64 // the least any slow stream received during the hold
+	cost          cost
+	dump          string // goroutine dump written when the count did not come back
 }
 
 func (s *streamsResult) fail(counter *atomic.Int64, err error) {
@@ -158,7 +158,7 @@ func (b *bench) streams() *streamsResult {
 		res.goroutines[i] = runtime.NumGoroutine()
 		res.heapMiB[i] = float64(ms.HeapInuse) / mib
 		res.agentConns[i] = metricSum(agentMetrics, agentOpenConn)
-		res.establishedANP[i] = metricSum(prometheus.DefaultGatherer, established)
+		res.established[i] = metricSum(prometheus.DefaultGatherer, establishedMetric)
 	}
 
 	_, _, _ = settle(func(int) bool { return true }) // a stable starting point
@@ -371,8 +371,8 @@ func (b *bench) reportStreams(res *streamsResult) {
 	out.row("goroutines", strconv.Itoa(g[0]), strconv.Itoa(g[1]), strconv.Itoa(g[2]))
 	out.row("agent open connections", fmt.Sprintf("%.0f", res.agentConns[0]), fmt.Sprintf("%.0f", res.agentConns[1]),
 		fmt.Sprintf("%.0f", res.agentConns[2]))
-	out.row("established_connections (ANP's gauge, process-wide)", fmt.Sprintf("%.0f", res.establishedANP[0]), fmt.Sprintf("%.0f", res.establishedANP[1]),
-		fmt.Sprintf("%.0f", res.establishedANP[2]))
+	out.row("the proxy-server's established connections", fmt.Sprintf("%.0f", res.established[0]), fmt.Sprintf("%.0f", res.established[1]),
+		fmt.Sprintf("%.0f", res.established[2]))
 	out.row("heap in use MiB (after GC)", fmt.Sprintf("%.1f", res.heapMiB[0]), fmt.Sprintf("%.1f", res.heapMiB[1]), fmt.Sprintf("%.1f", res.heapMiB[2]))
 	out.flush()
 	fmt.Fprintf(b.out, "errors open/request/verify/close: %d/%d/%d/%d; first: %q\n", res.errOpen.Load(), res.errRequest.Load(),
