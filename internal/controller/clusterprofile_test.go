@@ -61,7 +61,7 @@ var _ = Describe("ClusterProfile access providers", func() {
 			m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
 		})
 		Expect(k8s.Create(ctx(), mpc)).To(Succeed())
-		DeferCleanup(func() { _ = k8s.Delete(ctx(), mpc) })
+		DeferCleanupDelete(mpc)
 		expectReady(mpc)
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)
@@ -165,7 +165,7 @@ var _ = Describe("ClusterProfile access providers", func() {
 			m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
 		})
 		Expect(k8s.Create(ctx(), mpc)).To(Succeed())
-		DeferCleanup(func() { _ = k8s.Delete(ctx(), mpc) })
+		DeferCleanupDelete(mpc)
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)
 		installAddOn(cluster, mpcConfig(mpc.Name))

@@ -169,9 +169,26 @@ func handshake(server *corev1.Secret, clientTrust []byte, clientSecret *corev1.S
 
 func ctx() context.Context { return context.Background() }
 
-// DeferCleanupDelete deletes obj when the spec ends.
+// DeferCleanupDelete deletes obj when the spec ends. A ManagedProxyConfiguration is deleted in the foreground and
+// waited out. It controls the ClusterManagementAddOn, which owns every ManagedClusterAddOn, so the garbage collector
+// deletes them all with it: left to run on, that would delete the add-ons the next spec creates meanwhile.
 func DeferCleanupDelete(obj client.Object) {
-	DeferCleanup(func() { _ = client.IgnoreNotFound(k8s.Delete(ctx(), obj)) })
+	DeferCleanup(func() {
+		if !isConfiguration(obj) {
+			_ = client.IgnoreNotFound(k8s.Delete(ctx(), obj))
+			return
+		}
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx(), obj, client.PropagationPolicy(metav1.DeletePropagationForeground)))).To(Succeed())
+		expectGone(obj)
+	})
+}
+
+func isConfiguration(obj client.Object) bool {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.GetKind() == "ManagedProxyConfiguration"
+	}
+	_, ok := obj.(*proxyv1alpha1.ManagedProxyConfiguration)
+	return ok
 }
 
 func ptrTo[T any](v T) *T { return &v }
