@@ -27,9 +27,10 @@ func NewAgents() *Agents {
 	return &Agents{connected: map[string][]agentStreamCount{}, known: map[string]bool{}}
 }
 
-// add records an accepted stream; the returned func removes it.
-func (a *Agents) add(cluster, agentID string) (remove func()) {
+// add records an accepted stream of an agent.
+func (a *Agents) add(cluster, agentID string) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	ids := a.connected[cluster]
 	if i := slices.IndexFunc(ids, func(s agentStreamCount) bool { return s.id == agentID }); i >= 0 {
 		ids[i].streams++
@@ -37,27 +38,24 @@ func (a *Agents) add(cluster, agentID string) (remove func()) {
 		a.connected[cluster] = append(ids, agentStreamCount{id: agentID, streams: 1})
 	}
 	a.known[cluster] = true
-	a.mu.Unlock()
+}
 
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			ids := a.connected[cluster]
-			i := slices.IndexFunc(ids, func(s agentStreamCount) bool { return s.id == agentID })
-			if i < 0 {
-				return
-			}
-			if ids[i].streams--; ids[i].streams <= 0 {
-				ids = slices.Delete(ids, i, i+1)
-			}
-			if len(ids) == 0 {
-				delete(a.connected, cluster)
-			} else {
-				a.connected[cluster] = ids
-			}
-		})
+// remove forgets a stream that add recorded.
+func (a *Agents) remove(cluster, agentID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := a.connected[cluster]
+	i := slices.IndexFunc(ids, func(s agentStreamCount) bool { return s.id == agentID })
+	if i < 0 {
+		return
+	}
+	if ids[i].streams--; ids[i].streams <= 0 {
+		ids = slices.Delete(ids, i, i+1)
+	}
+	if len(ids) == 0 {
+		delete(a.connected, cluster)
+	} else {
+		a.connected[cluster] = ids
 	}
 }
 

@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -105,71 +103,35 @@ func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
 	return info.State.VerifiedChains[0][0]
 }
 
-// agentStreamInterceptor refuses agent streams whose identifiers the certificate does not back, and streams of agents
-// that already hold a tunnel to this server (contract.HeldServersMetadata), and tracks the accepted ones while they
-// last. It hands the router the checked identity (agentKey), with the agent ID scoped to the cluster: agent IDs are
-// the agents' to choose.
-func agentStreamInterceptor(serverID string, agents *Agents, log logr.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx := ss.Context()
-		md, _ := metadata.FromIncomingContext(ctx)
-		agentIDs, identifiers := md.Get(header.AgentID), md.Get(header.AgentIdentifiers)
-		id, err := CheckAgentIdentity(verifiedPeerCertificate(ctx), agentIDs, identifiers)
-		if err != nil {
-			reason := RefusalMalformed
-			var ie *IdentityError
-			if errors.As(err, &ie) {
-				reason = ie.Reason
-			}
-			identityRefusals.WithLabelValues(reason).Inc()
-			remote := ""
-			if p, ok := peer.FromContext(ctx); ok {
-				remote = p.Addr.String()
-			}
-			log.Info("Refused agent stream", "cluster", id.Cluster, "agentID", agentIDs, "identifiers", identifiers,
-				"reason", reason, "detail", err.Error(), "remote", remote)
-			return status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
+// admitAgent decides whether an agent stream may become a backend: it refuses streams whose identifiers the
+// certificate does not back (PermissionDenied), and streams of agents that already hold a tunnel to this server
+// (contract.HeldServersMetadata; AlreadyExists). It returns the checked identity and the hosts the agent serves.
+func admitAgent(ctx context.Context, serverID string, log logr.Logger) (AgentIdentity, []string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	agentIDs, identifiers := md.Get(header.AgentID), md.Get(header.AgentIdentifiers)
+	id, err := CheckAgentIdentity(verifiedPeerCertificate(ctx), agentIDs, identifiers)
+	if err != nil {
+		reason := RefusalMalformed
+		var ie *IdentityError
+		if errors.As(err, &ie) {
+			reason = ie.Reason
 		}
-		if slices.Contains(md.Get(contract.HeldServersMetadata), serverID) {
-			duplicateRefusals.Inc()
-			log.V(1).Info("Refused an agent stream: the agent holds a tunnel to this server already", "cluster", id.Cluster, "agentID", id.AgentID)
-			return status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
+		identityRefusals.WithLabelValues(reason).Inc()
+		remote := ""
+		if p, ok := peer.FromContext(ctx); ok {
+			remote = p.Addr.String()
 		}
-
-		hosts, _ := contract.AgentIdentifierHosts(identifiers[0]) // CheckAgentIdentity parsed them already
-		scoped := scopedAgent{id: id.Cluster + "/" + id.AgentID, hosts: hosts}
-		st := &agentStream{ServerStream: ss, ctx: context.WithValue(ctx, agentKey{}, scoped), track: func() func() {
-			return agents.add(id.Cluster, id.AgentID)
-		}}
-		defer st.untrack()
-		return handler(srv, st)
+		log.Info("Refused agent stream", "cluster", id.Cluster, "agentID", agentIDs, "identifiers", identifiers,
+			"reason", reason, "detail", err.Error(), "remote", remote)
+		return id, nil, status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
 	}
-}
-
-// agentStream is an accepted agent stream as the router sees it. The router registers the backend after it sent the
-// stream header and before it first reads, so the stream counts as connected from its first read: by then tunnels can
-// use it.
-type agentStream struct {
-	grpc.ServerStream
-	ctx    context.Context
-	track  func() (untrack func())
-	once   sync.Once
-	remove func()
-}
-
-func (s *agentStream) Context() context.Context { return s.ctx }
-
-func (s *agentStream) RecvMsg(m any) error {
-	s.once.Do(func() { s.remove = s.track() })
-	return s.ServerStream.RecvMsg(m)
-}
-
-// untrack ends the tracking, or prevents it when the router never read.
-func (s *agentStream) untrack() {
-	s.once.Do(func() {})
-	if s.remove != nil {
-		s.remove()
+	if slices.Contains(md.Get(contract.HeldServersMetadata), serverID) {
+		duplicateRefusals.Inc()
+		log.V(1).Info("Refused an agent stream: the agent holds a tunnel to this server already", "cluster", id.Cluster, "agentID", id.AgentID)
+		return id, nil, status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
 	}
+	hosts, err := contract.AgentIdentifierHosts(identifiers[0]) // CheckAgentIdentity checked them
+	return id, hosts, err
 }
 
 // refuseAgentCertificates keeps agent certificates, which are signed by the same CA as proxy clients, off the

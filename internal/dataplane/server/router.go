@@ -9,9 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
@@ -31,8 +29,11 @@ type router struct {
 	// header is what every agent stream is answered with: the server ID and count. gRPC keeps the header of a stream
 	// for the stream's life and only reads it, so the streams share one.
 	header   metadata.MD
+	serverID string
 	backends *newestBackends
-	log      logr.Logger
+	// agents is the view of the connected agents by cluster, which the user-server and GET /agents read.
+	agents *Agents
+	log    logr.Logger
 
 	mu sync.Mutex
 	// pending holds the dials sent to an agent and not answered yet, by dial ID.
@@ -45,10 +46,12 @@ const noAgent = "No agent available"
 // errAgentStreamEnded answers the dials that were waiting on an agent stream when it ended.
 var errAgentStreamEnded = errors.New("the agent stream ended before the agent answered the dial")
 
-func newRouter(serverID string, serverCount int, log logr.Logger) *router {
+func newRouter(serverID string, serverCount int, agents *Agents, log logr.Logger) *router {
 	return &router{
 		header:   metadata.Pairs(header.ServerID, serverID, header.ServerCount, strconv.Itoa(serverCount)),
+		serverID: serverID,
 		backends: newNewestBackends(),
+		agents:   agents,
 		log:      log,
 		pending:  map[int64]*link{},
 	}
@@ -159,29 +162,25 @@ func (b *backend) closeConn(id int64) {
 	}})
 }
 
-// agentKey is the context key of the checked identity of an agent stream (agentStreamInterceptor).
-type agentKey struct{}
-
-// scopedAgent is an accepted agent stream's identity as the router needs it.
-type scopedAgent struct {
-	id    string // <cluster>/<agent ID>: agent IDs are the agents' to choose, unique only within a cluster
-	hosts []string
-}
-
-// Connect serves an agent stream that agentStreamInterceptor accepted, on the handler's goroutine: it answers with
-// the server ID and count, makes the agent a backend of its hosts, and routes what the agent sends until the stream
-// ends.
+// Connect serves an agent stream on the handler's goroutine. It admits the agent (admitAgent), answers with the server
+// ID and count, makes the agent a backend of its hosts and counts it as connected, then routes what the agent sends
+// until the stream ends.
 func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
-	id, ok := stream.Context().Value(agentKey{}).(scopedAgent)
-	if !ok {
-		return status.Error(codes.Unauthenticated, "agent stream without a checked identity")
+	id, hosts, err := admitAgent(stream.Context(), r.serverID, r.log)
+	if err != nil {
+		return err
 	}
 	if err := stream.SendHeader(r.header); err != nil {
 		return err
 	}
-	b := &backend{stream: stream, agentID: id.id, hosts: id.hosts}
+	// Agent IDs are the agents' to choose, so the backend's names its cluster too.
+	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: hosts}
 	r.backends.add(b)
-	defer r.backendGone(b)
+	r.agents.add(id.Cluster, id.AgentID)
+	defer func() {
+		r.backendGone(b)
+		r.agents.remove(id.Cluster, id.AgentID)
+	}()
 	for {
 		pkt, err := stream.Recv()
 		if errors.Is(err, io.EOF) {

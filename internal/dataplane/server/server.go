@@ -193,7 +193,7 @@ func New(opts Options) (*Server, error) {
 		s.userTLS.WithProfile(s.tlsProfile)
 	}
 
-	s.router = newRouter(opts.ServerID, opts.ServerCount, s.log)
+	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, s.log)
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates)))),
@@ -205,7 +205,6 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.AgentKeepaliveTime}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.StreamInterceptor(agentStreamInterceptor(opts.ServerID, s.agents, s.log)),
 		grpc.ForceServerCodecV2(newAgentCodec()),
 		// Memory per agent: gRPC holds a connection's read buffer for its life (its default, 32 KiB, was a third of
 		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Over TLS the
