@@ -104,19 +104,15 @@ func (b *backend) send(pkt *client.Packet) error {
 	return b.stream.Send(pkt)
 }
 
-// addConn records an established connection; it reports false once the stream has ended.
-func (b *backend) addConn(id int64, l *link) bool {
+// addConn records an established connection. Only the stream's own loop adds, so the stream has not ended.
+func (b *backend) addConn(id int64, l *link) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ended {
-		return false
-	}
 	if b.conns == nil {
 		b.conns = map[int64]*link{}
 	}
 	b.conns[id] = l
 	established.Inc()
-	return true
 }
 
 func (b *backend) conn(id int64) *link {
@@ -173,7 +169,7 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 	if err := stream.SendHeader(r.header); err != nil {
 		return err
 	}
-	// Agent IDs are the agents' to choose, so the backend's names its cluster too.
+	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
 	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: hosts}
 	r.backends.add(b)
 	r.agents.add(id.Cluster, id.AgentID)
@@ -211,7 +207,7 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 			return
 		}
 		l.connID.Store(rsp.ConnectID)
-		b.addConn(rsp.ConnectID, l) // b is still open: its stream is what is being read
+		b.addConn(rsp.ConnectID, l)
 		if err := l.front.send(pkt); err != nil {
 			b.removeConn(rsp.ConnectID, l)
 			b.closeConn(rsp.ConnectID)
