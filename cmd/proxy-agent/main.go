@@ -363,7 +363,7 @@ func identityProblems(subject pkix.Name, cluster, identifiers string) []string {
 		problems = append(problems, "the certificate is for cluster "+certCluster)
 	}
 	namespace, _ := contract.AgentNamespaceOfUnits(subject.OrganizationalUnit)
-	if err := contract.CheckAgentIdentifiers(certCluster, namespace, identifiers); err != nil {
+	if _, err := contract.CheckAgentIdentifiers(certCluster, namespace, identifiers); err != nil {
 		problems = append(problems, "the identifiers do not match the certificate: "+err.Error())
 	}
 	return problems

@@ -50,18 +50,19 @@ func AgentIdentifierHosts(identifiers string) ([]string, error) {
 }
 
 // CheckAgentIdentifiers checks an agentIdentifiers value against the cluster and agent namespace (empty for none)
-// the agent's certificate names: every host it claims must be <cluster> or <cluster>.<namespace>.
-func CheckAgentIdentifiers(cluster, namespace, identifiers string) error {
+// the agent's certificate names: every host it claims must be <cluster> or <cluster>.<namespace>. It returns the
+// hosts.
+func CheckAgentIdentifiers(cluster, namespace, identifiers string) ([]string, error) {
 	hosts, err := AgentIdentifierHosts(identifiers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, h := range hosts {
 		if h != cluster && (namespace == "" || h != cluster+"."+namespace) {
-			return refuseIdentifiers(IdentifierForeign, "host %q does not belong to cluster %q", h, cluster)
+			return nil, refuseIdentifiers(IdentifierForeign, "host %q does not belong to cluster %q", h, cluster)
 		}
 	}
-	return nil
+	return hosts, nil
 }
 
 // AgentIdentifiers are the names an agent registers for its cluster: host=<cluster> and host=<cluster>.<namespace>.

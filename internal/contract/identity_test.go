@@ -25,7 +25,7 @@ func TestCheckAgentIdentifiers(t *testing.T) {
 		{name: "refuses unparsable identifiers", namespace: "ns", identifiers: "host=%zz", wantReason: IdentifiersMalformed},
 	} {
 		g := NewWithT(t)
-		err := CheckAgentIdentifiers("c1", tt.namespace, tt.identifiers)
+		_, err := CheckAgentIdentifiers("c1", tt.namespace, tt.identifiers)
 		if tt.wantReason == "" {
 			g.Expect(err).NotTo(HaveOccurred(), tt.name)
 			continue

@@ -42,6 +42,7 @@ type AgentIdentity struct {
 	Cluster   string
 	Namespace string // from the agent-namespace OU; empty when the certificate has none
 	AgentID   string
+	Hosts     []string // the hosts its identifiers claim: the dial addresses it serves
 }
 
 // IdentityError says why an agent stream was refused; Reason is one of the Refusal constants. It is the error of
@@ -87,7 +88,9 @@ func CheckAgentIdentity(cert *x509.Certificate, agentIDs, identifiers []string) 
 	if len(identifiers) > 1 {
 		return id, refuse(RefusalMalformed, "want one set of identifiers, got %d", len(identifiers))
 	}
-	return id, contract.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0])
+	hosts, err := contract.CheckAgentIdentifiers(cluster, id.Namespace, identifiers[0])
+	id.Hosts = hosts
+	return id, err
 }
 
 // verifiedPeerCertificate is the leaf of the peer's verified chain, nil when the peer was not verified.
@@ -105,8 +108,8 @@ func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
 
 // admitAgent decides whether an agent stream may become a backend: it refuses streams whose identifiers the
 // certificate does not back (PermissionDenied), and streams of agents that already hold a tunnel to this server
-// (contract.HeldServersMetadata; AlreadyExists). It returns the checked identity and the hosts the agent serves.
-func admitAgent(ctx context.Context, serverID string, log logr.Logger) (AgentIdentity, []string, error) {
+// (contract.HeldServersMetadata; AlreadyExists). It returns the checked identity.
+func admitAgent(ctx context.Context, serverID string, log logr.Logger) (AgentIdentity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	agentIDs, identifiers := md.Get(header.AgentID), md.Get(header.AgentIdentifiers)
 	id, err := CheckAgentIdentity(verifiedPeerCertificate(ctx), agentIDs, identifiers)
@@ -123,15 +126,14 @@ func admitAgent(ctx context.Context, serverID string, log logr.Logger) (AgentIde
 		}
 		log.Info("Refused agent stream", "cluster", id.Cluster, "agentID", agentIDs, "identifiers", identifiers,
 			"reason", reason, "detail", err.Error(), "remote", remote)
-		return id, nil, status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
+		return id, status.Errorf(codes.PermissionDenied, "agent identity refused: %v", err)
 	}
 	if slices.Contains(md.Get(contract.HeldServersMetadata), serverID) {
 		duplicateRefusals.Inc()
 		log.V(1).Info("Refused an agent stream: the agent holds a tunnel to this server already", "cluster", id.Cluster, "agentID", id.AgentID)
-		return id, nil, status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
+		return id, status.Errorf(codes.AlreadyExists, "agent %s of cluster %s holds a tunnel to proxy-server %s already", id.AgentID, id.Cluster, serverID)
 	}
-	hosts, err := contract.AgentIdentifierHosts(identifiers[0]) // CheckAgentIdentity checked them
-	return id, hosts, err
+	return id, nil
 }
 
 // refuseAgentCertificates keeps agent certificates, which are signed by the same CA as proxy clients, off the

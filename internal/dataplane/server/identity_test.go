@@ -36,11 +36,11 @@ func TestCheckAgentIdentity(t *testing.T) {
 		wantReason  string
 	}{
 		{name: "accepts the cluster and its namespaced host", cert: a, agentIDs: []string{"x"}, identifiers: []string{"host=a&host=a.ns-a"},
-			want: AgentIdentity{Cluster: "a", Namespace: "ns-a", AgentID: "x"}},
+			want: AgentIdentity{Cluster: "a", Namespace: "ns-a", AgentID: "x", Hosts: []string{"a", "a.ns-a"}}},
 		{name: "accepts the cluster alone", cert: a, agentIDs: []string{"x"}, identifiers: []string{"host=a"},
-			want: AgentIdentity{Cluster: "a", Namespace: "ns-a", AgentID: "x"}},
+			want: AgentIdentity{Cluster: "a", Namespace: "ns-a", AgentID: "x", Hosts: []string{"a"}}},
 		{name: "accepts a cluster name starting with a digit", cert: agentCert(contract.AgentCommonNamePrefix+"1st", "agent-namespace:ns"),
-			agentIDs: []string{"x"}, identifiers: []string{"host=1st.ns"}, want: AgentIdentity{Cluster: "1st", Namespace: "ns", AgentID: "x"}},
+			agentIDs: []string{"x"}, identifiers: []string{"host=1st.ns"}, want: AgentIdentity{Cluster: "1st", Namespace: "ns", AgentID: "x", Hosts: []string{"1st.ns"}}},
 		{name: "refuses another cluster", cert: a, agentIDs: []string{"x"}, identifiers: []string{"host=a&host=b"}, wantReason: RefusalForeignIdentifier},
 		{name: "refuses another namespace", cert: a, agentIDs: []string{"x"}, identifiers: []string{"host=a.other-ns"}, wantReason: RefusalForeignIdentifier},
 		{name: "refuses a namespaced host without a namespace in the certificate", cert: noNamespace, agentIDs: []string{"x"},

@@ -162,7 +162,7 @@ func (b *backend) closeConn(id int64) {
 // ID and count, makes the agent a backend of its hosts and counts it as connected, then routes what the agent sends
 // until the stream ends.
 func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
-	id, hosts, err := admitAgent(stream.Context(), r.serverID, r.log)
+	id, err := admitAgent(stream.Context(), r.serverID, r.log)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 		return err
 	}
 	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
-	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: hosts}
+	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts}
 	r.backends.add(b)
 	r.agents.add(id.Cluster, id.AgentID)
 	defer func() {
