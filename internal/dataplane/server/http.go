@@ -2,12 +2,12 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/pprof"
-	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,7 +46,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	tunnel, err := s.dial(r.Context(), r.Host, &s.connects, nil)
 	if err != nil {
 		code := http.StatusBadGateway
-		if strings.Contains(err.Error(), noAgent) {
+		if errors.Is(err, errNoAgent) {
 			code = http.StatusServiceUnavailable
 		}
 		http.Error(w, fmt.Sprintf("CONNECT %s: %v", r.Host, err), code)

@@ -244,8 +244,10 @@ func (t *tunnel) answer(pkt *client.Packet) (net.Conn, error) {
 	}
 	t.endStream()
 	if rsp := pkt.GetDialResponse(); rsp != nil {
-		if rsp.Error == errAgentStreamEnded.Error() {
-			return nil, errAgentStreamEnded
+		for _, known := range []error{errAgentStreamEnded, errNoAgent} { // the router's own answers
+			if rsp.Error == known.Error() {
+				return nil, known
+			}
 		}
 		return nil, errors.New(rsp.Error)
 	}

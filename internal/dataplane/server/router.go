@@ -40,8 +40,8 @@ type router struct {
 	pending map[int64]*link
 }
 
-// noAgent is the dial error for a host no agent serves: ANP's words, which clients (tunnelclient among them) match.
-const noAgent = "No agent available"
+// errNoAgent answers a dial to a host no agent serves, in ANP's words, which clients (tunnelclient among them) match.
+var errNoAgent = errors.New("No agent available") //nolint:staticcheck // ANP's words, matched by clients
 
 // errAgentStreamEnded answers the dials that were waiting on an agent stream when it ended.
 var errAgentStreamEnded = errors.New("the agent stream ended before the agent answered the dial")
@@ -308,7 +308,7 @@ func (r *router) serveFrontend(stream packetStream) error {
 			}
 			b := r.backends.pick(hostOf(req.Address))
 			if b == nil {
-				_ = f.send(dialFailed(req.Random, noAgent))
+				_ = f.send(dialFailed(req.Random, errNoAgent.Error()))
 				return nil
 			}
 			l = &link{front: f, back: b, random: req.Random}

@@ -47,6 +47,7 @@ func TestGRPCAndHTTPConnectFrontendsReachTheClusterAtTheSameTime(t *testing.T) {
 	// A cluster without an agent is not reachable, and says so.
 	_, _, err = httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c2:443")
 	g.Expect(err).To(MatchError(ContainSubstring("CONNECT c2:443")))
+	g.Expect(err).To(MatchError(ContainSubstring("503 Service Unavailable")), "no agent: unavailable, not a bad gateway")
 }
 
 // handshakeRefused checks that the server refuses the TLS session with an alert: with TLS 1.3 the client finishes
