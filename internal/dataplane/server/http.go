@@ -43,7 +43,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
 	// closes, and at the latest when the agent streams end.
-	tunnel, err := s.dial(r.Context(), r.Host, &s.connects, nil)
+	tunnel, err := s.dial(r.Context(), r.Host, nil, nil)
 	if err != nil {
 		code := http.StatusBadGateway
 		if errors.Is(err, errNoAgent) {

@@ -149,8 +149,6 @@ type Server struct {
 	inProcess     inProcessTunnels
 	tunnelCtx     context.Context
 	cancelTunnels context.CancelFunc
-	// connects counts the in-process tunnels of CONNECT requests.
-	connects inProcessTunnels
 
 	listenOnce sync.Once
 	listenErr  error
