@@ -81,7 +81,7 @@ type link struct {
 	back    *backend
 	random  int64
 	connID  atomic.Int64 // from the agent's DIAL_RSP; 0 until then
-	closing atomic.Bool  // the frontend sent CLOSE_REQ
+	closing bool         // the frontend sent CLOSE_REQ; only the frontend's loop reads and writes it
 }
 
 // backend is one agent stream.
@@ -347,7 +347,7 @@ func (r *router) serveFrontend(stream packetStream) error {
 				_ = f.send(closeReply(id, "no such connection on this stream"))
 				continue
 			}
-			l.closing.Store(true)
+			l.closing = true
 			if err := l.back.send(pkt); err != nil && l.back.removeConn(id, l) != nil {
 				_ = f.send(closeReply(id, "the close could not be sent to the agent: "+err.Error()))
 			}
@@ -367,7 +367,7 @@ func (r *router) frontendGone(l *link) {
 		return
 	}
 	id := l.connID.Load()
-	if id == 0 || l.back.removeConn(id, l) == nil || l.closing.Load() {
+	if id == 0 || l.back.removeConn(id, l) == nil || l.closing {
 		return
 	}
 	l.back.closeConn(id)
