@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // smallRead is the first read size of every connection. Idle and chatty connections keep only this much; a read that
@@ -182,6 +184,6 @@ func (e *endpoint) finish() {
 	e.close()
 	e.t.remove(e)
 	if e.t.ctx.Err() == nil {
-		_ = e.t.send(closeResponse(e.id, ""))
+		_ = e.t.send(packet.CloseResponse(e.id, ""))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 )
 
@@ -176,14 +177,14 @@ func (t *tunnel) handle(pkt *client.Packet) {
 		if e := t.endpoint(d.ConnectID); e != nil {
 			e.enqueue(d.Data)
 		} else {
-			t.goSend(closeResponse(d.ConnectID, "unknown connection"))
+			t.goSend(packet.CloseResponse(d.ConnectID, "unknown connection"))
 		}
 	case client.PacketType_CLOSE_REQ:
 		id := pkt.GetCloseRequest().ConnectID
 		if e := t.endpoint(id); e != nil {
 			e.close() // its reader answers CLOSE_RSP after its last DATA
 		} else {
-			t.goSend(closeResponse(id, "unknown connection"))
+			t.goSend(packet.CloseResponse(id, "unknown connection"))
 		}
 	case client.PacketType_DIAL_CLS:
 		// The client gave up on a dial; the server has forgotten it, so nothing is answered.
@@ -217,7 +218,7 @@ func (t *tunnel) openConns() int {
 func (t *tunnel) dial(req *client.DialRequest) {
 	if t.a.draining.Load() {
 		t.a.metrics.dials.WithLabelValues(destOther, dialDraining).Inc()
-		t.goSend(dialResponse(req.Random, 0, "the agent is shutting down"))
+		t.goSend(packet.DialResponse(req.Random, 0, "the agent is shutting down"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.a.opts.DialTimeout)
@@ -262,7 +263,7 @@ func (t *tunnel) dial(req *client.DialRequest) {
 			}
 			dials.WithLabelValues(dest, result).Inc()
 			t.a.opts.Log.V(1).Info("Dial failed", "address", req.Address, "result", result, "error", err.Error())
-			_ = t.send(dialResponse(req.Random, 0, err.Error()))
+			_ = t.send(packet.DialResponse(req.Random, 0, err.Error()))
 			return
 		case e == nil:
 			dials.WithLabelValues(dest, dialCancelled).Inc()
@@ -274,7 +275,7 @@ func (t *tunnel) dial(req *client.DialRequest) {
 		dials.WithLabelValues(dest, dialSuccess).Inc()
 		t.a.metrics.connections.Inc()
 		go e.writeLoop()
-		if err := t.send(dialResponse(req.Random, e.id, "")); err != nil {
+		if err := t.send(packet.DialResponse(req.Random, e.id, "")); err != nil {
 			e.close()
 		}
 		e.readLoop()
@@ -310,17 +311,5 @@ func (t *tunnel) goSend(pkt *client.Packet) {
 }
 
 func (t *tunnel) sendDrain() {
-	_ = t.send(&client.Packet{Type: client.PacketType_DRAIN, Payload: &client.Packet_Drain{Drain: &client.Drain{}}})
-}
-
-func dialResponse(random, connID int64, errMsg string) *client.Packet {
-	return &client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{
-		DialResponse: &client.DialResponse{Random: random, ConnectID: connID, Error: errMsg},
-	}}
-}
-
-func closeResponse(connID int64, errMsg string) *client.Packet {
-	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{
-		CloseResponse: &client.CloseResponse{ConnectID: connID, Error: errMsg},
-	}}
+	_ = t.send(packet.Drain())
 }

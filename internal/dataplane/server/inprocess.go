@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/deadline"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -211,9 +212,7 @@ func wake(c chan struct{}) {
 // dial sends the DIAL_REQ and waits for the answer. When it gives up it sends DIAL_CLS and ends the stream, as
 // konnectivity-client does.
 func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
-	t.send(&client.Packet{Type: client.PacketType_DIAL_REQ, Payload: &client.Packet_DialRequest{
-		DialRequest: &client.DialRequest{Protocol: "tcp", Address: string(t.addr), Random: t.random},
-	}})
+	t.send(packet.DialRequest(string(t.addr), t.random))
 	backstop := time.NewTimer(t.dialTimeout)
 	defer backstop.Stop()
 	var failure error
@@ -237,9 +236,7 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 		}
 		return nil, failure
 	}
-	t.send(&client.Packet{Type: client.PacketType_DIAL_CLS, Payload: &client.Packet_CloseDial{
-		CloseDial: &client.CloseDial{Random: t.random},
-	}})
+	t.send(packet.CloseDial(t.random))
 	t.endStream()
 	return nil, failure
 }
@@ -303,9 +300,7 @@ func (t *tunnel) shut(err error) {
 		t.mu.Unlock()
 		return
 	}
-	t.out.push(&client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{
-		CloseRequest: &client.CloseRequest{ConnectID: t.connID},
-	}})
+	t.out.push(packet.CloseRequest(t.connID))
 	t.closeWait = time.AfterFunc(t.closeTimeout, t.endStream)
 	t.mu.Unlock()
 	wake(t.outReady)

@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // The router carries konnectivity's packets between the frontends and the agent streams. A frontend stream (a gRPC
@@ -153,9 +155,7 @@ func (b *backend) end() map[int64]*link {
 
 // closeConn asks the agent to close connection id.
 func (b *backend) closeConn(id int64) {
-	_ = b.send(&client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{
-		CloseRequest: &client.CloseRequest{ConnectID: id},
-	}})
+	_ = b.send(packet.CloseRequest(id))
 }
 
 // Connect serves an agent stream on the handler's goroutine. It admits the agent (admitAgent), answers with the server
@@ -248,7 +248,7 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 func (r *router) backendGone(b *backend) {
 	r.backends.remove(b)
 	for id, l := range b.end() {
-		_ = l.front.send(closeReply(id, ""))
+		_ = l.front.send(packet.CloseResponse(id, ""))
 	}
 	r.mu.Lock()
 	var waiting []*link
@@ -260,7 +260,7 @@ func (r *router) backendGone(b *backend) {
 	}
 	r.mu.Unlock()
 	for _, l := range waiting {
-		_ = l.front.send(dialFailed(l.random, errAgentStreamEnded.Error()))
+		_ = l.front.send(packet.DialResponse(l.random, 0, errAgentStreamEnded.Error()))
 	}
 }
 
@@ -303,26 +303,26 @@ func (r *router) serveFrontend(stream packetStream) error {
 		case client.PacketType_DIAL_REQ:
 			req := pkt.GetDialRequest()
 			if l != nil {
-				_ = f.send(dialFailed(req.Random, "a stream carries one connection, and this one has dialed already"))
+				_ = f.send(packet.DialResponse(req.Random, 0, "a stream carries one connection, and this one has dialed already"))
 				continue
 			}
 			b := r.backends.pick(hostOf(req.Address))
 			if b == nil {
-				_ = f.send(dialFailed(req.Random, errNoAgent.Error()))
+				_ = f.send(packet.DialResponse(req.Random, 0, errNoAgent.Error()))
 				return nil
 			}
 			l = &link{front: f, back: b, random: req.Random}
 			r.addPending(l)
 			if b.hasEnded() { // it ended after pick, and backendGone may have looked for its dials already
 				if r.takePending(l.random, b) != nil {
-					_ = f.send(dialFailed(req.Random, errAgentStreamEnded.Error()))
+					_ = f.send(packet.DialResponse(req.Random, 0, errAgentStreamEnded.Error()))
 				}
 				l = nil
 				return nil
 			}
 			if err := b.send(pkt); err != nil {
 				if r.takePending(l.random, b) != nil {
-					_ = f.send(dialFailed(req.Random, "the dial could not be sent to the agent: "+err.Error()))
+					_ = f.send(packet.DialResponse(req.Random, 0, "the dial could not be sent to the agent: "+err.Error()))
 				}
 				l = nil
 				return nil
@@ -335,7 +335,7 @@ func (r *router) serveFrontend(stream packetStream) error {
 		case client.PacketType_DATA:
 			d := pkt.GetData()
 			if l == nil || d.ConnectID == 0 || d.ConnectID != l.connID.Load() {
-				_ = f.send(closeReply(d.ConnectID, "no such connection on this stream"))
+				_ = f.send(packet.CloseResponse(d.ConnectID, "no such connection on this stream"))
 				continue
 			}
 			if err := l.back.send(pkt); err != nil {
@@ -344,12 +344,12 @@ func (r *router) serveFrontend(stream packetStream) error {
 		case client.PacketType_CLOSE_REQ:
 			id := pkt.GetCloseRequest().ConnectID
 			if l == nil || id == 0 || id != l.connID.Load() {
-				_ = f.send(closeReply(id, "no such connection on this stream"))
+				_ = f.send(packet.CloseResponse(id, "no such connection on this stream"))
 				continue
 			}
 			l.closing = true
 			if err := l.back.send(pkt); err != nil && l.back.removeConn(id, l) != nil {
-				_ = f.send(closeReply(id, "the close could not be sent to the agent: "+err.Error()))
+				_ = f.send(packet.CloseResponse(id, "the close could not be sent to the agent: "+err.Error()))
 			}
 		default:
 			r.log.V(2).Info("Ignoring a packet from a frontend", "type", pkt.Type)
@@ -361,9 +361,7 @@ func (r *router) serveFrontend(stream packetStream) error {
 // still open is closed there.
 func (r *router) frontendGone(l *link) {
 	if r.takePending(l.random, l.back) != nil {
-		_ = l.back.send(&client.Packet{Type: client.PacketType_DIAL_CLS, Payload: &client.Packet_CloseDial{
-			CloseDial: &client.CloseDial{Random: l.random},
-		}})
+		_ = l.back.send(packet.CloseDial(l.random))
 		return
 	}
 	id := l.connID.Load()
@@ -379,18 +377,6 @@ func hostOf(address string) string {
 		return host
 	}
 	return address
-}
-
-func dialFailed(random int64, reason string) *client.Packet {
-	return &client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{
-		DialResponse: &client.DialResponse{Random: random, Error: reason},
-	}}
-}
-
-func closeReply(id int64, reason string) *client.Packet {
-	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{
-		CloseResponse: &client.CloseResponse{ConnectID: id, Error: reason},
-	}}
 }
 
 // proxyService is the gRPC frontend: each client stream is served by the router.

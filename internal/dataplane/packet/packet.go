@@ -1,0 +1,45 @@
+// Package packet builds the control packets of konnectivity's protocol (client.Packet), which the proxy-server's
+// router, its in-process tunnels and the agent send. DATA packets are built where their payloads are, which pool them.
+package packet
+
+import "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+// DialRequest asks for a TCP connection to address; random names the dial in its answer.
+func DialRequest(address string, random int64) *client.Packet {
+	return &client.Packet{Type: client.PacketType_DIAL_REQ, Payload: &client.Packet_DialRequest{
+		DialRequest: &client.DialRequest{Protocol: "tcp", Address: address, Random: random},
+	}}
+}
+
+// DialResponse answers dial random: connection connID, or the error errMsg (connID 0) when it is not empty.
+func DialResponse(random, connID int64, errMsg string) *client.Packet {
+	return &client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{
+		DialResponse: &client.DialResponse{Random: random, ConnectID: connID, Error: errMsg},
+	}}
+}
+
+// CloseDial withdraws dial random, or says it ended without a connection.
+func CloseDial(random int64) *client.Packet {
+	return &client.Packet{Type: client.PacketType_DIAL_CLS, Payload: &client.Packet_CloseDial{
+		CloseDial: &client.CloseDial{Random: random},
+	}}
+}
+
+// CloseRequest asks to close connection connID.
+func CloseRequest(connID int64) *client.Packet {
+	return &client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{
+		CloseRequest: &client.CloseRequest{ConnectID: connID},
+	}}
+}
+
+// CloseResponse says connection connID is closed, with errMsg when it was not a clean close.
+func CloseResponse(connID int64, errMsg string) *client.Packet {
+	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{
+		CloseResponse: &client.CloseResponse{ConnectID: connID, Error: errMsg},
+	}}
+}
+
+// Drain tells the server the agent is going: new dials should go to other agents.
+func Drain() *client.Packet {
+	return &client.Packet{Type: client.PacketType_DRAIN, Payload: &client.Packet_Drain{Drain: &client.Drain{}}}
+}
