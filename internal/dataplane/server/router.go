@@ -244,7 +244,7 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 
 // backendGone forgets an agent stream that ended: its connections get CLOSE_RSP, and the dials waiting on it get
 // errAgentStreamEnded. It leaves the backends first, so a dial made again cannot choose it, and it marks the stream
-// ended before it looks for the dials: a dial that chose it just before and is not pending yet sees that itself.
+// ended before it takes the dials, so that addPending refuses the dials that chose it just before.
 func (r *router) backendGone(b *backend) {
 	r.backends.remove(b)
 	for id, l := range b.end() {
@@ -264,10 +264,16 @@ func (r *router) backendGone(b *backend) {
 	}
 }
 
-func (r *router) addPending(l *link) {
+// addPending records a dial sent to l.back. It reports false when that stream has ended: backendGone marks the stream
+// ended before it takes the stream's dials, under the same lock, so a dial is either taken by it or refused here.
+func (r *router) addPending(l *link) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if l.back.hasEnded() {
+		return false
+	}
 	r.pending[l.random] = l
+	return true
 }
 
 // takePending removes and returns dial random if it was sent to b.
@@ -312,11 +318,8 @@ func (r *router) serveFrontend(stream packetStream) error {
 				return nil
 			}
 			l = &link{front: f, back: b, random: req.Random}
-			r.addPending(l)
-			if b.hasEnded() { // it ended after pick, and backendGone may have looked for its dials already
-				if r.takePending(l.random, b) != nil {
-					_ = f.send(packet.DialResponse(req.Random, 0, errAgentStreamEnded.Error()))
-				}
+			if !r.addPending(l) { // it ended after pick
+				_ = f.send(packet.DialResponse(req.Random, 0, errAgentStreamEnded.Error()))
 				l = nil
 				return nil
 			}
