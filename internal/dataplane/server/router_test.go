@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // dialResult is what a dial made in the background came to.
@@ -69,9 +71,7 @@ func TestAnAgentCannotAnswerADialSentToAnotherAgent(t *testing.T) {
 	g.Eventually(owner.dropped).Should(Receive(&req))
 
 	const spoofed = 4242
-	g.Expect(other.send(&client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{
-		DialResponse: &client.DialResponse{Random: req.Random, ConnectID: spoofed},
-	}})).To(Succeed())
+	g.Expect(other.send(packet.DialResponse(req.Random, spoofed, ""))).To(Succeed())
 	g.Eventually(other.closeReqs).Should(Receive(Equal(int64(spoofed))), "the answer's connection is closed at its agent")
 
 	// Had the answer been taken, the dial would have succeeded; it still waits for the agent it went to.

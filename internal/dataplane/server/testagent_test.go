@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // testAgent is a minimal agent speaking ANP's agent protocol: it serves DIAL_REQ for the addresses in targets by
@@ -136,7 +137,7 @@ func (a *testAgent) serve() {
 				continue
 			}
 			_ = c.Close()
-			_ = a.send(closeResponse(id))
+			_ = a.send(packet.CloseResponse(id, ""))
 		}
 	}
 }
@@ -156,7 +157,7 @@ func (a *testAgent) dial(req *client.DialRequest) {
 		a.conns[rsp.ConnectID] = c
 		a.mu.Unlock()
 	}
-	_ = a.send(&client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{DialResponse: rsp}})
+	_ = a.send(packet.DialResponse(rsp.Random, rsp.ConnectID, rsp.Error))
 	if c != nil {
 		go a.pump(rsp.ConnectID, c)
 	}
@@ -179,15 +180,11 @@ func (a *testAgent) pump(id int64, c net.Conn) {
 			delete(a.conns, id)
 			a.mu.Unlock()
 			if open && (errors.Is(err, io.EOF) || !errors.Is(err, net.ErrClosed)) {
-				_ = a.send(closeResponse(id))
+				_ = a.send(packet.CloseResponse(id, ""))
 			}
 			return
 		}
 	}
-}
-
-func closeResponse(id int64) *client.Packet {
-	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{CloseResponse: &client.CloseResponse{ConnectID: id}}}
 }
 
 // accepted waits until the server accepted the stream (it sent its header) or refused it.

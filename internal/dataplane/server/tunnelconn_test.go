@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // These tests play ANP's Proxy handler themselves, through the tunnel's stream end.
@@ -79,11 +81,10 @@ func dialed(t *testing.T) (*handlerEnd, net.Conn) {
 }
 
 func dialResponse(random int64, errText string) *client.Packet {
-	rsp := &client.DialResponse{Random: random, Error: errText}
-	if errText == "" {
-		rsp.ConnectID = testConnID
+	if errText != "" {
+		return packet.DialResponse(random, 0, errText)
 	}
-	return &client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{DialResponse: rsp}}
+	return packet.DialResponse(random, testConnID, "")
 }
 
 func dataPacket(b []byte) *client.Packet {
@@ -91,7 +92,7 @@ func dataPacket(b []byte) *client.Packet {
 }
 
 func closeRSP() *client.Packet {
-	return &client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{CloseResponse: &client.CloseResponse{ConnectID: testConnID}}}
+	return packet.CloseResponse(testConnID, "")
 }
 
 func TestTunnelDialGivenUpSendsDialCloseAndEndsTheStream(t *testing.T) {
@@ -118,7 +119,7 @@ func TestTunnelDialRefusedOrClosedByTheAgent(t *testing.T) {
 	for name, answer := range map[string]func(random int64) *client.Packet{
 		"DIAL_RSP with an error": func(random int64) *client.Packet { return dialResponse(random, "connection refused") },
 		"DIAL_CLS": func(random int64) *client.Packet {
-			return &client.Packet{Type: client.PacketType_DIAL_CLS, Payload: &client.Packet_CloseDial{CloseDial: &client.CloseDial{Random: random}}}
+			return packet.CloseDial(random)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
