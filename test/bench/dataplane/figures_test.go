@@ -89,6 +89,7 @@ var plotNames = map[string]string{
 	keyANPPerRSA:  "the same, RSA-2048",
 	keyOursRaw:    "our raw tunnel",
 	keyFull:       "full path",
+	keyLinks:      "links alone",
 }
 
 func plotName(mode string) string {

@@ -165,7 +165,7 @@ func (m *bulkMode) cpuPerTransfer() float64 {
 func (b *bench) bulk() {
 	ctx := context.Background()
 	var modes []*bulkMode
-	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull) {
+	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull, keyLinks) {
 		m := &bulkMode{r: r, rt: r.transport(1)}
 		if err := verifyBody(ctx, m.rt, r, "/bulk", bulkBody); err != nil { // warm-up
 			b.t.Errorf("bulk warm-up, %s: %v", r.label, err)
@@ -190,7 +190,7 @@ func (b *bench) bulk() {
 
 	out := newTable(b.out, "mode", "MiB/s median", "(min-max)", "CPU ms per 64 MiB", "other procs CPU s", "tunnels opened", "vs direct",
 		"vs raw ANP", "raw ANP's CPU / this CPU")
-	var direct, anp, full, anpCPU, fullCPU float64
+	var direct, anp, full, links, anpCPU, fullCPU float64
 	for _, m := range modes {
 		med := benchmeasure.Median(m.rates)
 		switch m.r.key {
@@ -200,6 +200,8 @@ func (b *bench) bulk() {
 			anp, anpCPU = med, m.cpuPerTransfer()
 		case keyFull:
 			full, fullCPU = med, m.cpuPerTransfer()
+		case keyLinks:
+			links = med
 		}
 	}
 	for _, m := range modes {
@@ -213,7 +215,7 @@ func (b *bench) bulk() {
 		b.check("bulk", m.r, &m.errs)
 	}
 	out.flush()
-	b.sum.bulkFull, b.sum.bulkANP, b.sum.bulkFullCPU, b.sum.bulkANPCPU = full, anp, fullCPU, anpCPU
+	b.sum.bulkFull, b.sum.bulkANP, b.sum.bulkLinks, b.sum.bulkFullCPU, b.sum.bulkANPCPU = full, anp, links, fullCPU, anpCPU
 	fmt.Fprintf(b.out, "target: full path >= %.0fx raw ANP tunnel: %s %s\n", targetBulk, ratio(full, anp), verdict(full/anp, targetBulk, true))
 }
 

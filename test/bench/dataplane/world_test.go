@@ -78,6 +78,7 @@ type world struct {
 	streamsTarget *target
 	anp           *anpStack
 	ours          *ourStack
+	links         string // the first relay of startLinks
 	logs          *logCounter
 }
 
@@ -92,6 +93,7 @@ func newWorld(t *testing.T) *world {
 	w.anp = startANP(t, w.pki)
 	w.ours = startOurs(t, w.pki, resolve.Resolver{kubeAPIServer: w.target.addr, webService: w.target.addr,
 		streamsService: w.streamsTarget.addr}, logr.New(w.logs))
+	w.links = startLinks(t, w.pki, w.target.addr)
 	return w
 }
 
@@ -510,6 +512,7 @@ const (
 	keyANPPerRSA  = "anp-per-request-rsa"
 	keyOursRaw    = "ours-raw"
 	keyFull       = "full"
+	keyLinks      = "links"
 	keyANPPool    = "anp-pool"
 	keyDirectPool = "direct-pool"
 )
@@ -536,6 +539,8 @@ func (w *world) routes() map[string]*route {
 			tunnels: oursRaw, dial: tunnelDial(w.ours.addrs.Frontend, w.ours.clientTLS, net.JoinHostPort(cluster, "443"), oursRaw)},
 		keyFull: {key: keyFull, label: "full path: user-server > proxy-server > agent > service-proxy", base: "https://" + user + servicePath,
 			header: http.Header{"Authorization": {bearer}}, tls: w.ours.userTLS, dial: direct},
+		keyLinks: {key: keyLinks, label: "the full path's links alone: TLS > relay > TLS > relay > TCP (floor)", base: "https://" + w.links,
+			tls: w.ours.userTLS, dial: direct},
 	}
 }
 
