@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -57,14 +58,88 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
 	}
-	resp, err := r.transport.RoundTrip(req)
-	if errors.Is(err, errNoServiceTunnels) && (req.Body == nil || req.Body == http.NoBody) {
-		// The agent was replaced by one without service tunnels after the route learnt its Host. Nothing of the
-		// request was sent, and it has no body the failed round trip closed: it takes the per-request form.
+	if req.Body == nil || req.Body == http.NoBody {
+		resp, err := r.transport.RoundTrip(req)
+		if errors.Is(err, errNoServiceTunnels) {
+			// The agent was replaced by one without service tunnels after the route learnt its Host. Nothing of the
+			// request was sent: it takes the per-request form.
+			return r.cluster.proxy.RoundTrip(perRequestForm(req, r.service))
+		}
+		return resp, err
+	}
+	// The transport closes the body of a round trip that fails, also when it failed to open the tunnel and read none
+	// of it. held keeps that body for the per-request form.
+	held := &heldBody{body: req.Body}
+	tunneled := *req
+	tunneled.Body = held
+	resp, err := r.transport.RoundTrip(&tunneled)
+	if errors.Is(err, errNoServiceTunnels) && held.take() {
 		return r.cluster.proxy.RoundTrip(perRequestForm(req, r.service))
 	}
+	held.release()
 	return resp, err
 }
+
+// heldBody is a request body whose Close waits while none of it has been read, until the round trip is over: then
+// take hands the untouched body to another round trip, or release lets Close through.
+type heldBody struct {
+	body io.ReadCloser
+
+	mu       sync.Mutex
+	read     bool // a Read was called: the body is spent for another round trip
+	settled  bool // take or release was called
+	taken    bool
+	closeAsk bool // Close was called before the body was settled, with nothing read
+	closed   bool
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	b.read = true
+	taken := b.taken
+	b.mu.Unlock()
+	if taken {
+		return 0, errBodyTaken
+	}
+	return b.body.Read(p)
+}
+
+func (b *heldBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.taken || b.closed:
+		return nil // another round trip has the body now, or it is closed already
+	case b.read || b.settled:
+		b.closed = true
+		return b.body.Close()
+	}
+	b.closeAsk = true
+	return nil
+}
+
+// take reports whether nothing of the body was read; then the body belongs to the caller, and the held one neither
+// reads nor closes it.
+func (b *heldBody) take() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.settled = true
+	b.taken = !b.read
+	return b.taken
+}
+
+// release closes the body if Close was called meanwhile; otherwise the next Close does.
+func (b *heldBody) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.settled = true
+	if b.closeAsk && !b.closed {
+		b.closed = true
+		_ = b.body.Close()
+	}
+}
+
+var errBodyTaken = errors.New("the request body went to another round trip")
 
 // cluster returns the cluster's pool, creating it on first use.
 func (p *pool) cluster(name string) *clusterPool {

@@ -223,6 +223,46 @@ func TestAServiceRouteWhoseAgentLostServiceTunnelsFailsNoRequest(t *testing.T) {
 	g.Expect(sp.connectCount()).To(Equal(4))
 }
 
+// A request with a body whose new tunnel finds an agent rolled back to one without service tunnels takes the
+// per-request form with its body whole: the failed tunnel read none of it.
+func TestARequestWithABodyThatMeetsARolledBackAgentKeepsItsBody(t *testing.T) {
+	g := NewWithT(t)
+	var bodies []string
+	var mu sync.Mutex
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, r.Host+" "+string(body))
+		mu.Unlock()
+		_, _ = fmt.Fprintf(w, "served %s", r.URL.Path)
+	})
+	sp := newTunnelingProxy(t, record)
+	sp.perRequest = record
+	e := newEnv(t, sp, Options{Allowed: prometheusAllowed}, "c1")
+	post := func(body string) (int, string) {
+		t.Helper()
+		req := e.request(t, http.MethodPost, prometheusPath, http.Header{"Authorization": {testToken}})
+		req.Body, req.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+		resp, err := e.frontend.Client().Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(answer)
+	}
+
+	code, answer := post("query=up")
+	g.Expect(code).To(Equal(http.StatusOK), answer)
+	// The agent restarts older: its tunnels end, and it answers a CONNECT as any service request.
+	sp.old.Store(true)
+	e.server.pool.closeIdle()
+	code, answer = post("query=down")
+	g.Expect(code).To(Equal(http.StatusOK), answer)
+	g.Expect(sp.connectCount()).To(Equal(2), "the route's new tunnel found the old agent")
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(bodies).To(Equal([]string{serviceHost + " query=up", "c1:7443 query=down"}))
+}
+
 func TestHTTPSServicesTakeThePerRequestForm(t *testing.T) {
 	g := NewWithT(t)
 	var s seen
@@ -278,4 +318,52 @@ func TestWhatFollowsTheServiceTunnelsAnswerIsKept(t *testing.T) {
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(line).To(Equal("banner\n"))
+}
+
+// closeCounter counts the Close calls of a body.
+type closeCounter struct {
+	io.Reader
+	closes atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
+
+// A held body is closed exactly once by whoever ends up with it: the round trip that read it, the release after a
+// round trip that closed it unread, or the round trip that took it; never by the held body after take.
+func TestAHeldBodyIsClosedOnceByWhoeverHasIt(t *testing.T) {
+	g := NewWithT(t)
+	newHeld := func() (*heldBody, *closeCounter) {
+		c := &closeCounter{Reader: strings.NewReader("body")}
+		return &heldBody{body: c}, c
+	}
+
+	h, c := newHeld()
+	_, _ = io.ReadAll(h)
+	g.Expect(h.Close()).To(Succeed())
+	g.Expect(c.closes.Load()).To(BeEquivalentTo(1), "read, then closed: closed at once")
+	g.Expect(h.take()).To(BeFalse(), "a body read from cannot go to another round trip")
+
+	h, c = newHeld()
+	g.Expect(h.Close()).To(Succeed())
+	g.Expect(c.closes.Load()).To(BeZero(), "closed unread before the round trip is settled: kept")
+	h.release()
+	g.Expect(c.closes.Load()).To(BeEquivalentTo(1), "released: the close happens")
+	g.Expect(h.Close()).To(Succeed())
+	g.Expect(c.closes.Load()).To(BeEquivalentTo(1), "closed once only")
+
+	h, c = newHeld()
+	h.release()
+	g.Expect(c.closes.Load()).To(BeZero(), "released before any Close: nothing to close yet")
+	g.Expect(h.Close()).To(Succeed())
+	g.Expect(c.closes.Load()).To(BeEquivalentTo(1), "after release a Close goes straight through")
+
+	h, c = newHeld()
+	g.Expect(h.Close()).To(Succeed())
+	g.Expect(h.take()).To(BeTrue())
+	g.Expect(h.Close()).To(Succeed())
+	_, err := h.Read(make([]byte, 4))
+	g.Expect(err).To(MatchError(errBodyTaken))
+	g.Expect(c.closes.Load()).To(BeZero(), "taken: the held body neither reads nor closes it")
+	got, _ := io.ReadAll(c)
+	g.Expect(string(got)).To(Equal("body"), "nothing of a taken body was read")
 }
