@@ -24,6 +24,7 @@ type figures struct {
 	Latency                  []latencyFigures     `json:"latency,omitempty"`
 	Concurrency              []concurrencyFigures `json:"concurrency,omitempty"`
 	Streams                  *streamsFigures      `json:"streams,omitempty"`
+	Upload                   []bulkFigures        `json:"upload,omitempty"`
 }
 
 type phaseFigures struct {
@@ -121,7 +122,7 @@ func writeFigures(t *testing.T, f figures) {
 }
 
 // writePlots draws the figures next to the JSON, a chart per phase that ran: dataplane-bulk.svg,
-// dataplane-latency.svg and dataplane-concurrency.svg.
+// dataplane-latency.svg, dataplane-concurrency.svg and dataplane-upload.svg.
 func writePlots(t *testing.T, dir string, f figures) {
 	charts := map[string]benchplot.Chart{}
 	if len(f.Bulk) > 0 {
@@ -130,6 +131,13 @@ func writePlots(t *testing.T, dir string, f figures) {
 			c.Names, c.Values = append(c.Names, plotName(m.Mode)), append(c.Values, m.MiBPerSecond)
 		}
 		charts["dataplane-bulk.svg"] = c
+	}
+	if len(f.Upload) > 0 {
+		c := benchplot.Bar{Title: "Upload: POST of 64 MiB over one kept-alive connection", YLabel: "MiB/s (median)"}
+		for _, m := range f.Upload {
+			c.Names, c.Values = append(c.Names, plotName(m.Mode)), append(c.Values, m.MiBPerSecond)
+		}
+		charts["dataplane-upload.svg"] = c
 	}
 	if len(f.Latency) > 0 {
 		c := benchplot.Bar{Title: "Latency: GET of 100 B one after the other", YLabel: "microseconds"}

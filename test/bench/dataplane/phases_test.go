@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash"
 	"io"
@@ -163,22 +164,53 @@ func (m *bulkMode) cpuPerTransfer() float64 {
 
 // bulk GETs 64 MiB per round over one kept-alive connection per mode.
 func (b *bench) bulk() {
+	buf := make([]byte, bufferSize)
+	t := b.transfer("bulk", func(ctx context.Context, m *bulkMode) error {
+		return verifyBody(ctx, m.rt, m.r, "/bulk", bulkBody)
+	}, func(ctx context.Context, m *bulkMode) error {
+		return fetchExactly(ctx, m.rt, m.r, "/bulk", bulkSize, buf, nil)
+	})
+	b.fig.Bulk = t.figures
+	b.sum.bulk = t
+	fmt.Fprintf(b.out, "target: full path >= %.0fx raw ANP tunnel: %s %s\n", targetBulk, ratio(t.full, t.anp), verdict(t.full/t.anp, targetBulk, true))
+}
+
+// upload POSTs 64 MiB per round over one kept-alive connection per mode: a client's body crosses the path the other
+// way, through the transports' and the agent's writes rather than their reads.
+func (b *bench) upload() {
+	t := b.transfer("upload", func(ctx context.Context, m *bulkMode) error {
+		return post(ctx, m.rt, m.r, "/upload?sum=1", hex.EncodeToString(bulkSum[:]))
+	}, func(ctx context.Context, m *bulkMode) error {
+		return post(ctx, m.rt, m.r, "/upload", strconv.Itoa(bulkSize))
+	})
+	b.fig.Upload = t.figures
+	b.sum.upload = t
+}
+
+// transferred is what a transfer phase measured: medians in MiB/s and CPU milliseconds per 64 MiB.
+type transferred struct {
+	full, anp, links, fullCPU, anpCPU float64
+	figures                           []bulkFigures
+}
+
+// transfer runs one 64 MiB transfer per mode and round, rounds interleaved, after a warm-up that checks the bytes
+// arrived whole; it prints the modes' table.
+func (b *bench) transfer(phase string, warmUp, round func(context.Context, *bulkMode) error) transferred {
 	ctx := context.Background()
 	var modes []*bulkMode
 	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull, keyLinks) {
 		m := &bulkMode{r: r, rt: r.transport(1)}
-		if err := verifyBody(ctx, m.rt, r, "/bulk", bulkBody); err != nil { // warm-up
-			b.t.Errorf("bulk warm-up, %s: %v", r.label, err)
+		if err := warmUp(ctx, m); err != nil {
+			b.t.Errorf("%s warm-up, %s: %v", phase, r.label, err)
 		}
 		modes = append(modes, m)
 	}
-	buf := make([]byte, bufferSize)
 	for _, m := range modes {
 		m.tunnels = b.tunnelsOpened(m.r)
 	}
 	rotate(bulkRounds, modes, func(m *bulkMode, _ int) {
 		start := sample()
-		err := fetchExactly(ctx, m.rt, m.r, "/bulk", bulkSize, buf, nil)
+		err := round(ctx, m)
 		c := since(start)
 		if err != nil {
 			m.errs.add(err)
@@ -190,18 +222,19 @@ func (b *bench) bulk() {
 
 	out := newTable(b.out, "mode", "MiB/s median", "(min-max)", "CPU ms per 64 MiB", "other procs CPU s", "tunnels opened", "vs direct",
 		"vs raw ANP", "raw ANP's CPU / this CPU")
-	var direct, anp, full, links, anpCPU, fullCPU float64
+	var t transferred
+	var direct float64
 	for _, m := range modes {
 		med := benchmeasure.Median(m.rates)
 		switch m.r.key {
 		case keyDirect:
 			direct = med
 		case keyANP:
-			anp, anpCPU = med, m.cpuPerTransfer()
+			t.anp, t.anpCPU = med, m.cpuPerTransfer()
 		case keyFull:
-			full, fullCPU = med, m.cpuPerTransfer()
+			t.full, t.fullCPU = med, m.cpuPerTransfer()
 		case keyLinks:
-			links = med
+			t.links = med
 		}
 	}
 	for _, m := range modes {
@@ -210,13 +243,35 @@ func (b *bench) bulk() {
 		med := benchmeasure.Median(m.rates)
 		lo, hi := minMax(m.rates)
 		out.row(m.r.label, fmt.Sprintf("%.0f", med), fmt.Sprintf("(%.0f-%.0f)", lo, hi), fmt.Sprintf("%.0f", m.cpuPerTransfer()),
-			secs(m.cost.other), opened, ratio(med, direct), ratio(med, anp), ratio(anpCPU, m.cpuPerTransfer()))
-		b.fig.Bulk = append(b.fig.Bulk, bulkFigures{Mode: m.r.key, MiBPerSecond: med, CPUMillisPer64MiB: m.cpuPerTransfer()})
-		b.check("bulk", m.r, &m.errs)
+			secs(m.cost.other), opened, ratio(med, direct), ratio(med, t.anp), ratio(t.anpCPU, m.cpuPerTransfer()))
+		t.figures = append(t.figures, bulkFigures{Mode: m.r.key, MiBPerSecond: med, CPUMillisPer64MiB: m.cpuPerTransfer()})
+		b.check(phase, m.r, &m.errs)
 	}
 	out.flush()
-	b.sum.bulkFull, b.sum.bulkANP, b.sum.bulkLinks, b.sum.bulkFullCPU, b.sum.bulkANPCPU = full, anp, links, fullCPU, anpCPU
-	fmt.Fprintf(b.out, "target: full path >= %.0fx raw ANP tunnel: %s %s\n", targetBulk, ratio(full, anp), verdict(full/anp, targetBulk, true))
+	return t
+}
+
+// post sends the 64 MiB body to path and wants want back: the target answers with the bytes it read, or with their
+// SHA-256 when path asks for it.
+func post(ctx context.Context, rt http.RoundTripper, r *route, path, want string) error {
+	req := r.request(ctx, path)
+	req.Method = http.MethodPost
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(bulkBody)), bulkSize
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("POST %s: %s", path, resp.Status)
+	case string(got) != want:
+		return fmt.Errorf("POST %s: the target answered %q, want %q", path, got, want)
+	}
+	return nil
 }
 
 // latencyMode is one mode of the latency phase.

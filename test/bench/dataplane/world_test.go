@@ -7,12 +7,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -180,6 +183,7 @@ const (
 
 var (
 	bulkBody  = randomBytes(bulkSize)
+	bulkSum   = sha256.Sum256(bulkBody)
 	smallBody = randomBytes(smallSize)
 )
 
@@ -211,6 +215,7 @@ func startTarget(t *testing.T, idleTimeout time.Duration) *target {
 		w.Header().Set("Content-Length", strconv.Itoa(bulkSize))
 		_, _ = w.Write(bulkBody)
 	})
+	mux.HandleFunc("/upload", upload)
 	mux.HandleFunc("/small", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(smallSize))
 		_, _ = w.Write(smallBody)
@@ -239,6 +244,25 @@ func startTarget(t *testing.T, idleTimeout time.Duration) *target {
 	go func() { _ = tg.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = tg.srv.Close() })
 	return tg
+}
+
+// upload reads a request's body and answers with how many bytes it had, or with their SHA-256 for ?sum=1.
+func upload(w http.ResponseWriter, r *http.Request) {
+	var sum hash.Hash
+	var body io.Reader = r.Body
+	if r.URL.Query().Get("sum") != "" {
+		sum = sha256.New()
+		body = io.TeeReader(r.Body, sum)
+	}
+	n, err := readAll(body, make([]byte, bufferSize))
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case sum != nil:
+		_, _ = io.WriteString(w, hex.EncodeToString(sum.Sum(nil)))
+	default:
+		_, _ = io.WriteString(w, strconv.FormatInt(n, 10))
+	}
 }
 
 // armHold makes the next n requests to /hold wait for each other.
