@@ -90,10 +90,20 @@ func (c tunnelConn) Write(p []byte) (int, error) {
 			continue
 		}
 		k := min(len(p), maxDataPayload)
-		// The caller may reuse p once Write returns; the packet keeps its own copy.
-		c.out.push(&client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{
-			Data: &client.Data{ConnectID: c.connID, Data: append([]byte(nil), p[:k]...)},
-		}})
+		if last := c.out.last(); last != nil && last.GetData() != nil && len(last.GetData().Data)+k <= maxDataPayload {
+			// The router has not taken the last write's packet yet: this one joins it, so the agent's link carries
+			// fewer, fuller packets while the writer is ahead.
+			d := last.GetData()
+			if cap(d.Data)-len(d.Data) < k {
+				d.Data = append(make([]byte, 0, maxDataPayload), d.Data...)
+			}
+			d.Data = append(d.Data, p[:k]...)
+		} else {
+			// The caller may reuse p once Write returns; the packet keeps its own copy.
+			c.out.push(&client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{
+				Data: &client.Data{ConnectID: c.connID, Data: append([]byte(nil), p[:k]...)},
+			}})
+		}
 		c.outBytes += k
 		c.mu.Unlock()
 		wake(c.outReady)
@@ -144,6 +154,15 @@ func (q *fifo[T]) push(v T) {
 }
 
 func (q *fifo[T]) peek() T { return q.items[q.head] }
+
+// last is the item pushed last and not popped yet; the zero T when there is none.
+func (q *fifo[T]) last() T {
+	var zero T
+	if q.len() == 0 {
+		return zero
+	}
+	return q.items[len(q.items)-1]
+}
 
 func (q *fifo[T]) pop() T {
 	v := q.items[q.head]

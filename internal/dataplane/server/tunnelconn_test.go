@@ -168,6 +168,49 @@ func TestTunnelWritesSplitIntoPacketsTheAgentHopEncodesCheaply(t *testing.T) {
 	g.Expect(bytes.Equal(got, data)).To(BeTrue())
 }
 
+// Writes the handler has not taken yet join the last queued packet up to maxDataPayload, so a writer ahead of the
+// router (a client's body read a TLS record at a time) sends fuller packets; a packet taken is never changed.
+func TestTunnelWritesQueuedBehindTheHandlerJoinOnePacket(t *testing.T) {
+	g := NewWithT(t)
+	tn := newTunnel("c1:443", testr.New(t))
+	tn.connID = testConnID
+	conn := tunnelConn{tn}
+	s := tunnelStream{tn}
+	t.Cleanup(func() { tn.handlerDone(nil) })
+	write := func(b []byte) {
+		t.Helper()
+		n, err := conn.Write(b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(len(b)))
+	}
+	recv := func() []byte {
+		t.Helper()
+		pkt, err := s.Recv()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pkt.Type).To(Equal(client.PacketType_DATA))
+		g.Expect(pkt.GetData().ConnectID).To(BeEquivalentTo(testConnID))
+		return pkt.GetData().Data
+	}
+
+	a, b := bytes.Repeat([]byte("a"), 100), bytes.Repeat([]byte("b"), 200)
+	write(a)
+	write(b)
+	g.Expect(recv()).To(Equal(append(append([]byte(nil), a...), b...)), "two queued writes, one packet")
+
+	big, small := randomData(t, maxDataPayload-10), randomData(t, 20)
+	write(big)
+	write(small)
+	g.Expect(recv()).To(Equal(big), "a write that does not fit starts a packet of its own")
+	taken := recv()
+	g.Expect(taken).To(Equal(small))
+	write([]byte("later"))
+	g.Expect(recv()).To(Equal([]byte("later")), "the last packet was taken: a new one")
+	g.Expect(taken).To(Equal(small), "a taken packet is not changed")
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	g.Expect(tn.outBytes).To(BeZero(), "the send quota counts joined bytes once")
+}
+
 func TestTunnelWriteWaitsForTheHandlerBeyondTheSendQuota(t *testing.T) {
 	g := NewWithT(t)
 	tn := newTunnel("c1:443", testr.New(t))
