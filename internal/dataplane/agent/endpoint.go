@@ -105,6 +105,7 @@ func (e *endpoint) queuedBytes() int {
 // writeLoop writes queued data to the destination, everything queued at once (one writev on TCP).
 func (e *endpoint) writeLoop() {
 	defer e.t.wg.Done()
+	var written [][]byte
 	for {
 		e.mu.Lock()
 		for len(e.queue) == 0 {
@@ -120,12 +121,18 @@ func (e *endpoint) writeLoop() {
 		e.queue, e.spare = e.spare, nil
 		e.mu.Unlock()
 
+		// WriteTo empties the slices it is given; written keeps the payloads to hand back to the codec's pool.
+		written = append(written[:0], batch...)
 		bufs := net.Buffers(batch)
 		n, err := bufs.WriteTo(e.conn)
 		if err != nil {
 			e.close()
 			return
 		}
+		for _, b := range written {
+			packet.ReleasePayload(b)
+		}
+		clear(written)
 		clear(batch)
 		e.mu.Lock()
 		e.queued -= int(n)

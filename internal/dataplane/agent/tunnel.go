@@ -64,6 +64,8 @@ func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 		grpc.WithContextDialer(dial),
 		grpc.WithNoProxy(),
 		grpc.WithUserAgent("cluster-proxy-agent"),
+		// DATA from the hub is decoded into pooled buffers, which writeLoop hands back once written.
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(packet.NewCodec())),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                a.opts.KeepaliveTime,
 			Timeout:             a.opts.KeepaliveTime / 3,

@@ -291,7 +291,7 @@ func (t *tunnel) shut(err error) {
 	}
 	t.err = err
 	for t.in.len() > 0 {
-		releasePayload(t.in.pop())
+		packet.ReleasePayload(t.in.pop())
 	}
 	t.in.reset()
 	t.inOff, t.inBytes = 0, 0

@@ -220,7 +220,7 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 		d := pkt.GetData()
 		l := b.conn(d.ConnectID)
 		if l == nil {
-			releasePayload(d.Data)
+			packet.ReleasePayload(d.Data)
 			if d.ConnectID != 0 {
 				b.closeConn(d.ConnectID)
 			}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
 )
@@ -203,7 +204,7 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.AgentKeepaliveTime}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: agentKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.ForceServerCodecV2(newAgentCodec()),
+		grpc.ForceServerCodecV2(packet.NewCodec()),
 		// Memory per agent: gRPC holds a connection's read buffer for its life (its default, 32 KiB, was a third of
 		// an idle agent's cost; its write buffer already goes back to a shared pool after each flush). Over TLS the
 		// buffer copies what crypto/tls has already buffered, a whole record, so the framer reads the TLS
@@ -212,7 +213,7 @@ func New(opts Options) (*Server, error) {
 		// An agent opens a stream or two in a connection's life, so an HPACK table of its headers compresses nothing
 		// and costs about 0.8 KiB per agent for the connection's life: agents are asked not to index them.
 		grpc.HeaderTableSize(0),
-		experimental.BufferPool(agentBuffers),
+		experimental.BufferPool(packet.Buffers),
 	)
 	agent.RegisterAgentServiceServer(s.agentEndpoint, agentService{r: s.router})
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/packet"
 )
 
 // tunnelConn is the connection end of an in-process tunnel. Unlike konnectivity-client's connection it has
@@ -36,7 +38,7 @@ func (c tunnelConn) Read(p []byte) (int, error) {
 				k := copy(p[n:], head[c.inOff:])
 				n, c.inOff = n+k, c.inOff+k
 				if c.inOff == len(head) {
-					releasePayload(c.in.pop())
+					packet.ReleasePayload(c.in.pop())
 					c.inOff = 0
 				}
 			}

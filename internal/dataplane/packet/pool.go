@@ -1,4 +1,4 @@
-package server
+package packet
 
 import (
 	"math/bits"
@@ -23,7 +23,7 @@ type dirtyPool struct {
 
 var _ mem.BufferPool = (*dirtyPool)(nil)
 
-var agentBuffers = &dirtyPool{}
+var Buffers = &dirtyPool{}
 
 // tier is the index of the smallest tier that holds n bytes, or len(tiers) when none does.
 func (p *dirtyPool) tier(n int) int {

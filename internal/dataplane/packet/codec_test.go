@@ -1,6 +1,7 @@
-package server
+package packet
 
 import (
+	"crypto/rand"
 	"math"
 	"testing"
 
@@ -12,6 +13,19 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/memtest"
 )
+
+func randomData(t testing.TB, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func dataPacket(b []byte) *client.Packet {
+	return &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: 7, Data: b}}}
+}
 
 func marshal(t testing.TB, pkt *client.Packet) []byte {
 	t.Helper()
@@ -33,11 +47,11 @@ func split(b []byte, n int) mem.BufferSlice {
 	return s
 }
 
-func TestAgentCodecDecodesDataPacketsAsProtobufDoes(t *testing.T) {
+func TestCodecDecodesDataPacketsAsProtobufDoes(t *testing.T) {
 	g := NewWithT(t)
-	codec := newAgentCodec()
+	codec := NewCodec()
 	for _, connID := range []int64{0, 1, 1 << 40, math.MaxInt64, -5} {
-		for _, size := range []int{0, 1, 100, 16<<10 + 1, maxDataPayload} {
+		for _, size := range []int{0, 1, 100, 16<<10 + 1, payloadBufferSize - 64} {
 			data := randomData(t, size)
 			want := &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: connID, Data: data}}}
 			wire := marshal(t, want)
@@ -53,15 +67,15 @@ func TestAgentCodecDecodesDataPacketsAsProtobufDoes(t *testing.T) {
 					g.Expect(c).To(BeElementOf(16<<10, 32<<10), "connID %d, %d bytes: a pooled buffer", connID, size)
 					g.Expect(c).To(BeNumerically("<=", 4*size), "connID %d, %d bytes: a pooled buffer that fits", connID, size)
 				}
-				releasePayload(got.GetData().Data)
+				ReleasePayload(got.GetData().Data)
 			}
 		}
 	}
 }
 
-func TestAgentCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
+func TestCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
 	g := NewWithT(t)
-	codec := newAgentCodec()
+	codec := NewCodec()
 	var held [][]byte
 	var want [][]byte
 	for i := range 50 {
@@ -70,7 +84,7 @@ func TestAgentCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
 		g.Expect(codec.Unmarshal(split(marshal(t, dataPacket(data)), 16<<10), pkt)).To(Succeed())
 		held, want = append(held, pkt.GetData().Data), append(want, data)
 		if i%3 == 0 { // some are read and handed back while others wait
-			releasePayload(held[0])
+			ReleasePayload(held[0])
 			held, want = held[1:], want[1:]
 		}
 		for j := range held {
@@ -84,16 +98,16 @@ func TestAgentCodecReusesPayloadBuffersWithoutMixingThemUp(t *testing.T) {
 		if err := codec.Unmarshal(in, pkt); err != nil {
 			t.Fatal(err)
 		}
-		releasePayload(pkt.GetData().Data)
+		ReleasePayload(pkt.GetData().Data)
 	})
 	if memtest.PoolsReuse {
 		g.Expect(perRun).To(BeNumerically("<", 1<<10), "bytes allocated per decoded and released 20 KiB packet")
 	}
 }
 
-func TestAgentCodecDoesNotTakeLargeBuffersForSmallDataPackets(t *testing.T) {
+func TestCodecDoesNotTakeLargeBuffersForSmallDataPackets(t *testing.T) {
 	g := NewWithT(t)
-	codec := newAgentCodec()
+	codec := NewCodec()
 	// The gRPC and HTTP-CONNECT frontends never hand payloads back: a 100-byte packet costs about what protobuf's
 	// own decoding allocates.
 	in := split(marshal(t, dataPacket(randomData(t, 100))), 16<<10)
@@ -132,7 +146,7 @@ func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
 		want := &client.Packet{}
 		g.Expect(proto.Unmarshal(wire, want)).To(Succeed(), name)
 		got := &client.Packet{}
-		g.Expect(newAgentCodec().Unmarshal(split(wire, 5), got)).To(Succeed(), name)
+		g.Expect(NewCodec().Unmarshal(split(wire, 5), got)).To(Succeed(), name)
 		g.Expect(proto.Equal(got, want)).To(BeTrue(), name)
 	}
 	// Without a connection ID (zero is not written) the payload is still pooled.
@@ -142,15 +156,15 @@ func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
 	g.Expect(got.GetData().Data).To(Equal(payload))
 }
 
-func TestAgentCodecLeavesEveryOtherPacketToProtobuf(t *testing.T) {
+func TestCodecLeavesEveryOtherPacketToProtobuf(t *testing.T) {
 	g := NewWithT(t)
-	codec := newAgentCodec()
+	codec := NewCodec()
 	withUnknownField := protowire.AppendTag(marshal(t, dataPacket([]byte("x"))), 15, protowire.VarintType)
 	withUnknownField = protowire.AppendVarint(withUnknownField, 1)
 	repeatedType := protowire.AppendVarint(protowire.AppendTag(marshal(t, dataPacket([]byte("x"))), 1, protowire.VarintType), 4)
 	for name, wire := range map[string][]byte{
-		"DIAL_RSP":           marshal(t, dialResponse(42, "")),
-		"CLOSE_RSP":          marshal(t, closeRSP()),
+		"DIAL_RSP":           marshal(t, DialResponse(42, 7, "")),
+		"CLOSE_RSP":          marshal(t, CloseResponse(7, "")),
 		"DATA with an error": marshal(t, &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: 3, Error: "broken"}}}),
 		"DATA without data":  marshal(t, &client.Packet{Type: client.PacketType_DATA}),
 		"an unknown field":   withUnknownField,
@@ -169,7 +183,7 @@ func TestAgentCodecLeavesEveryOtherPacketToProtobuf(t *testing.T) {
 
 func FuzzDecodePooledData(f *testing.F) {
 	f.Add(marshal(f, dataPacket([]byte("hello"))), uint8(5))
-	f.Add(marshal(f, dialResponse(1, "refused")), uint8(1))
+	f.Add(marshal(f, DialResponse(1, 0, "refused")), uint8(1))
 	f.Add([]byte{0x08, 0x04, 0x22, 0x00}, uint8(2))
 	f.Fuzz(func(t *testing.T, wire []byte, frame uint8) {
 		want := &client.Packet{}

@@ -1,4 +1,4 @@
-package server
+package packet
 
 import (
 	"fmt"
@@ -11,17 +11,17 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 )
 
-// agentCodec is gRPC's protobuf codec with a shorter way in for the DATA packets agents send, which carry nearly all
+// Codec is gRPC's protobuf codec with a shorter way in for the DATA packets agents send, which carry nearly all
 // the bytes of the data plane. gRPC's codec copies a message that spans several HTTP/2 frames (anything over 16 KiB)
 // into one pooled buffer, and protobuf then copies the payload out of it into a new allocation; here the payload is
 // copied once, into a buffer that fits it (see newPayload), which the in-process tunnel hands back once it has been
 // read (other frontends leave theirs to the garbage collector). Any other packet, and a DATA packet with anything
 // unusual in it (an error text, no payload, more than 32 KiB, unknown or repeated fields), goes through protobuf.
-type agentCodec struct{ encoding.CodecV2 }
+type Codec struct{ encoding.CodecV2 }
 
-func newAgentCodec() agentCodec { return agentCodec{encoding.GetCodecV2(grpcproto.Name)} }
+func NewCodec() Codec { return Codec{encoding.GetCodecV2(grpcproto.Name)} }
 
-func (c agentCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	pkt, ok := v.(*client.Packet)
 	if !ok {
 		return c.CodecV2.Unmarshal(data, v)
@@ -57,14 +57,14 @@ func newPayload(n int) []byte {
 	if n <= smallPayload {
 		return make([]byte, n)
 	}
-	return *agentBuffers.Get(n)
+	return *Buffers.Get(n)
 }
 
-// releasePayload hands a DATA payload back to the pool once nothing refers to it any more. Only the capacities
+// ReleasePayload hands a DATA payload back to the pool once nothing refers to it any more. Only the capacities
 // newPayload takes from the pool are kept; other payloads are left to the garbage collector.
-func releasePayload(b []byte) {
+func ReleasePayload(b []byte) {
 	if c := cap(b); c > smallPayload && c <= payloadBufferSize && c&(c-1) == 0 {
-		agentBuffers.Put(&b)
+		Buffers.Put(&b)
 	}
 }
 
