@@ -11,14 +11,17 @@ import (
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 )
 
-// Codec is gRPC's protobuf codec with a shorter way in for the DATA packets agents send, which carry nearly all
-// the bytes of the data plane. gRPC's codec copies a message that spans several HTTP/2 frames (anything over 16 KiB)
-// into one pooled buffer, and protobuf then copies the payload out of it into a new allocation; here the payload is
-// copied once, into a buffer that fits it (see newPayload), which the in-process tunnel hands back once it has been
-// read (other frontends leave theirs to the garbage collector). Any other packet, and a DATA packet with anything
-// unusual in it (an error text, no payload, more than 32 KiB, unknown or repeated fields), goes through protobuf.
+// Codec is gRPC's protobuf codec with a shorter way in for DATA packets, which carry nearly all the bytes of the
+// data plane: the proxy-server decodes agents' packets with it, and the agent the hub's. gRPC's codec copies a
+// message that spans several HTTP/2 frames (anything over 16 KiB) into one pooled buffer, and protobuf then copies the
+// payload out of it into a new allocation; here the payload is copied once, into a buffer that fits it (see
+// newPayload), which its reader hands back with ReleasePayload once it has written it on (the in-process tunnel, the
+// agent's endpoints; the gRPC and HTTP-CONNECT frontends leave theirs to the garbage collector). Any other packet, and
+// a DATA packet with anything unusual in it (an error text, no payload, more than 32 KiB, unknown or repeated
+// fields), goes through protobuf.
 type Codec struct{ encoding.CodecV2 }
 
+// NewCodec returns the codec, for grpc.ForceServerCodecV2 or grpc.ForceCodecV2.
 func NewCodec() Codec { return Codec{encoding.GetCodecV2(grpcproto.Name)} }
 
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -43,11 +46,12 @@ const (
 	dataDataField    = 3
 )
 
-// payloadBufferSize is the largest payload decodePooledData takes: agents send at most 32 KiB per packet.
+// payloadBufferSize is the largest payload decodePooledData takes: agents and in-process tunnels send at most 32 KiB
+// per packet.
 const payloadBufferSize = 32 << 10
 
 // smallPayload is the largest payload that gets an allocation of its own size, as protobuf would make it. Larger ones
-// come from the agent endpoint's buffer pool, in 8, 16 or 32 KiB buffers: at most twice the payload, and reused once
+// come from Buffers, in 8, 16 or 32 KiB buffers: at most twice the payload, and reused once
 // handed back, while a small payload never takes a buffer much larger than itself, since the gRPC and HTTP-CONNECT
 // frontends do not hand theirs back.
 const smallPayload = 4 << 10

@@ -1,5 +1,6 @@
 // Package packet builds the control packets of konnectivity's protocol (client.Packet), which the proxy-server's
-// router, its in-process tunnels and the agent send. DATA packets are built where their payloads are, which pool them.
+// router, its in-process tunnels and the agent send, and decodes DATA packets into pooled payloads (Codec). DATA
+// packets are built where their payloads are, which pool them.
 package packet
 
 import "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"

@@ -13,10 +13,10 @@ const (
 	maxPooledShift = 15
 )
 
-// dirtyPool is the agent endpoint's gRPC buffer pool, and the pool of the DATA payloads its codec decodes. gRPC's
-// own pool clears every buffer it hands out, which cost 4 % of a bulk download's CPU; the agent endpoint's buffers
-// are always written whole before they are read (the framer reads a frame's length into them, the codec copies a
-// payload's), so clearing them protects nothing.
+// dirtyPool is the pool of the DATA payloads Codec decodes, and the proxy-server's agent endpoint's gRPC buffer pool.
+// gRPC's own pool clears every buffer it hands out, which cost 4 % of a bulk download's CPU; these buffers are always
+// written whole before they are read (the framer reads a frame's length into them, the codec copies a payload's), so
+// clearing them protects nothing.
 type dirtyPool struct {
 	tiers [maxPooledShift - minPooledShift + 1]sync.Pool
 }
