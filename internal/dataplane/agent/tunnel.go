@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -66,6 +67,11 @@ func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 		grpc.WithUserAgent("cluster-proxy-agent"),
 		// DATA from the hub is decoded into pooled buffers, which writeLoop hands back once written.
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(packet.NewCodec())),
+		// As on the proxy-server's agent endpoint: the framer reads the TLS connection, which holds a whole record,
+		// directly instead of through a copy in a read buffer, into buffers from a pool that does not clear them
+		// first (the framer and the codec write every buffer whole).
+		grpc.WithReadBufferSize(0),
+		experimental.WithBufferPool(packet.Buffers),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                a.opts.KeepaliveTime,
 			Timeout:             a.opts.KeepaliveTime / 3,
