@@ -23,8 +23,8 @@
 //	BENCH_PHASES=bulk BENCH_MODES=full go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$' -count=1 -v -cpuprofile /tmp/full.prof
 //
 // Figures are printed and written as JSON to BENCH_OUT (default bin/bench/dataplane.json), and drawn beside it, for the
-// phases that ran, as dataplane-bulk.svg, dataplane-latency.svg and dataplane-concurrency.svg; TestDataPlanePlots
-// draws them again from that file without measuring. BENCH_HEAPPROFILE=<file> writes a heap profile once the streams
+// phases that ran, as dataplane-bulk.svg, dataplane-latency.svg, dataplane-concurrency.svg and dataplane-upload.svg;
+// TestDataPlanePlots draws them again from that file without measuring. BENCH_HEAPPROFILE=<file> writes a heap profile once the streams
 // phase has closed everything.
 package dataplane
 
