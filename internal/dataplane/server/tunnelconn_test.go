@@ -55,6 +55,15 @@ func (h *handlerEnd) next(g Gomega) *client.Packet {
 	return pkt
 }
 
+// unreadTunnel is a tunnel whose connection testConnID is up and whose stream nobody reads: the test takes its
+// packets with Recv itself. The handler's end comes with the test's.
+func unreadTunnel(t *testing.T) *tunnel {
+	tn := newTunnel("c1:443", testr.New(t))
+	tn.connID = testConnID
+	t.Cleanup(func() { tn.handlerDone(nil) })
+	return tn
+}
+
 // dialed answers the tunnel's DIAL_REQ with success and returns the connection.
 func dialed(t *testing.T) (*handlerEnd, net.Conn) {
 	t.Helper()
@@ -172,11 +181,8 @@ func TestTunnelWritesSplitIntoPacketsTheAgentHopEncodesCheaply(t *testing.T) {
 // router (a client's body read a TLS record at a time) sends fuller packets; a packet taken is never changed.
 func TestTunnelWritesQueuedBehindTheHandlerJoinOnePacket(t *testing.T) {
 	g := NewWithT(t)
-	tn := newTunnel("c1:443", testr.New(t))
-	tn.connID = testConnID
-	conn := tunnelConn{tn}
-	s := tunnelStream{tn}
-	t.Cleanup(func() { tn.handlerDone(nil) })
+	tn := unreadTunnel(t)
+	conn, s := tunnelConn{tn}, tunnelStream{tn}
 	write := func(b []byte) {
 		t.Helper()
 		n, err := conn.Write(b)
@@ -213,10 +219,8 @@ func TestTunnelWritesQueuedBehindTheHandlerJoinOnePacket(t *testing.T) {
 
 func TestTunnelWriteWaitsForTheHandlerBeyondTheSendQuota(t *testing.T) {
 	g := NewWithT(t)
-	tn := newTunnel("c1:443", testr.New(t))
-	tn.connID = testConnID
-	conn := tunnelConn{tn}
-	s := tunnelStream{tn}
+	tn := unreadTunnel(t)
+	conn, s := tunnelConn{tn}, tunnelStream{tn}
 	written := make(chan error, 1)
 	go func() {
 		_, err := conn.Write(make([]byte, inProcessSendQuota+maxDataPayload))
@@ -228,7 +232,6 @@ func TestTunnelWriteWaitsForTheHandlerBeyondTheSendQuota(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	g.Eventually(written).Should(Receive(BeNil()))
-	tn.handlerDone(nil)
 }
 
 func TestTunnelReadTakesSeveralPacketsAtOnceAndEndsWithEOF(t *testing.T) {
@@ -353,10 +356,7 @@ func TestTunnelDeadlines(t *testing.T) {
 	g.Expect(conn.SetReadDeadline(time.Time{})).To(Succeed())
 
 	// Nobody takes the packets, so a write beyond the send quota waits until its deadline.
-	tn := newTunnel("c1:443", testr.New(t))
-	defer tn.handlerDone(nil)
-	tn.connID = testConnID
-	conn = tunnelConn{tn}
+	conn = tunnelConn{unreadTunnel(t)}
 	g.Expect(conn.SetWriteDeadline(time.Now().Add(30 * time.Millisecond))).To(Succeed())
 	n, err := conn.Write(make([]byte, 2*inProcessSendQuota))
 	g.Expect(err).To(MatchError(os.ErrDeadlineExceeded))
