@@ -224,6 +224,11 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 	case <-backstop.C:
 		failure = errDialTimeout
 	case <-t.ended:
+		select {
+		case pkt := <-t.dialed: // the router ends the stream of a dial it refused right after its answer
+			return t.answer(pkt)
+		default:
+		}
 		failure = errTunnelClosed
 	}
 	t.mu.Lock()

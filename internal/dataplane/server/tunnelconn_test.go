@@ -149,6 +149,21 @@ func TestTunnelDialRefusedOrClosedByTheAgent(t *testing.T) {
 	}
 }
 
+// The router ends a frontend stream whose dial it refused, right after its answer. A dial that finds both the answer
+// and the stream's end returns the answer's error, not that the stream ended: a CONNECT to a cluster without an agent
+// is 503 by that error, and was 502 when the end won.
+func TestTunnelDialRefusedAsTheStreamEndsReturnsTheRefusal(t *testing.T) {
+	g := NewWithT(t)
+	for range 100 { // the dial picks at random between two ready channels
+		tn := newTunnel("c1:443", testr.New(t))
+		s := tunnelStream{tn}
+		g.Expect(s.Send(packet.DialResponse(tn.random, 0, errNoAgent.Error()))).To(Succeed())
+		tn.handlerDone(nil)
+		_, err := tn.dial(context.Background())
+		g.Expect(err).To(MatchError(errNoAgent))
+	}
+}
+
 func TestTunnelDialTimesOutWithoutAnAnswer(t *testing.T) {
 	g := NewWithT(t)
 	h := newHandlerEnd(t)
