@@ -120,7 +120,7 @@ func TestCodecDoesNotTakeLargeBuffersForSmallDataPackets(t *testing.T) {
 
 func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
 	g := NewWithT(t)
-	payload := []byte("payload")
+	body := []byte("payload")
 	dataMsg := func(fields ...[]byte) []byte { // a Data message from raw fields, in the order given
 		var b []byte
 		for _, f := range fields {
@@ -129,7 +129,7 @@ func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
 		return b
 	}
 	connField := protowire.AppendVarint(protowire.AppendTag(nil, dataConnectField, protowire.VarintType), 9)
-	dataField := protowire.AppendBytes(protowire.AppendTag(nil, dataDataField, protowire.BytesType), payload)
+	dataField := protowire.AppendBytes(protowire.AppendTag(nil, dataDataField, protowire.BytesType), body)
 	packet := func(data []byte, trailer ...byte) []byte {
 		b := protowire.AppendVarint(protowire.AppendTag(nil, packetTypeField, protowire.VarintType), uint64(client.PacketType_DATA))
 		b = protowire.AppendBytes(protowire.AppendTag(b, packetDataField, protowire.BytesType), data)
@@ -152,7 +152,7 @@ func TestPooledDecodingLeavesUnusualLayoutsToTheOtherPaths(t *testing.T) {
 	got := &client.Packet{}
 	g.Expect(decodePooledData(split(packet(dataMsg(dataField)), 3), got)).To(BeTrue())
 	g.Expect(got.GetData().ConnectID).To(BeZero())
-	g.Expect(got.GetData().Data).To(Equal(payload))
+	g.Expect(got.GetData().Data).To(Equal(body))
 }
 
 func TestCodecLeavesEveryOtherPacketToProtobuf(t *testing.T) {
