@@ -58,22 +58,20 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
 	}
-	if req.Body == nil || req.Body == http.NoBody {
-		resp, err := r.transport.RoundTrip(req)
-		if errors.Is(err, errNoServiceTunnels) {
-			// The agent was replaced by one without service tunnels after the route learnt its Host. Nothing of the
-			// request was sent: it takes the per-request form.
-			return r.cluster.proxy.RoundTrip(perRequestForm(req, r.service))
-		}
-		return resp, err
-	}
 	// The transport closes the body of a round trip that fails, also when it failed to open the tunnel and read none
 	// of it. held keeps that body for the per-request form.
-	held := &heldBody{body: req.Body}
-	tunneled := *req
-	tunneled.Body = held
-	resp, err := r.transport.RoundTrip(&tunneled)
+	var held *heldBody
+	tunneled := req
+	if req.Body != nil && req.Body != http.NoBody {
+		held = &heldBody{body: req.Body}
+		withHeld := *req
+		withHeld.Body = held
+		tunneled = &withHeld
+	}
+	resp, err := r.transport.RoundTrip(tunneled)
 	if errors.Is(err, errNoServiceTunnels) && held.take() {
+		// The agent was replaced by one without service tunnels after the route learnt its Host. Nothing of the
+		// request was sent: it takes the per-request form.
 		return r.cluster.proxy.RoundTrip(perRequestForm(req, r.service))
 	}
 	held.release()
@@ -119,8 +117,11 @@ func (b *heldBody) Close() error {
 }
 
 // take reports whether nothing of the body was read; then the body belongs to the caller, and the held one neither
-// reads nor closes it.
+// reads nor closes it. A request without a body (a nil heldBody) has nothing to lose.
 func (b *heldBody) take() bool {
+	if b == nil {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.settled = true
@@ -130,6 +131,9 @@ func (b *heldBody) take() bool {
 
 // release closes the body if Close was called meanwhile; otherwise the next Close does.
 func (b *heldBody) release() {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.settled = true
