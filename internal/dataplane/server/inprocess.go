@@ -224,11 +224,6 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 	case <-backstop.C:
 		failure = errDialTimeout
 	case <-t.ended:
-		select {
-		case pkt := <-t.dialed: // the router ends the stream of a dial it refused right after its answer
-			return t.answer(pkt)
-		default:
-		}
 		failure = errTunnelClosed
 	}
 	t.mu.Lock()
@@ -236,7 +231,13 @@ func (t *tunnel) dial(ctx context.Context) (net.Conn, error) {
 	t.dialDone = true
 	t.mu.Unlock()
 	if answered { // the answer came meanwhile
-		if conn, err := t.answer(<-t.dialed); err == nil {
+		conn, err := t.answer(<-t.dialed)
+		if errors.Is(failure, errTunnelClosed) {
+			// The stream did not end under the dial but after its answer: the router ends the stream of a dial it
+			// refuses right after the refusal, which is the error to return.
+			return conn, err
+		}
+		if err == nil {
 			_ = conn.Close()
 		}
 		return nil, failure
