@@ -92,10 +92,9 @@ func (c tunnelConn) Write(p []byte) (int, error) {
 			continue
 		}
 		k := min(len(p), maxDataPayload)
-		if last := c.out.last(); last != nil && last.GetData() != nil && len(last.GetData().Data)+k <= maxDataPayload {
+		if d := c.out.last().GetData(); d != nil && len(d.Data)+k <= maxDataPayload {
 			// The router has not taken the last write's packet yet: this one joins it, so the agent's link carries
 			// fewer, fuller packets while the writer is ahead.
-			d := last.GetData()
 			if cap(d.Data)-len(d.Data) < k {
 				d.Data = append(make([]byte, 0, maxDataPayload), d.Data...)
 			}
