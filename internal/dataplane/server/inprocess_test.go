@@ -61,6 +61,18 @@ func (tg *tcpTarget) closedConns() int {
 
 func echo(c net.Conn) { _, _ = io.Copy(c, c) }
 
+// echoFixture is a proxy-server (its options changed by mutate, when not nil) whose cluster c1 has one agent,
+// agent-1, through which c1:443 is the echo target it returns.
+func echoFixture(t *testing.T, mutate func(*Options)) (*fixture, *tcpTarget) {
+	t.Helper()
+	f := startFixture(t, false, nil, mutate)
+	target := startTCPTarget(t, echo)
+	if _, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr}); err != nil {
+		t.Fatal(err)
+	}
+	return f, target
+}
+
 func randomData(t testing.TB, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
@@ -89,10 +101,7 @@ func exchange(conn net.Conn, data []byte) ([]byte, error) {
 
 func TestInProcessTunnelCarriesDataBothWays(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, nil)
-	target := startTCPTarget(t, echo)
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
-	g.Expect(err).NotTo(HaveOccurred())
+	f, _ := echoFixture(t, nil)
 
 	conn, err := f.srv.DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -109,10 +118,7 @@ func TestInProcessTunnelCarriesDataBothWays(t *testing.T) {
 
 func TestInProcessTunnelClosedHereEndsAtTheTargetAndFreesTheStream(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, nil)
-	target := startTCPTarget(t, echo)
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
-	g.Expect(err).NotTo(HaveOccurred())
+	f, target := echoFixture(t, nil)
 
 	conn, err := f.srv.DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -171,10 +177,7 @@ func TestInProcessDialErrorsNameTheCause(t *testing.T) {
 
 func TestConcurrentInProcessTunnelsKeepTheirDataApartAndLeaveNoGoroutines(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, nil)
-	target := startTCPTarget(t, echo)
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
-	g.Expect(err).NotTo(HaveOccurred())
+	f, target := echoFixture(t, nil)
 	// Warm up what stays: gRPC's and the agent's own goroutines.
 	conn, err := f.srv.DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -218,10 +221,7 @@ func TestConcurrentInProcessTunnelsKeepTheirDataApartAndLeaveNoGoroutines(t *tes
 
 func TestShutdownEndsInProcessTunnels(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, func(o *Options) { o.ShutdownTimeout = 2 * time.Second })
-	target := startTCPTarget(t, echo)
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
-	g.Expect(err).NotTo(HaveOccurred())
+	f, _ := echoFixture(t, func(o *Options) { o.ShutdownTimeout = 2 * time.Second })
 	conn, err := f.srv.DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = conn.Close() }()

@@ -108,10 +108,7 @@ func TestGaugesFollowAgentStreamsAndConnections(t *testing.T) {
 // A client may send its first bytes with the CONNECT request, before the answer: they reach the target first.
 func TestConnectCarriesBytesSentWithTheRequest(t *testing.T) {
 	g := NewWithT(t)
-	f := startFixture(t, false, nil, nil)
-	target := startTCPTarget(t, echo)
-	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
-	g.Expect(err).NotTo(HaveOccurred())
+	f, _ := echoFixture(t, nil)
 
 	conn, err := tls.Dial("tcp", f.addrs.HTTPConnect, f.proxyTL)
 	g.Expect(err).NotTo(HaveOccurred())
