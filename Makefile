@@ -28,7 +28,7 @@ all: build
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
-	$(CONTROLLER_GEN) rbac:roleName=cluster-proxy-manager crd:allowDangerousTypes=false paths="./api/..." paths="./internal/controller/..." \
+	$(CONTROLLER_GEN) rbac:roleName=cluster-proxy-manager crd:allowDangerousTypes=false paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	@$(MAKE) --no-print-directory helm-crds
 

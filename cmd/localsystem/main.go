@@ -32,8 +32,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // firstIndex is the hub's cluster index of 'make run'; the test suites use others, so both can share a machine.
@@ -141,7 +142,7 @@ func cause(ctx context.Context, err error) error {
 
 // summary prints the health table and commands a user can paste.
 func summary(ctx context.Context, sys *localsystem.System, workDir, nodeAssets string) error {
-	plugin := filepath.Join(testenv.RepoRoot(), "bin", "kubectl-cluster_proxy")
+	plugin := filepath.Join(repo.Root(), "bin", "kubectl-cluster_proxy")
 	pluginArgs := []string{"--kubeconfig", sys.Hub.Kubeconfig}
 	for _, r := range sys.Resolve() {
 		pluginArgs = append(pluginArgs, "--resolve", r)
@@ -215,5 +216,5 @@ func adminToken(ctx context.Context, cfg *rest.Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return testenv.ServiceAccountToken(ctx, cs, "default", "local-admin", 24*time.Hour)
+	return kubeclient.ServiceAccountToken(ctx, cs, "default", "local-admin", 24*time.Hour)
 }

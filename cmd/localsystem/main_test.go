@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // TestStopsAndRemovesEverythingWhenItsReaderLeaves runs 'make run' as 'make run | head' would: its output goes to
@@ -32,7 +32,7 @@ func TestStopsAndRemovesEverythingWhenItsReaderLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = repo.Root()
 	cmd.Stdout = writer
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

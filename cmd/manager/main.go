@@ -15,9 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -74,8 +75,8 @@ func main() {
 	// operator's is then owned by cluster-proxy-operator, not by the binary's name.
 	cfg.UserAgent = apply.FieldOwner
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 controller.NewScheme(),
-		Cache:                  controller.CacheOptions(),
+		Scheme:                 scheme.New(),
+		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		PprofBindAddress:       pprofAddr,
 		HealthProbeBindAddress: probeAddr,
@@ -93,7 +94,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	opts := controller.Options{TLSProfileNamespace: tlsProfileNamespace}
+	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{
@@ -106,7 +107,7 @@ func main() {
 		}
 		opts.Tunnels = tunnels
 	}
-	if err := controller.Setup(ctx, mgr, opts); err != nil {
+	if err := controllers.Setup(ctx, mgr, opts); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
 	}

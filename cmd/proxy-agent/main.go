@@ -18,24 +18,21 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
-
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"go.uber.org/zap/zapcore"
-
 	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 )
 
 // certReloadInterval is how often the certificate files are checked for renewed content.

@@ -13,10 +13,10 @@ import (
 	. "github.com/onsi/gomega"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/resolve"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )

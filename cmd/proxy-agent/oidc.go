@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent/serviceproxy"
 )
 
 // oidcFlags are the service-proxy's OpenID Connect flags, named as a kube-apiserver's.

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent/serviceproxy"
 )
 
 func TestOIDCFlags(t *testing.T) {

@@ -1,5 +1,5 @@
 // Command proxy-server runs the hub side of the data plane: ANP's proxy server with the gRPC and HTTP-CONNECT
-// frontends, the agent endpoint, and the user-server. Flags and wiring only; internal/dataplane/server does the work.
+// frontends, the agent endpoint, and the user-server. Flags and wiring only; internal/server does the work.
 package main
 
 import (
@@ -17,17 +17,15 @@ import (
 	"syscall"
 	"time"
 
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"go.uber.org/zap/zapcore"
-
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
 
 const (

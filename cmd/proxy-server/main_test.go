@@ -9,9 +9,9 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 )
 
 func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {

@@ -21,11 +21,11 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 )
 
 const (
@@ -78,7 +78,7 @@ type Options struct {
 
 // DefaultOptions are the paths 'make node-assets image ocm-local helm' fill, for a system under workDir.
 func DefaultOptions(workDir string, firstIndex int) Options {
-	bin := filepath.Join(testenv.RepoRoot(), "bin")
+	bin := filepath.Join(repo.Root(), "bin")
 	return Options{
 		WorkDir: workDir, FirstIndex: firstIndex, NodeAssets: os.Getenv("NODE_ASSETS"), Pause: filepath.Join(bin, "pause"),
 		Image: filepath.Join(bin, "image.tar"), OCMLocal: filepath.Join(bin, "ocm-local"), Helm: filepath.Join(bin, "helm"),
@@ -156,7 +156,7 @@ func (s *System) start(ctx context.Context) error {
 	if err := s.startClusters(ctx, ocmArchive, olmImages); err != nil {
 		return err
 	}
-	if s.HubClient, err = client.New(s.Hub.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
+	if s.HubClient, err = client.New(s.Hub.Config, client.Options{Scheme: scheme.New()}); err != nil {
 		return err
 	}
 	proxied, digit := s.Managed[0], s.Managed[1]

@@ -16,11 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ocmjoin"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 )
 
 const (
@@ -47,11 +48,11 @@ func (s *System) ocmImage() (string, error) {
 // ClusterProfile per cluster in the namespace open-cluster-management, with the CRD of the cluster-inventory-api
 // version the operator builds with (OCM v1.0.0's own predates status.accessProviders).
 func (s *System) deployOCMHub(ctx context.Context) error {
-	crds, err := testenv.OCMHubCRDFiles()
+	crds, err := repo.OCMHubCRDFiles()
 	if err != nil {
 		return err
 	}
-	profiles, err := testenv.ClusterProfileCRDFile()
+	profiles, err := repo.ClusterProfileCRDFile()
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func (s *System) deployOCMHub(ctx context.Context) error {
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClusterProfileNamespace}},
 		ocmDeployment(ocmHubNamespace, "ocm-hub", []string{"hub", "--hub-apiserver-url=" + s.Hub.APIServer(),
 			"--feature-gates=ClusterProfile=true"}, nil, nil))
-	return testenv.CreateAll(ctx, s.HubClient, objs...)
+	return kubeclient.CreateAll(ctx, s.HubClient, objs...)
 }
 
 // ClusterProfileNamespace is where OCM v1.0.0 keeps its ClusterProfiles.
@@ -83,7 +84,7 @@ func (s *System) joinCluster(ctx context.Context, c *realcluster.Cluster) error 
 	if err != nil {
 		return err
 	}
-	managed, err := client.New(c.Config, client.Options{Scheme: controller.NewScheme()})
+	managed, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func (s *System) joinCluster(ctx context.Context, c *realcluster.Cluster) error 
 			"--bootstrap-kubeconfig=/spoke/bootstrap/kubeconfig", "--hub-kubeconfig-dir=/spoke/hub-kubeconfig",
 			"--status-sync-interval=3s"}, volumes, mounts),
 	)
-	if err := testenv.CreateAll(ctx, managed, objs...); err != nil {
+	if err := kubeclient.CreateAll(ctx, managed, objs...); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
@@ -123,10 +124,10 @@ func (s *System) bootstrapKubeconfig(c *realcluster.Cluster) ([]byte, error) {
 	}
 	cfg := &rest.Config{Host: s.Hub.APIServer(), TLSClientConfig: rest.TLSClientConfig{CAData: s.Hub.CA(), CertData: id.CertPEM, KeyData: id.KeyPEM}}
 	if c.Name() == ProxiedCluster {
-		return testenv.Kubeconfig("hub", cfg, s.Squid.TLSURL(), s.Squid.CA())
+		return kubeclient.Kubeconfig("hub", cfg, s.Squid.TLSURL(), s.Squid.CA())
 	}
 	cfg.Host = fmt.Sprintf("https://%s:%d", c.HostIP, realcluster.APIServerPort)
-	return testenv.Kubeconfig("hub", cfg, "", nil)
+	return kubeclient.Kubeconfig("hub", cfg, "", nil)
 }
 
 // adminPodRBAC is a namespace and a ServiceAccount bound to cluster-admin, as OCM's operators give its components.

@@ -17,7 +17,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // OLMOptions install the operator with Operator Lifecycle Manager instead of Helm.
@@ -69,7 +69,7 @@ func (s *System) installOperatorByOLM(ctx context.Context) error {
 		return err
 	}
 	s.logf("pushing the bundle images of %d releases, and a catalog image of them", len(o.Releases))
-	if s.catalog, err = olm.WriteCatalog(ctx, o.Tools.Opm(), filepath.Join(testenv.RepoRoot(), "bundle"), s.path("olm"), o.Releases, s.registry); err != nil {
+	if s.catalog, err = olm.WriteCatalog(ctx, o.Tools.Opm(), filepath.Join(repo.Root(), "bundle"), s.path("olm"), o.Releases, s.registry); err != nil {
 		return err
 	}
 	if err := o.Tools.PushCatalogImage(ctx, s.registry, s.catalog); err != nil {

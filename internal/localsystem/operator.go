@@ -24,7 +24,8 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // HelmValues are the values the local system installs the chart with, beyond its defaults: the image of 'make image'
@@ -125,7 +126,7 @@ func (s *System) HubClientFiles(ctx context.Context, dir string) (cert, key, ca 
 // installOperator runs the README's helm install with HelmValues, then exposes the proxy-servers on the hub's node:
 // the agent port at EntrypointPort, the frontends and the user-server at their NodePorts.
 func (s *System) installOperator(ctx context.Context) error {
-	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy")}
+	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy")}
 	values, err := s.HelmValues()
 	if err != nil {
 		return err
@@ -158,7 +159,7 @@ func (s *System) exposeProxyServers(ctx context.Context) error {
 	// new replica turns Ready only once the agents have reached it.
 	agents := nodePort("proxy-agent-nodeport", port("agent", ports.AgentServer, EntrypointPort))
 	agents.Spec.PublishNotReadyAddresses = true
-	return testenv.CreateAll(ctx, s.HubClient, agents,
+	return kubeclient.CreateAll(ctx, s.HubClient, agents,
 		nodePort("proxy-machine-nodeports",
 			port("frontend", ports.ProxyServer, FrontendNodePort),
 			port("http-connect", ports.HTTPConnectServer, HTTPConnectNodePort),
@@ -185,7 +186,7 @@ func (s *System) installAddOns(ctx context.Context) error {
 		}
 		objs = append(objs, mca)
 	}
-	return testenv.CreateAll(ctx, s.HubClient, objs...)
+	return kubeclient.CreateAll(ctx, s.HubClient, objs...)
 }
 
 // ClusterState is one managed cluster's tunnel as the hub reports it.

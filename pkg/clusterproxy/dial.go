@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 )
 
 // Dialer opens connections to one managed cluster through its tunnel.

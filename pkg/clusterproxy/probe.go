@@ -14,7 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tunnelclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 )
 
 // ProbeResult is a GET /healthz sent to a cluster's kube-apiserver through its tunnel.

@@ -19,13 +19,13 @@ import (
 	"github.com/operator-framework/api/pkg/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // TestBundleIsFresh regenerates the bundle into a temporary folder and compares it file by file with bundle/ and
 // bundle.Dockerfile: a change to config/ without 'make bundle' fails here.
 func TestBundleIsFresh(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := repo.Root()
 	tmp := t.TempDir()
 	cmd := exec.Command("go", "run", "./hack/bundle", "-out", filepath.Join(tmp, "bundle"),
 		"-dockerfile", filepath.Join(tmp, "bundle.Dockerfile"))
@@ -75,7 +75,7 @@ func listFiles(t *testing.T, dir string) []string {
 // OperatorHub ones (icon, maintainers, links, categories, capabilities, minKubeVersion) plus the good-practices
 // suite on the bundle as OLM loads it. Errors and warnings both fail.
 func TestBundleValidators(t *testing.T) {
-	bundle, err := manifests.GetBundleFromDir(filepath.Join(testenv.RepoRoot(), "bundle"))
+	bundle, err := manifests.GetBundleFromDir(filepath.Join(repo.Root(), "bundle"))
 	if err != nil {
 		t.Fatalf("load bundle: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestBundleValidators(t *testing.T) {
 	t.Logf("%d validator results, %d problems", len(results), n)
 
 	// The validators have teeth: without one owned CRD (an error) and without the icon (a warning) the same bundle fails.
-	broken, err := manifests.GetBundleFromDir(filepath.Join(testenv.RepoRoot(), "bundle"))
+	broken, err := manifests.GetBundleFromDir(filepath.Join(repo.Root(), "bundle"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestBundleValidators(t *testing.T) {
 // no required CRDs, alm-examples against owned kinds, permissions, and annotations.yaml against the
 // bundle.Dockerfile labels.
 func TestBundleConsistency(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := repo.Root()
 	var csv operatorsv1alpha1.ClusterServiceVersion
 	readYAML(t, filepath.Join(root, "bundle", "manifests", "cluster-proxy-operator.clusterserviceversion.yaml"), &csv)
 

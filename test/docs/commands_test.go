@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // runBy says where a documented command is run: file (from the repository root) contains text, the command as
@@ -45,7 +45,7 @@ var exercised = map[string][]runBy{
 	"kubectl-cluster_proxy kubeconfig cluster1 -o cluster1.kubeconfig --token \"$TOKEN\"": {
 		{file: "test/e2e/helpers_test.go", text: `plugin("kubeconfig", cluster, "-o", path, "--token", tok)`}},
 	"kubectl --kubeconfig cluster1.kubeconfig get namespaces": {
-		{file: "test/e2e/e2e_test.go", text: `testenv.Kubectl(viewer, "get", "namespaces"`}},
+		{file: "test/e2e/e2e_test.go", text: `kubeclient.Kubectl(viewer, "get", "namespaces"`}},
 	"curl --proxytunnel -x https://proxy-entrypoint.<ns>.svc:8094 --proxy-cacert ca.crt --proxy-cert tls.crt --proxy-key tls.key -k https://<cluster>:443/healthz": {
 		{file: "test/e2e/helpers_test.go", text: `"--proxy-cacert", ca, "--proxy-cert", cert, "--proxy-key", key,`}},
 	"kubectl get managedproxyconfiguration cluster-proxy -o yaml": {
@@ -59,14 +59,14 @@ var exercised = map[string][]runBy{
 		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "render", cat.Bundles[r.Version], "--use-http", "--output=yaml")`}},
 	"opm validate catalog": {{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "validate", cat.Dir)`}},
 	"kubectl get packagemanifests cluster-proxy-operator": {
-		{file: "test/e2e-olm/olm_test.go", text: `testenv.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package,`}},
+		{file: "test/e2e-olm/olm_test.go", text: `kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package,`}},
 }
 
 // TestEveryDocumentedCommandIsRun fails when the README or a page of docs/ gives a command that no test or CI step
 // runs (and no reason why it cannot run here), when a test stops running one, or when the table keeps a command the
 // docs no longer give.
 func TestEveryDocumentedCommandIsRun(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := repo.Root()
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)

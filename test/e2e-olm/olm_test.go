@@ -33,11 +33,12 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/olm"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -77,7 +78,7 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(3 * time.Minute)
 	SetDefaultEventuallyPollingInterval(time.Second)
 	suite = e2esuite.Start("cluster-proxy-e2e-olm", "e2e-olm", firstIndex, 20*time.Minute, func(opts *localsystem.Options) {
-		opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(testenv.RepoRoot(), "bin", "olm")}, Releases: releases}
+		opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(repo.Root(), "bin", "olm")}, Releases: releases}
 	})
 	sys = suite.Sys
 	var err error
@@ -92,7 +93,7 @@ var _ = AfterSuite(func() { suite.Stop() })
 var _ = Describe("The operator installed by OLM", Ordered, func() {
 	It("is installed from the catalog: CSV Succeeded, the manager Ready, the sample configuration Ready, every tunnel up", func() {
 		By("the package is listed by OLM's package-server, as 'kubectl get packagemanifests' shows it")
-		Expect(testenv.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package, "-o", "jsonpath={.status.catalogSource} {.status.defaultChannel} {.status.channels[0].currentCSV}")).
+		Expect(kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "packagemanifests", olm.Package, "-o", "jsonpath={.status.catalogSource} {.status.defaultChannel} {.status.channels[0].currentCSV}")).
 			To(Equal(olm.CatalogSource + " " + olm.Channel + " " + releases[2].CSVName()))
 
 		Expect(csv(Default, releases[0].CSVName()).Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded))

@@ -45,9 +45,12 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/squid"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -172,7 +175,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		for _, cluster := range clusterNames() {
 			By(cluster)
 			viewer := userKubeconfig(cluster, "viewer", viewerToken(cluster))
-			out, err := testenv.Kubectl(viewer, "get", "namespaces", "-o", "name")
+			out, err := kubeclient.Kubectl(viewer, "get", "namespaces", "-o", "name")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
 
@@ -183,10 +186,10 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			Expect(testenv.WatchSeesNamespace(ctx(), viewer, create, 3*time.Second, timeout)).To(Succeed())
 
 			hub := userKubeconfig(cluster, "hub-user", hubToken)
-			out, err = testenv.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+			out, err = kubeclient.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 			Expect(err).NotTo(HaveOccurred())
 			Expect(out).To(Equal(hubUser))
-			_, err = testenv.Kubectl(hub, "get", "namespaces")
+			_, err = kubeclient.Kubectl(hub, "get", "namespaces")
 			Expect(err).NotTo(HaveOccurred(), "the managed cluster's RBAC for the mapped user applies")
 		}
 	})
@@ -323,7 +326,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 					By(cluster + " KUBECTL_REMOTE_COMMAND_WEBSOCKETS=" + websockets)
 					cmd := kubectl(kc, []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=" + websockets},
 						"exec", "-n", workloadNamespace, "deploy/probe", "--", "/probe", "echo", "through", "the", "tunnel")
-					out, err := testenv.Output(cmd, "kubectl exec")
+					out, err := process.Output(cmd, "kubectl exec")
 					Expect(err).NotTo(HaveOccurred())
 					Expect(out).To(Equal("through the tunnel\n"))
 				}
@@ -347,9 +350,9 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		It("reaches its Service through /proxy-service/, which the chart's userServer.allowedServices allows, and no other", func() {
 			for _, cluster := range clusterNames() {
 				kc := userKubeconfig(cluster, "viewer", viewerToken(cluster))
-				Expect(testenv.Kubectl(kc, "get", "--raw", "/api/v1/namespaces/"+workloadNamespace+"/services/http:probe:80/proxy-service/healthz")).
+				Expect(kubeclient.Kubectl(kc, "get", "--raw", "/api/v1/namespaces/"+workloadNamespace+"/services/http:probe:80/proxy-service/healthz")).
 					To(Equal("ok\n"), cluster)
-				_, err := testenv.Kubectl(kc, "get", "--raw", "/api/v1/namespaces/kube-system/services/http:kube-dns:9153/proxy-service/metrics")
+				_, err := kubeclient.Kubectl(kc, "get", "--raw", "/api/v1/namespaces/kube-system/services/http:kube-dns:9153/proxy-service/metrics")
 				Expect(err).To(MatchError(ContainSubstring("Forbidden")), "%s: default deny", cluster)
 			}
 		})
@@ -454,7 +457,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		It("rolls every proxy-server replica on a helm upgrade that changes their arguments with no failed request, each new one Ready only once it holds every cluster", func() {
 			loops := startHALoops()
 			servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
-			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"),
 				"--reuse-values", "--set", "proxyServer.additionalArgs={--v=1}"))
 			Eventually(func(g Gomega) {
 				now := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
@@ -498,7 +501,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 	// proxy-servers, only to the hub's kube-apiserver (cluster1 through its forward proxy).
 	It("connects every agent to every replica by port-forward through the hub kube-apiserver with the PortForward entrypoint", func() {
 		upgrade := func(entrypointType string) {
-			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+			must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"),
 				"--reuse-values", "--set", "proxyServer.entrypointType="+entrypointType))
 		}
 		upgrade("PortForward")
@@ -574,7 +577,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
 			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:unauthenticated"}}})
 		createOrExists(issuer, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "oidc-user"}})
-		issued := must(testenv.ServiceAccountToken(ctx(), must(kubernetes.NewForConfig(managedConfig(localsystem.DigitCluster))),
+		issued := must(kubeclient.ServiceAccountToken(ctx(), must(kubernetes.NewForConfig(managedConfig(localsystem.DigitCluster))),
 			"default", "oidc-user", time.Hour, oidcClientID))
 		user := "oidc:system:serviceaccount:default:oidc-user"
 
@@ -600,12 +603,12 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 
 		kc := userKubeconfig(target, "oidc", issued)
 		Eventually(func() (string, error) {
-			return testenv.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+			return kubeclient.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 		}).Should(Equal(user), "the token's subject, with the prefix, impersonated on cluster1")
-		Expect(testenv.Kubectl(kc, "get", "namespaces", "-o", "name")).To(ContainSubstring("namespace/open-cluster-management-agent"))
+		Expect(kubeclient.Kubectl(kc, "get", "namespaces", "-o", "name")).To(ContainSubstring("namespace/open-cluster-management-agent"))
 
 		forged := userKubeconfig(target, "oidc-forged", forgeSignature(issued))
-		_, err := testenv.Kubectl(forged, "get", "namespaces")
+		_, err := kubeclient.Kubectl(forged, "get", "namespaces")
 		Expect(err).To(MatchError(ContainSubstring("Unauthorized")))
 	})
 
@@ -711,7 +714,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 			wg.Go(func() {
 				defer GinkgoRecover()
 				for loopCtx.Err() == nil {
-					if _, err := testenv.Kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
+					if _, err := kubeclient.Kubectl(kc, "get", "namespace", "default", "-o", "name"); err != nil {
 						failures.Add(1)
 						mu.Lock()
 						errs = append(errs, cluster+": "+err.Error())
@@ -763,7 +766,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 	It("adds NetworkPolicies that select every component's pods with helm's networkPolicies.enabled, and removes them", func() {
 		// The nodes' bridge CNI does not enforce NetworkPolicies: this proves they are accepted, applied on every
 		// cluster (the agent's by OCM's work agent) and select the running pods, and that nothing else changes.
-		chart := filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy")
+		chart := filepath.Join(repo.Root(), "charts", "cluster-proxy")
 		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
 		selected := func(g Gomega, c client.Client, namespace, name string, want []string) {
 			policy := &networkingv1.NetworkPolicy{}
@@ -802,7 +805,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 		servers := podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)
 		agents := agentPods(Default)
 		leases := watchLeaderLease()
-		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(testenv.RepoRoot(), "charts", "cluster-proxy"),
+		must(sys.Helm(ctx(), "upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"),
 			"--reuse-values", "--set", "manager.extraArgs={--tunnel-health-interval=4s}"))
 		Eventually(func(g Gomega) {
 			d := &appsv1.Deployment{}

@@ -53,9 +53,12 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -95,7 +98,7 @@ func managedKubeconfig(cluster string) string {
 }
 
 func managedClient(cluster string) client.Client {
-	return must(client.New(managedConfig(cluster), client.Options{Scheme: controller.NewScheme()}))
+	return must(client.New(managedConfig(cluster), client.Options{Scheme: scheme.New()}))
 }
 
 func createOrExists(c client.Client, o client.Object) {
@@ -141,10 +144,10 @@ func hubUserToken() string {
 }
 
 func token(cs kubernetes.Interface, ns, name string) string {
-	return must(testenv.ServiceAccountToken(ctx(), cs, ns, name, time.Hour))
+	return must(kubeclient.ServiceAccountToken(ctx(), cs, ns, name, time.Hour))
 }
 
-func binary(name string) string { return filepath.Join(testenv.RepoRoot(), "bin", name) }
+func binary(name string) string { return filepath.Join(repo.Root(), "bin", name) }
 
 // kubectl is kubectl of the node binaries, which the suite's clients share.
 func kubectl(kubeconfig string, env []string, args ...string) *exec.Cmd {
@@ -160,7 +163,7 @@ func plugin(args ...string) (string, error) {
 		full = append(full, "--resolve", r)
 	}
 	cmd := exec.Command(binary("kubectl-cluster_proxy"), append(full, args...)...)
-	return testenv.Output(cmd, "kubectl-cluster_proxy "+strings.Join(args, " "))
+	return process.Output(cmd, "kubectl-cluster_proxy "+strings.Join(args, " "))
 }
 
 // userKubeconfig writes, with the plugin, a kubeconfig that reaches cluster through the user-server with tok.
@@ -454,13 +457,13 @@ func agentCertificate(g Gomega, cluster string) *x509.Certificate {
 // cluster-scoped objects named after the add-on, the objects of the operator's kinds, the add-ons and their
 // ManifestWorks; on the managed clusters the agents.
 func leftAfterUninstall(g Gomega) []string {
-	namespaced, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-n", localsystem.Namespace, "-o", "name",
+	namespaced, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "-n", localsystem.Namespace, "-o", "name",
 		"deployments,replicasets,pods,services,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,placements,managedclustersetbindings")
 	g.Expect(err).NotTo(HaveOccurred())
-	clusterScoped, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-o", "name",
+	clusterScoped, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "-o", "name",
 		"clusterroles,clusterrolebindings,clustermanagementaddons,mutatingwebhookconfigurations,validatingwebhookconfigurations")
 	g.Expect(err).NotTo(HaveOccurred())
-	ours, err := testenv.Kubectl(sys.Hub.Kubeconfig, "get", "-A", "-o", "name",
+	ours, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "-A", "-o", "name",
 		"managedproxyconfigurations,clusterproxystatuses,proxycertificates,managedclusteraddons,manifestworks")
 	g.Expect(err).NotTo(HaveOccurred())
 	keep := map[string]bool{"configmap/kube-root-ca.crt": true, "serviceaccount/default": true,
@@ -482,7 +485,7 @@ func leftAfterUninstall(g Gomega) []string {
 		}
 	}
 	for _, cluster := range clusterNames() {
-		agents, err := testenv.Kubectl(managedKubeconfig(cluster), "get", "deployments,pods", "-A", "-l", proxyv1alpha1.ComponentLabel+"=proxy-agent", "-o", "name")
+		agents, err := kubeclient.Kubectl(managedKubeconfig(cluster), "get", "deployments,pods", "-A", "-l", proxyv1alpha1.ComponentLabel+"=proxy-agent", "-o", "name")
 		g.Expect(err).NotTo(HaveOccurred())
 		for _, name := range strings.Fields(agents) {
 			left = append(left, cluster+": "+name)

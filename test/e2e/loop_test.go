@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 )

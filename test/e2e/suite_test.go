@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
@@ -63,7 +64,7 @@ var _ = BeforeSuite(func() {
 	for _, c := range sys.Managed {
 		Expect(c.ImportImage(ctx, probe)).To(Succeed())
 		deploy, svc := testenv.ProbeWorkload(workloadNamespace)
-		Expect(testenv.CreateAll(ctx, managedClient(c.Name()), deploy, svc)).To(Succeed())
+		Expect(kubeclient.CreateAll(ctx, managedClient(c.Name()), deploy, svc)).To(Succeed())
 	}
 	for _, c := range sys.Managed {
 		Eventually(func(g Gomega) {

@@ -32,6 +32,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -47,7 +48,7 @@ const (
 // cases are the value files in testdata/values; each has a golden render testdata/<name>.yaml.
 var cases = []string{"default", "hostname", "loadbalancer", "manual"}
 
-func root() string     { return testenv.RepoRoot() }
+func root() string     { return repo.Root() }
 func chartDir() string { return filepath.Join(root(), "charts", "cluster-proxy") }
 
 // helmBin is bin/helm; 'make test' installs it (target helm), so a missing binary is a failure, not a skip.

@@ -16,7 +16,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -27,7 +28,7 @@ import (
 func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	g := NewWithT(t)
 	env, _ := startHub(t)
-	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	g.Expect(err).NotTo(HaveOccurred())
 	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -43,12 +44,12 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = requests.Wrap
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: controller.NewScheme(), Cache: controller.CacheOptions(),
+		Scheme: scheme.New(), Cache: controllers.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	g.Expect(controller.Setup(ctx, mgr, controller.Options{})).To(Succeed())
+	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {

@@ -23,7 +23,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // instruction is one Dockerfile instruction: its keyword and the rest of the line, continuations joined.
@@ -60,7 +60,7 @@ func parseDockerfile(t *testing.T, path string) []instruction {
 }
 
 func TestDockerfileInstructions(t *testing.T) {
-	got := parseDockerfile(t, filepath.Join(testenv.RepoRoot(), "Dockerfile"))
+	got := parseDockerfile(t, filepath.Join(repo.Root(), "Dockerfile"))
 	want := []instruction{
 		{"FROM", "golang:1.26 AS build"},
 		{"WORKDIR", "/src"},
@@ -86,7 +86,7 @@ func TestDockerfileInstructions(t *testing.T) {
 // TestDockerBuildStage runs the build stage of the Dockerfile in a copy of its build context and checks the files
 // the final stage copies to the image's root.
 func TestDockerBuildStage(t *testing.T) {
-	root := testenv.RepoRoot()
+	root := repo.Root()
 	ignored := dockerignore(t, filepath.Join(root, ".dockerignore"))
 	if !ignored["bin"] {
 		t.Errorf(".dockerignore must exclude bin/ (local tools and control-plane binaries, over a GiB)")

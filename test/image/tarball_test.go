@@ -23,7 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 const buildCABundle = "/etc/ssl/certs/ca-certificates.crt"
@@ -116,7 +116,7 @@ func TestMakeImageMatchesDockerfile(t *testing.T) {
 // finalStageRunConfig reads the USER and the ENTRYPOINT of the Dockerfile's last stage.
 func finalStageRunConfig(t *testing.T) (user string, entrypoint []string) {
 	t.Helper()
-	instrs := parseDockerfile(t, filepath.Join(testenv.RepoRoot(), "Dockerfile"))
+	instrs := parseDockerfile(t, filepath.Join(repo.Root(), "Dockerfile"))
 	for _, in := range instrs {
 		switch in.keyword {
 		case "FROM":
@@ -140,7 +140,7 @@ func makeImage(t *testing.T, bin, tarName, tag string) v1.Image {
 	t.Helper()
 	path := filepath.Join(bin, tarName)
 	cmd := exec.Command("make", "--no-print-directory", "image", "BIN_DIR="+bin, "IMAGE_TAR="+path, "IMG="+tag)
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = repo.Root()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}

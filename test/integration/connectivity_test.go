@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -49,7 +50,7 @@ var _ = Describe("Reaching the managed cluster", Ordered, func() {
 
 	It("kubectl lists the managed cluster's namespaces through the user-server", func() {
 		kc := world.userKubeconfig("viewer", world.managedToken)
-		out, err := testenv.Kubectl(kc, "get", "namespaces", "-o", "name")
+		out, err := kubeclient.Kubectl(kc, "get", "namespaces", "-o", "name")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("namespace/kube-system"))
 		Expect(out).To(ContainSubstring("namespace/open-cluster-management-cluster-proxy"), "the managed cluster, not the hub")

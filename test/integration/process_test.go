@@ -17,7 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ports"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // process is a program under test (or a forward proxy) started with fixed arguments; it can be killed and started
@@ -111,7 +111,7 @@ func (p *process) tail() string {
 func build(pkg string) string {
 	out := filepath.Join(workDir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", out, "./"+pkg)
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = repo.Root()
 	b, err := cmd.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build %s: %s", pkg, b)
 	return out

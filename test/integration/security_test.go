@@ -9,7 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
 var _ = Describe("Security", Ordered, func() {
@@ -52,24 +52,24 @@ var _ = Describe("Security", Ordered, func() {
 
 	It("maps a hub token to the hub user by impersonation, with that user's rights on the managed cluster", func() {
 		kc := world.userKubeconfig("hub-user", world.hubToken)
-		out, err := testenv.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+		out, err := kubeclient.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"))
-		out, err = testenv.Kubectl(kc, "get", "namespaces", "-o", "name")
+		out, err = kubeclient.Kubectl(kc, "get", "namespaces", "-o", "name")
 		Expect(err).NotTo(HaveOccurred(), "RBAC on the managed cluster grants the mapped user namespace listing")
 		Expect(out).To(ContainSubstring("namespace/default"))
 	})
 
 	It("gives a forged Impersonate-User no more rights than the token", func() {
 		hub := world.userKubeconfig("hub-user", world.hubToken)
-		out, err := testenv.Kubectl(hub, "auth", "whoami", "--as=system:admin", "-o", "jsonpath={.status.userInfo.username}")
+		out, err := kubeclient.Kubectl(hub, "auth", "whoami", "--as=system:admin", "-o", "jsonpath={.status.userInfo.username}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"), "the forged header was dropped")
-		_, err = testenv.Kubectl(hub, "get", "secrets", "-A", "--as=system:admin")
+		_, err = kubeclient.Kubectl(hub, "get", "secrets", "-A", "--as=system:admin")
 		Expect(err).To(MatchError(ContainSubstring("Forbidden")))
 
 		viewer := world.userKubeconfig("viewer", world.managedToken)
-		_, err = testenv.Kubectl(viewer, "get", "secrets", "-A", "--as=system:admin")
+		_, err = kubeclient.Kubectl(viewer, "get", "secrets", "-A", "--as=system:admin")
 		Expect(err).To(MatchError(ContainSubstring("cannot impersonate")), "a managed token without impersonation rights cannot impersonate")
 	})
 })

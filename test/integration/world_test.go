@@ -23,10 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
-
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,7 +37,10 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
 // clusterName starts with a digit, which the existing addon cannot serve.
@@ -286,7 +285,7 @@ func kubeconfig(server string, ca []byte, token string) []byte {
 }
 
 func serviceAccountToken(cs kubernetes.Interface, ns, name string) string {
-	return must(testenv.ServiceAccountToken(context.Background(), cs, ns, name, time.Hour))
+	return must(kubeclient.ServiceAccountToken(context.Background(), cs, ns, name, time.Hour))
 }
 
 func mustCreate(c client.Client, o client.Object) {
@@ -307,7 +306,7 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 	args := replaceFiles(render.ServerArgs(mpc), files)
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
 	// The steady state: a cluster no agent has reached is unknown at once. A new replica's warm-up, when it is a
-	// retryable 503 instead, is tested in internal/dataplane/userserver.
+	// retryable 503 instead, is tested in internal/server/userserver.
 	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1", "--agent-warmup=0s")
 }
 

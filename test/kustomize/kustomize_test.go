@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -25,12 +27,12 @@ const fieldOwner = client.FieldOwner("kustomize-install-test")
 // build runs bin/kustomize build on a folder of config/ and returns its objects.
 func build(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	root := testenv.RepoRoot()
+	root := repo.Root()
 	bin := filepath.Join(root, "bin", "kustomize")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s is missing: run 'make kustomize' (make test does)", bin)
 	}
-	out, err := testenv.Output(exec.Command(bin, "build", filepath.Join(root, "config", dir)), "kustomize build config/"+dir)
+	out, err := process.Output(exec.Command(bin, "build", filepath.Join(root, "config", dir)), "kustomize build config/"+dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +189,7 @@ func readmeInstall(t *testing.T, env *envtest.Environment) {
 		t.Fatal(err)
 	}
 	const command = "kustomize build config/default | kubectl apply --server-side -f -"
-	out, err := testenv.Shell(command, kcPath, filepath.Join(testenv.RepoRoot(), "bin")).CombinedOutput()
+	out, err := testenv.Shell(command, kcPath, filepath.Join(repo.Root(), "bin")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", command, err, out)
 	}

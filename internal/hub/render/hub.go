@@ -10,10 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -23,6 +19,9 @@ import (
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 )
 
 const (

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
 )
 

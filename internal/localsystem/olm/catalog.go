@@ -20,7 +20,7 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
 const (
@@ -217,6 +217,6 @@ func opmHome(dir string) (string, error) {
 func opmRun(ctx context.Context, opm, home string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, opm, args...)
 	cmd.Env = append(os.Environ(), "HOME="+home)
-	out, err := testenv.Output(cmd, "opm "+strings.Join(args, " "))
+	out, err := process.Output(cmd, "opm "+strings.Join(args, " "))
 	return []byte(out), err
 }

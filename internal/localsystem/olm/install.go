@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const (
@@ -252,7 +252,7 @@ func (t Tools) Install(ctx context.Context, helm Helm, c client.Client, catalogI
 // to the package's channel in the catalog starting at startingCSV, with Manual approval: every InstallPlan, the first
 // one too, waits for Approve.
 func Subscribe(ctx context.Context, c client.Client, namespace, startingCSV string) error {
-	return testenv.CreateAll(ctx, c,
+	return kubeclient.CreateAll(ctx, c,
 		&operatorsv1.OperatorGroup{ObjectMeta: metav1.ObjectMeta{Name: Package, Namespace: namespace}},
 		&operatorsv1alpha1.Subscription{
 			ObjectMeta: metav1.ObjectMeta{Name: Package, Namespace: namespace},

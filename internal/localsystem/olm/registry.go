@@ -15,7 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
 // Registry is distribution's registry (bin/olm/registry) serving images over plain HTTP at Host, its storage and log
@@ -23,7 +23,7 @@ import (
 type Registry struct {
 	// Host is host:port, the registry part of the names of its images.
 	Host string
-	proc *testenv.Process
+	proc *process.Process
 }
 
 // StartRegistry runs the registry on listen (host:port, an address of this machine) with its storage under dir, and
@@ -47,7 +47,7 @@ log:
 	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := testenv.Run(testenv.Command{Path: t.path("registry"), Args: []string{"serve", configPath},
+	p, err := process.Run(process.Command{Path: t.path("registry"), Args: []string{"serve", configPath},
 		// Its tracing would export to localhost:4318; nothing listens there.
 		Env:     append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none", "OTEL_LOGS_EXPORTER=none"),
 		LogPath: filepath.Join(dir, "registry.log")})

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
 // corefile serves the cluster's names and hosts (name → address); nothing is forwarded: there is no upstream.
@@ -88,7 +88,7 @@ func (c *Cluster) deployCoreDNS(ctx context.Context) error {
 			{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP},
 		},
 	}}
-	if err := testenv.CreateAll(ctx, cl, &corev1.ServiceAccount{ObjectMeta: meta}, role, binding, config, deploy, service); err != nil {
+	if err := kubeclient.CreateAll(ctx, cl, &corev1.ServiceAccount{ObjectMeta: meta}, role, binding, config, deploy, service); err != nil {
 		return fmt.Errorf("deploy CoreDNS: %w", err)
 	}
 	return nil

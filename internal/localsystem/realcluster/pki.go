@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
 // certLifetime covers any run; the clusters are thrown away when it ends.
@@ -92,7 +92,7 @@ func (c *Cluster) issueCertificates() (*certs.KeyPair, error) {
 		}
 		path := filepath.Join(c.opts.Dir, "config", id.file+".kubeconfig")
 		cfg := &rest.Config{Host: server, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM, CertData: kp.CertPEM, KeyData: kp.KeyPEM}}
-		if err := testenv.WriteKubeconfig(path, c.opts.Name, cfg, "", nil); err != nil {
+		if err := kubeclient.WriteKubeconfig(path, c.opts.Name, cfg, "", nil); err != nil {
 			return nil, err
 		}
 	}

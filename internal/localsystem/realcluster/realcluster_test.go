@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
@@ -98,7 +99,7 @@ func TestTwoClustersRunPodsSideBySideAndLeaveNothing(t *testing.T) {
 
 	// The machine reaches each kube-apiserver, and a ClusterIP answers from the node itself.
 	for _, c := range []*realcluster.Cluster{a, b} {
-		g.Expect(testenv.Kubectl(c.Kubeconfig, "get", "--raw", "/readyz")).To(Equal("ok"))
+		g.Expect(kubeclient.Kubectl(c.Kubeconfig, "get", "--raw", "/readyz")).To(Equal("ok"))
 	}
 	svc, err := cs.CoreV1().Services("default").Get(ctx, "probe", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -115,8 +116,8 @@ func TestTwoClustersRunPodsSideBySideAndLeaveNothing(t *testing.T) {
 	g.Expect(auth.Data["requestheader-allowed-names"]).To(Equal(`["` + realcluster.FrontProxyClient + `"]`))
 
 	// kubectl logs and exec reach the container through the kubelet.
-	g.Expect(testenv.Kubectl(a.Kubeconfig, "logs", "deploy/probe")).To(ContainSubstring("resolve hub.example.test"))
-	g.Expect(testenv.Kubectl(a.Kubeconfig, "exec", "deploy/probe", "--", "/probe", "echo", "from", "exec")).To(Equal("from exec\n"))
+	g.Expect(kubeclient.Kubectl(a.Kubeconfig, "logs", "deploy/probe")).To(ContainSubstring("resolve hub.example.test"))
+	g.Expect(kubeclient.Kubectl(a.Kubeconfig, "exec", "deploy/probe", "--", "/probe", "echo", "from", "exec")).To(Equal("from exec\n"))
 
 	began = time.Now()
 	g.Expect(a.Stop()).To(Succeed())

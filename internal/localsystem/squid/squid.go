@@ -15,7 +15,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ports"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
 // squidCAValidity is the lifetime of the throw-away CA of a Squid's TLS port, and of its serving certificate: longer
@@ -37,7 +37,7 @@ type Squid struct {
 	caPEM   []byte
 
 	mu   sync.Mutex
-	proc *testenv.Process
+	proc *process.Process
 }
 
 // Options of Start.
@@ -202,7 +202,7 @@ func (s *Squid) Start() error {
 	if err != nil {
 		return err
 	}
-	p, err := testenv.Run(testenv.Command{Path: bin, Args: []string{"-N", "-f", filepath.Join(s.dir, "squid.conf")},
+	p, err := process.Run(process.Command{Path: bin, Args: []string{"-N", "-f", filepath.Join(s.dir, "squid.conf")},
 		LogPath: filepath.Join(s.dir, "squid.out"), AppendLog: true})
 	if err != nil {
 		return fmt.Errorf("squid: %w", err)
@@ -219,7 +219,7 @@ func (s *Squid) Start() error {
 			}
 			select {
 			case <-p.Done():
-				lines, _ := testenv.TailLines(filepath.Join(s.dir, "cache.log"), 10)
+				lines, _ := process.TailLines(filepath.Join(s.dir, "cache.log"), 10)
 				return fmt.Errorf("squid exited at start: %s", strings.Join(lines, "\n"))
 			default:
 			}

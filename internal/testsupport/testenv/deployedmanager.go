@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // managerTokenTTL outlives any run, as the token a deployed manager reads from its projected volume effectively does:
@@ -40,7 +43,7 @@ func DeployedManagerKubeconfig(ctx context.Context, cfg *rest.Config, c client.C
 	if err != nil {
 		return err
 	}
-	token, err := ServiceAccountToken(ctx, cs, namespace, sa, managerTokenTTL)
+	token, err := kubeclient.ServiceAccountToken(ctx, cs, namespace, sa, managerTokenTTL)
 	if err != nil {
 		return err
 	}
@@ -64,7 +67,7 @@ func createManagerRBAC(ctx context.Context, c client.Client, namespace string) (
 	}
 	var sa string
 	for _, file := range managerRBACFiles {
-		raw, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "rbac", file))
+		raw, err := os.ReadFile(filepath.Join(repo.Root(), "config", "rbac", file))
 		if err != nil {
 			return "", err
 		}

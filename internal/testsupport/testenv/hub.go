@@ -12,12 +12,14 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // NewOCMHub is NewHub without the operator's own CRDs: a hub where OCM is installed and cluster-proxy is not yet,
 // for tests that install the operator's CRDs themselves (the Helm chart, the kustomize output).
 func NewOCMHub() (*envtest.Environment, error) {
-	return newEnvironment(OCMAPIFiles(ocmHubCRDs...))
+	return newEnvironment(repo.OperatorOCMCRDFiles())
 }
 
 // StrictClient is a client of cfg for the built-in kinds and CustomResourceDefinitions (other kinds as

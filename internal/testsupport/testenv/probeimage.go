@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
 
 // ProbeImageName is the name ProbeImage tags its image with; a pod runs it with imagePullPolicy Never.
@@ -26,7 +27,7 @@ func ProbeImage(dir string) (string, error) {
 	}
 	program := filepath.Join(dir, "probe")
 	cmd := exec.Command("go", "build", "-o", program, "./internal/testsupport/testenv/probe")
-	cmd.Dir, cmd.Env = RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Dir, cmd.Env = repo.Root(), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the probe: %w: %s", err, out)
 	}

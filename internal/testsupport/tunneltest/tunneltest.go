@@ -1,5 +1,5 @@
 // Package tunneltest runs the data plane on 127.0.0.1 for tests of hub clients: a real proxy-server
-// (internal/dataplane/server), real proxy-agents (internal/dataplane/agent) and kube-apiserver stand-ins that answer /healthz, with the
+// (internal/server), real proxy-agents (internal/agent) and kube-apiserver stand-ins that answer /healthz, with the
 // hub objects (ManagedProxyConfiguration, proxy-client and CA bundle Secrets) a client reads and the --resolve map
 // that points the in-cluster Service names at the local listeners. Only tests import it.
 package tunneltest
@@ -29,12 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 )
 
 // Hub is a running proxy-server with the objects that describe it.

@@ -48,7 +48,9 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/controller"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
@@ -147,7 +149,7 @@ func measureSize(t *testing.T, n int, steadyStatePeriod time.Duration, memoryLim
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 2000, 4000
-	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +482,7 @@ func objectSizes(t *testing.T, cfg *rest.Config, namespace string) string {
 // manager is the operator's manager running as its own process, so its RSS is its own; with BENCH_MEMORY_LIMIT, in
 // a memory cgroup of its own, as its Deployment's limit puts it.
 type manager struct {
-	*testenv.Process
+	*process.Process
 	cgroup *memoryCgroup
 }
 
@@ -491,7 +493,7 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "manager")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = testenv.RepoRoot()
+	build.Dir = repo.Root()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the manager: %v\n%s", err, out)
 	}
@@ -506,14 +508,14 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 	default:
 		t.Fatalf("BENCH_IDENTITY=%q: want admin or serviceaccount", id)
 	}
-	cmd := testenv.Command{Path: bin, LogPath: filepath.Join(dir, "manager.log"),
+	cmd := process.Command{Path: bin, LogPath: filepath.Join(dir, "manager.log"),
 		Args: []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprofAddr}}
 	m := &manager{}
 	if memoryLimit > 0 {
 		m.cgroup = newMemoryCgroup(t, memoryLimit)
 		cmd = m.cgroup.wrap(cmd)
 	}
-	p, err := testenv.Run(cmd)
+	p, err := process.Run(cmd)
 	must(t, err)
 	m.Process = p
 	return m

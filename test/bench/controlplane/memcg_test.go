@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
 // cgroupV1Memory is where a cgroup v1 machine mounts its memory controller (this one does; a cgroup v2 machine
@@ -59,7 +59,7 @@ func ownMemoryCgroup() (string, error) {
 
 // wrap starts c's program in the cgroup: a shell joins it, then becomes the program, so nothing the program
 // allocates is charged elsewhere and the process is the program's own.
-func (cg *memoryCgroup) wrap(c testenv.Command) testenv.Command {
+func (cg *memoryCgroup) wrap(c process.Command) process.Command {
 	c.Args = append([]string{"-c", `echo $$ > "$CGROUP_PROCS" && exec "$0" "$@"`, c.Path}, c.Args...)
 	c.Path = "/bin/sh"
 	c.Env = append(os.Environ(), "CGROUP_PROCS="+filepath.Join(cg.dir, "cgroup.procs"))

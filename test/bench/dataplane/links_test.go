@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsbatch"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
 )
 
 // startLinks is the full path's links with nothing but copies between them, a floor under the full path's cost per

@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
 
 const (

@@ -27,9 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/resolve"
-
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -47,13 +44,15 @@ import (
 	agentproto "sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent/serviceproxy"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/allowlist"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/serviceproxy"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/userserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/resolve"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
 
 const (

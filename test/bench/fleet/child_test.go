@@ -18,8 +18,8 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/agent"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 )
 
 // The agents run in a child process, so that the hub's CPU and memory are the parent's alone. Each agent is the

@@ -37,8 +37,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/dataplane/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchmeasure"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchplot"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"

@@ -1,0 +1,195 @@
+// Package managedproxyconfiguration reconciles a ManagedProxyConfiguration into the hub side of the proxy: the
+// proxy-server namespace, ServiceAccount, RBAC, Services, Deployment, the signer CA and its published bundle, the
+// hub ProxyCertificates and the ClusterManagementAddOn. Its cluster counts are package clustercount's.
+package managedproxyconfiguration
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+)
+
+// Reconciler reconciles ManagedProxyConfigurations.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads what the cache does not hold: a user-provided signer secret.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// OCMTLSProfile, when set, holds OCM's ocm-tls-profile ConfigMap of OCMTLSProfileNamespace: the TLS profile of
+	// configurations without spec.tlsProfile.
+	OCMTLSProfile          cache.Cache
+	OCMTLSProfileNamespace string
+}
+
+// scope is everything one pass reads and decides.
+type scope struct {
+	mpc       *proxyv1alpha1.ManagedProxyConfiguration
+	status    *proxyv1alpha1.ManagedProxyConfigurationStatus
+	ca        *certs.KeyPair // nil when the signer is not usable
+	entryHost string         // "" while unknown
+}
+
+type phase func(context.Context, *scope) (ctrl.Result, error)
+
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=secrets;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile brings the hub objects of one ManagedProxyConfiguration in line with its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mpc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !mpc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owner references let the garbage collector remove what it owned
+	}
+	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
+
+	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates,
+		r.reconcileTLSProfile, r.reconcileServer, r.reconcileAddOn}
+	var result ctrl.Result
+	var errs []error
+	for _, p := range phases {
+		res, err := p(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		result = lowestRequeue(result, res)
+	}
+	err := kerrors.NewAggregate(errs)
+	setReadyCondition(s.status, mpc.Generation)
+	if err == nil {
+		s.status.ObservedGeneration = mpc.Generation
+		s.status.LastObservedGeneration = mpc.Generation
+	}
+	perr := r.patchStatus(ctx, mpc, s.status)
+	if apierrors.IsConflict(perr) && err == nil {
+		// The configuration changed meanwhile: read it again soon, no error to report.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	if perr != nil {
+		err = kerrors.NewAggregate([]error{err, perr})
+	}
+	return result, err
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus) error {
+	before := mpc.DeepCopy()
+	mpc.Status = *status
+	return apply.UpdateStatus(ctx, r.Client, before, mpc)
+}
+
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {
+		a.RequeueAfter = b.RequeueAfter
+	}
+	return a
+}
+
+func setCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, generation int64, conditionType string, ok bool, reason, message string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: conditionType, Status: s, Reason: reason, Message: message, ObservedGeneration: generation})
+}
+
+func toDefaultConfiguration(context.Context, client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}}}
+}
+
+// agentIssuerChanged passes only the ClusterProxyStatus events that change which CAs agents hold certificates of;
+// a new cluster's status, created before its agent has a certificate, is not one.
+var agentIssuerChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		return e.Object.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID != ""
+	},
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID !=
+			e.ObjectNew.(*proxyv1alpha1.ClusterProxyStatus).Status.AgentCertificateAuthorityKeyID
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		cps, ok := e.Object.(*proxyv1alpha1.ClusterProxyStatus)
+		return !ok || cps.Status.AgentCertificateAuthorityKeyID != ""
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// allConfigurations are a request for every ManagedProxyConfiguration.
+func (r *Reconciler) allConfigurations(ctx context.Context) []reconcile.Request {
+	return index.Requests(ctx, r.Client, &proxyv1alpha1.ManagedProxyConfigurationList{})
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.OCMTLSProfile != nil {
+		// OCM's profile applies to every configuration without its own.
+		b = b.WatchesRawSource(source.Kind(r.OCMTLSProfile, &corev1.ConfigMap{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *corev1.ConfigMap) []reconcile.Request {
+				return r.allConfigurations(ctx)
+			})))
+	}
+	return b.
+		// Every update, its own status writes included: a pass that read a stale cached status and found nothing
+		// to write must be followed by one that sees the status it raced with.
+		For(&proxyv1alpha1.ManagedProxyConfiguration{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&rbacv1.ClusterRoleBinding{}).
+		Owns(&proxyv1alpha1.ProxyCertificate{}).
+		Owns(&addonv1alpha1.ClusterManagementAddOn{}).
+		// The default configuration's CA stays in the bundle while agents hold certificates it signed.
+		Watches(&proxyv1alpha1.ClusterProxyStatus{}, handler.EnqueueRequestsFromMapFunc(toDefaultConfiguration),
+			builder.WithPredicates(agentIssuerChanged)).
+		Named("managedproxyconfiguration").
+		WithOptions(opts).
+		Complete(r)
+}

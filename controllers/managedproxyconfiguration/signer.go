@@ -1,0 +1,277 @@
+package managedproxyconfiguration
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
+)
+
+const (
+	// CACommonName is the common name of the self-signed CA.
+	CACommonName = "open-cluster-management:cluster-proxy"
+	// CAValidity is the lifetime of a self-signed CA; it is rotated when 2/3 of it has passed.
+	CAValidity = 10 * 365 * 24 * time.Hour
+	// rotationHandledAnnotation on the signer secret records the last RotateCAAnnotation value acted on.
+	rotationHandledAnnotation = "proxy.open-cluster-management.io/rotate-ca-handled"
+	// previousCAUnusedAnnotation on the signer secret records when the previous CA stopped signing any live
+	// certificate: it leaves the bundle CARolloverGrace later.
+	previousCAUnusedAnnotation = "proxy.open-cluster-management.io/previous-ca-unused-since"
+	// CARolloverGrace is how long the previous CA stays in the bundle after every certificate it signed was re-issued:
+	// pods serve the new certificates only once the kubelet has updated their Secret volumes (its sync period plus
+	// its cache's TTL, about a minute each), and a client that read a bundle without the old CA must trust them.
+	CARolloverGrace = 3 * time.Minute
+)
+
+// reconcileSigner makes the CA ready to sign (generating or rotating a self-signed one) and publishes the bundle
+// every peer trusts: the current CA plus, during a rollover, each earlier CA that still has live certificates.
+func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result, error) {
+	mpc := s.mpc
+	var secret *corev1.Secret
+	var err error
+	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
+		secret, s.ca, err = signer.ReadCA(ctx, r.Client, r.APIReader, mpc)
+	} else {
+		secret, s.ca, err = r.ensureSelfSignedCA(ctx, mpc)
+	}
+	var notReady *signer.NotReadyError
+	if errors.As(err, &notReady) {
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, false, notReady.Reason, notReady.Message)
+		return ctrl.Result{RequeueAfter: notReadyRecheck}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	retained, err := r.retainedCAs(ctx, mpc, s.ca.Cert, secret)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var graceLeft time.Duration
+	finish := len(retained) == 0 && mpc.Spec.Authentication.Signer.Type != proxyv1alpha1.Provided && len(secret.Data[signer.KeyPreviousCA]) > 0
+	if finish {
+		if graceLeft, err = r.previousCAGrace(ctx, mpc, secret); err != nil {
+			return ctrl.Result{}, err
+		}
+		if graceLeft > 0 {
+			// Unused, but maybe still served: it stays trusted until the pods have the new certificates.
+			finish = false
+			retained, _ = certs.ParseCertificates(secret.Data[signer.KeyPreviousCA])
+		}
+	}
+	bundle := append([]*x509.Certificate{s.ca.Cert}, retained...)
+	if _, err := apply.Ensure(ctx, r.Client, render.CABundleSecret(mpc, certs.EncodeBundle(bundle...))); err != nil {
+		return ctrl.Result{}, err
+	}
+	if finish {
+		if err := r.finishRollover(ctx, mpc, secret); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s.status.Signer = &proxyv1alpha1.SignerStatus{CAFingerprint: certs.Fingerprint(s.ca.Cert), CANotAfter: &metav1.Time{Time: s.ca.Cert.NotAfter}}
+	for _, c := range bundle {
+		s.status.Signer.BundleFingerprints = append(s.status.Signer.BundleFingerprints, certs.Fingerprint(c))
+	}
+	if len(retained) > 0 {
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, true, proxyv1alpha1.ReasonCARollover,
+			fmt.Sprintf("CA %s signs; %d earlier CA(s) stay trusted until every certificate they issued is re-issued", certs.Fingerprint(s.ca.Cert), len(retained)))
+	} else {
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, true, proxyv1alpha1.ReasonSignerReady,
+			fmt.Sprintf("CA %s signs, valid until %s", certs.Fingerprint(s.ca.Cert), s.ca.Cert.NotAfter.UTC().Format(time.RFC3339)))
+	}
+	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
+		return ctrl.Result{RequeueAfter: providedSignerRecheck}, nil
+	}
+	return ctrl.Result{RequeueAfter: graceLeft}, nil
+}
+
+// previousCAGrace is how long the previous CA, which signs no live certificate any more, stays in the bundle: it
+// records the moment it found it unused on the signer secret, and answers what is left of CARolloverGrace since.
+func (r *Reconciler) previousCAGrace(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, secret *corev1.Secret) (time.Duration, error) {
+	now := r.Clock.Now()
+	since, err := time.Parse(time.RFC3339, secret.Annotations[previousCAUnusedAnnotation])
+	if err != nil {
+		since = now
+		annotations := map[string]string{previousCAUnusedAnnotation: now.UTC().Format(time.RFC3339)}
+		if handled := secret.Annotations[rotationHandledAnnotation]; handled != "" {
+			annotations[rotationHandledAnnotation] = handled
+		}
+		signerSecret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, secret.Data, annotations)
+		if _, err := apply.Ensure(ctx, r.Client, signerSecret); err != nil {
+			return 0, err
+		}
+	}
+	return max(since.Add(CARolloverGrace).Sub(now), 0), nil
+}
+
+// ensureSelfSignedCA generates the CA once, and rotates it when 2/3 of its life has passed or a rotation was
+// requested with RotateCAAnnotation.
+func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*corev1.Secret, *certs.KeyPair, error) {
+	now := r.Clock.Now()
+	secret, ca, err := signer.ReadCA(ctx, r.Client, r.Client, mpc)
+	var notReady *signer.NotReadyError
+	if err != nil && !errors.As(err, &notReady) {
+		return nil, nil, err
+	}
+	if ca == nil {
+		// Missing or unusable: the operator owns this secret, so it makes a new CA.
+		next, err := certs.NewCA(CACommonName, CAValidity, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: next.CertPEM, signer.KeyCAKey: next.KeyPEM}, mpc.Annotations[proxyv1alpha1.RotateCAAnnotation])
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAGenerated", "GenerateCA", "Generated CA %s in secret %s/%s", certs.Fingerprint(next.Cert), secret.Namespace, secret.Name)
+		return secret, next, nil
+	}
+	requested := mpc.Annotations[proxyv1alpha1.RotateCAAnnotation]
+	rotationRequested := requested != "" && requested != secret.Annotations[rotationHandledAnnotation]
+	if !rotationRequested && !certs.CANeedsRotation(ca.Cert, now) {
+		return secret, ca, nil
+	}
+	next, err := certs.NewCA(CACommonName, CAValidity, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, crossPEM, err := certs.CrossSign(next, ca, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret, err = r.writeSignerSecret(ctx, mpc, map[string][]byte{
+		signer.KeyCACert:        next.CertPEM,
+		signer.KeyCAKey:         next.KeyPEM,
+		signer.KeyPreviousCA:    certs.EncodeBundle(ca.Cert),
+		signer.KeyCrossSignedCA: crossPEM,
+	}, requested)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARotated", "RotateCA", "Rotated CA %s to %s; both stay trusted until every certificate is re-issued",
+		certs.Fingerprint(ca.Cert), certs.Fingerprint(next.Cert))
+	return secret, next, nil
+}
+
+func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, data map[string][]byte, handled string) (*corev1.Secret, error) {
+	var annotations map[string]string
+	if handled != "" {
+		annotations = map[string]string{rotationHandledAnnotation: handled}
+	}
+	secret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, data, annotations)
+	if _, err := apply.Ensure(ctx, r.Client, secret); err != nil {
+		return nil, err
+	}
+	return secret, nil
+}
+
+// finishRollover forgets the previous CA once nothing issued by it remains.
+func (r *Reconciler) finishRollover(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, secret *corev1.Secret) error {
+	data := map[string][]byte{signer.KeyCACert: secret.Data[signer.KeyCACert], signer.KeyCAKey: secret.Data[signer.KeyCAKey]}
+	if _, err := r.writeSignerSecret(ctx, mpc, data, secret.Annotations[rotationHandledAnnotation]); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARolloverComplete", "RotateCA", "Every certificate is issued by CA %s; earlier CAs left the bundle",
+		certs.Fingerprint(mustParseFirst(secret.Data[signer.KeyCACert])))
+	return nil
+}
+
+// retainedCAs are the earlier CAs (from the published bundle and the signer's previous CA) that still signed a
+// live certificate of this issuer, so they must stay in the bundle.
+func (r *Reconciler) retainedCAs(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, current *x509.Certificate, signerSecret *corev1.Secret) ([]*x509.Certificate, error) {
+	var candidates []*x509.Certificate
+	seen := map[string]bool{certs.Fingerprint(current): true}
+	addCandidates := func(pemData []byte) {
+		found, err := certs.ParseCertificates(pemData)
+		if err != nil {
+			return
+		}
+		for _, c := range found {
+			if fp := certs.Fingerprint(c); !seen[fp] {
+				seen[fp] = true
+				candidates = append(candidates, c)
+			}
+		}
+	}
+	addCandidates(signerSecret.Data[signer.KeyPreviousCA])
+	published := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: contract.Namespace(mpc), Name: proxyv1alpha1.CABundleSecretName}, published)
+	if client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	addCandidates(published.Data["ca.crt"])
+	if len(candidates) == 0 {
+		return nil, nil // only the current CA: nothing to look up, which is every pass outside a rotation
+	}
+
+	inUse, err := r.issuingFingerprints(ctx, mpc)
+	if err != nil {
+		return nil, err
+	}
+	agentCAs, err := r.agentAuthorityKeyIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var retained []*x509.Certificate
+	for _, c := range candidates {
+		if inUse[certs.Fingerprint(c)] || agentCAs[hex.EncodeToString(c.SubjectKeyId)] {
+			retained = append(retained, c)
+		}
+	}
+	return retained, nil
+}
+
+// issuingFingerprints are the CAs that signed the current certificate of every ProxyCertificate of this issuer.
+func (r *Reconciler) issuingFingerprints(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) (map[string]bool, error) {
+	list := &proxyv1alpha1.ProxyCertificateList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{index.IssuerName: mpc.Name}); err != nil {
+		return nil, fmt.Errorf("list ProxyCertificates of %s: %w", mpc.Name, err)
+	}
+	inUse := map[string]bool{}
+	for _, pc := range list.Items {
+		if pc.Status.IssuerFingerprint != "" {
+			inUse[pc.Status.IssuerFingerprint] = true
+		}
+	}
+	return inUse, nil
+}
+
+// agentAuthorityKeyIDs are the CAs (by subject key ID) that signed the agent certificates in use on the clusters.
+func (r *Reconciler) agentAuthorityKeyIDs(ctx context.Context) (map[string]bool, error) {
+	list := &proxyv1alpha1.ClusterProxyStatusList{}
+	// Read-only, and one per cluster: no deep copies of the cache.
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list ClusterProxyStatuses: %w", err)
+	}
+	ids := map[string]bool{}
+	for _, cps := range list.Items {
+		if id := cps.Status.AgentCertificateAuthorityKeyID; id != "" {
+			ids[id] = true
+		}
+	}
+	return ids, nil
+}
+
+func mustParseFirst(pemData []byte) *x509.Certificate {
+	c, err := certs.ParseCertificates(pemData)
+	if err != nil || len(c) == 0 {
+		return nil
+	}
+	return c[0]
+}

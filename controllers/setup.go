@@ -1,0 +1,156 @@
+// Package controller wires the operator's reconcilers into a controller-runtime manager, one package per job:
+// managedproxyconfiguration (the hub objects of a configuration), proxycertificate (issuing and renewal),
+// clustercount (the configurations' cluster counts), clusteragent (one cluster's agent, add-on status and
+// ClusterProxyStatus), agentcsr (approving and signing the agents' CSRs), addoninstall (the install strategy) and,
+// where the hub serves ClusterProfiles, clusterprofile (the access provider of every cluster). They share only the
+// cache indexes of package index; none imports another.
+package controllers
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/addoninstall"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/agentcsr"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusteragent"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clustercount"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusterprofile"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+)
+
+// CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
+// secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped, but for the
+// objects apply.EnsureReplaced writes, which keep other writers' entries.
+func CacheOptions() cache.Options {
+	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+		&proxyv1alpha1.ClusterProxyStatus{}: {Transform: apply.KeepForeignManagedFields},
+		&corev1.Secret{}:                    owned,
+		&corev1.ConfigMap{}:                 owned,
+		&corev1.Service{}:                   owned,
+		&corev1.ServiceAccount{}:            owned,
+		&appsv1.Deployment{}:                owned,
+		&rbacv1.Role{}:                      owned,
+		&rbacv1.RoleBinding{}:               owned,
+		&rbacv1.ClusterRoleBinding{}:        owned,
+		&networkingv1.NetworkPolicy{}:       owned,
+		// The proxy-servers' endpoints (the EndpointSlice controller copies the Service's labels): tunnel health
+		// asks every replica.
+		&discoveryv1.EndpointSlice{}: owned,
+		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: clusteragent.TrimCachedWork},
+		&clusterv1.ManagedCluster{}:  {Transform: clusteragent.TrimCachedCluster},
+		// Other add-ons' objects are none of the operator's business.
+		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
+		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
+	}}
+}
+
+// Options configure the reconcilers.
+type Options struct {
+	// Clock is the time source of certificate decisions; tests pass a fake one.
+	Clock clock.PassiveClock
+	// Tunnels reports tunnel health per cluster (internal/hub/tunnelhealth in the manager); nil leaves the tunnel
+	// conditions Unknown and the add-on's Available to OCM's Lease check.
+	Tunnels clusteragent.TunnelSource
+	// CountsDelay is how long the cluster counts wait for more changes (clustercount.DefaultDelay when zero).
+	CountsDelay time.Duration
+	// TLSProfileNamespace is where OCM's ocm-tls-profile ConfigMap is read from (the manager's namespace); "" reads
+	// none.
+	TLSProfileNamespace string
+}
+
+// Setup registers the field indexes and every reconciler with mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if opts.Tunnels != nil {
+		// Tunnel health lists the proxy-servers' EndpointSlices, which no controller watches: their informer starts
+		// with the cache, not on the first round that gets that far, which may come at any time, at steady state too.
+		if _, err := mgr.GetCache().GetInformer(ctx, &discoveryv1.EndpointSlice{}); err != nil {
+			return err
+		}
+	}
+	recorder := mgr.GetEventRecorder("cluster-proxy-operator")
+	options := controller.Options{RateLimiter: RateLimiter()}
+	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder}
+	if opts.TLSProfileNamespace != "" {
+		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
+		profiles, err := cache.New(mgr.GetConfig(), cache.Options{
+			Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+			DefaultNamespaces: map[string]cache.Config{opts.TLSProfileNamespace: {}},
+			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", managedproxyconfiguration.OCMTLSProfileName)}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(profiles); err != nil {
+			return err
+		}
+		configurations.OCMTLSProfile, configurations.OCMTLSProfileNamespace = profiles, opts.TLSProfileNamespace
+	}
+	reconcilers := []interface {
+		SetupWithManager(ctrl.Manager, controller.Options) error
+	}{
+		configurations,
+		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
+		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		&addoninstall.Reconciler{Client: mgr.GetClient()},
+	}
+	profiles, err := clusterprofile.Served(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if profiles {
+		reconcilers = append(reconcilers, &clusterprofile.Reconciler{Client: mgr.GetClient(), Recorder: recorder})
+	} else {
+		ctrl.Log.WithName("setup").Info("The hub does not serve ClusterProfiles (multicluster.x-k8s.io/v1alpha1): no access " +
+			"providers are published. Turn on OCM's ClusterProfile feature, then restart the manager.")
+	}
+	for _, r := range reconcilers {
+		if err := r.SetupWithManager(mgr, options); err != nil {
+			return err
+		}
+	}
+	// One pass per cluster, the bulk of the work on a large hub: 16 at a time.
+	return (&clusteragent.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Tunnels: opts.Tunnels, Recorder: recorder,
+	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 16})
+}
+
+// RateLimiter retries a failed reconcile after 5ms, doubling up to 30s: hub objects are few, and a user who fixes
+// what blocked a reconcile should not wait the default 16 minutes.
+func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 30*time.Second)
+}

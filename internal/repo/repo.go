@@ -1,0 +1,103 @@
+// Package repo finds the files of this repository and of the Go modules it builds with: its root, and the CRDs of
+// OCM (open-cluster-management.io/api) and of ClusterProfile (sigs.k8s.io/cluster-inventory-api) in the module cache.
+// The local system and the tests both read them.
+package repo
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// ocmHubCRDs are the OCM hub CRDs the operator reads or writes, by path inside the open-cluster-management.io/api
+// module. The add-on CRDs are the v1alpha1 ones: they store v1alpha1 and need no conversion webhook.
+var ocmHubCRDs = []string{
+	"cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml",
+	"cluster/v1beta2/0000_00_clusters.open-cluster-management.io_managedclustersets.crd.yaml",
+	"cluster/v1beta2/0000_01_clusters.open-cluster-management.io_managedclustersetbindings.crd.yaml",
+	"cluster/v1beta1/0000_02_clusters.open-cluster-management.io_placements.crd.yaml",
+	"cluster/v1beta1/0000_03_clusters.open-cluster-management.io_placementdecisions.crd.yaml",
+	"work/v1/0000_00_work.open-cluster-management.io_manifestworks.crd.yaml",
+	"addon/v1alpha1/0000_00_addon.open-cluster-management.io_clustermanagementaddons.crd.yaml",
+	"addon/v1alpha1/0000_01_addon.open-cluster-management.io_managedclusteraddons.crd.yaml",
+	"addon/v1alpha1/0000_02_addon.open-cluster-management.io_addondeploymentconfigs.crd.yaml",
+}
+
+// extraOCMHubCRDs are the OCM v1.0.0 hub CRDs that the operator itself does not use, by path inside the
+// open-cluster-management.io/api module: the add-on manager watches AddOnTemplates and the work hub manager
+// ManifestWorkReplicaSets. ClusterProfiles are not needed: their controller is behind a disabled gate.
+var extraOCMHubCRDs = []string{
+	"addon/v1alpha1/0000_03_addon.open-cluster-management.io_addontemplates.crd.yaml",
+	"work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
+}
+
+// OCMHubCRDFiles are every OCM hub CRD the OCM v1.0.0 hub components watch (the operator's own CRDs are not among
+// them).
+func OCMHubCRDFiles() ([]string, error) {
+	return OCMAPIFiles(append(slices.Clone(ocmHubCRDs), extraOCMHubCRDs...)...)
+}
+
+// Root is the root of this repository, found from this source file.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// OperatorOCMCRDFiles are the OCM hub CRDs the operator reads or writes.
+func OperatorOCMCRDFiles() ([]string, error) {
+	return OCMAPIFiles(ocmHubCRDs...)
+}
+
+// CRDPaths are the operator's CRDs, the OCM hub CRDs, read from the open-cluster-management.io/api module in the Go
+// module cache, and the ClusterProfile CRD of sigs.k8s.io/cluster-inventory-api (a hub with OCM's ClusterProfile
+// feature on).
+func CRDPaths() ([]string, error) {
+	ocm, err := OCMAPIFiles(ocmHubCRDs...)
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := ClusterProfileCRDFile()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{filepath.Join(Root(), "config", "crd", "bases"), profiles}, ocm...), nil
+}
+
+// ClusterProfileCRDFile is the ClusterProfile CRD of the sigs.k8s.io/cluster-inventory-api module the operator
+// builds with.
+func ClusterProfileCRDFile() (string, error) {
+	files, err := moduleFiles("sigs.k8s.io/cluster-inventory-api", "config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml")
+	if err != nil {
+		return "", err
+	}
+	return files[0], nil
+}
+
+// OCMAPIFiles are the paths of files of the open-cluster-management.io/api module (given by their path inside it) in
+// the Go module cache.
+func OCMAPIFiles(paths ...string) ([]string, error) {
+	return moduleFiles("open-cluster-management.io/api", paths...)
+}
+
+// moduleFiles are the paths of files of a module of this repository's build (given by their path inside it) in the
+// Go module cache.
+func moduleFiles(module string, paths ...string) ([]string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = Root()
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("locate the %s module (run 'go mod download'): %w", module, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return nil, fmt.Errorf("%s is not in the module cache: run 'go mod download'", module)
+	}
+	files := make([]string, 0, len(paths))
+	for _, p := range paths {
+		files = append(files, filepath.Join(dir, p))
+	}
+	return files, nil
+}

@@ -1,0 +1,403 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/metadata"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
+	"sigs.k8s.io/apiserver-network-proxy/proto/header"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
+)
+
+// The router carries konnectivity's packets between the frontends and the agent streams. A frontend stream (a gRPC
+// client's, or an in-process tunnel's) asks for one connection: DIAL_REQ goes to the newest agent of the address's
+// host, the agent answers with DIAL_RSP (or DIAL_CLS), then DATA flows both ways until CLOSE_REQ and CLOSE_RSP.
+//
+// It speaks the protocol of ANP's proxy-server, so konnectivity-client and ANP's agent work with it, with three
+// differences: an agent stream is read by the goroutine gRPC runs its handler on (ANP's runs two more per agent;
+// without them an idle agent costs the proxy-server about 48 KiB instead of 59); a DIAL_RSP is taken only from the
+// agent the dial was sent to; and
+// the dials waiting on an agent stream that ends are answered at once, with errAgentStreamEnded, instead of waiting
+// for the client's timeout.
+type router struct {
+	// header is what every agent stream is answered with: the server ID and count. gRPC keeps the header of a stream
+	// for the stream's life and only reads it, so the streams share one.
+	header   metadata.MD
+	serverID string
+	backends *newestBackends
+	// agents is the view of the connected agents by cluster, which the user-server and GET /agents read.
+	agents *Agents
+	log    logr.Logger
+
+	mu sync.Mutex
+	// pending holds the dials sent to an agent and not answered yet, by dial ID.
+	pending map[int64]*link
+}
+
+// errNoAgent answers a dial to a host no agent serves, in ANP's words, which clients (tunnelclient among them) match.
+var errNoAgent = errors.New("No agent available") //nolint:staticcheck // ANP's words, matched by clients
+
+// errAgentStreamEnded answers the dials that were waiting on an agent stream when it ended.
+var errAgentStreamEnded = errors.New("the agent stream ended before the agent answered the dial")
+
+func newRouter(serverID string, serverCount int, agents *Agents, log logr.Logger) *router {
+	return &router{
+		header:   metadata.Pairs(header.ServerID, serverID, header.ServerCount, strconv.Itoa(serverCount)),
+		serverID: serverID,
+		backends: newNewestBackends(),
+		agents:   agents,
+		log:      log,
+		pending:  map[int64]*link{},
+	}
+}
+
+// packetStream is a frontend stream: client.ProxyService_ProxyServer, or an in-process tunnel.
+type packetStream interface {
+	Send(*client.Packet) error
+	Recv() (*client.Packet, error)
+}
+
+// frontend is one frontend stream. Its own loop and the loops of agent streams send to it.
+type frontend struct {
+	mu     sync.Mutex
+	stream packetStream
+}
+
+func (f *frontend) send(pkt *client.Packet) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stream.Send(pkt)
+}
+
+// link is the connection a frontend stream asked for.
+type link struct {
+	front   *frontend
+	back    *backend
+	random  int64
+	connID  atomic.Int64 // from the agent's DIAL_RSP; 0 until then
+	closing bool         // the frontend sent CLOSE_REQ; only the frontend's loop reads and writes it
+}
+
+// backend is one agent stream.
+type backend struct {
+	stream   agent.AgentService_ConnectServer
+	agentID  string // scoped to the cluster: <cluster>/<agent ID>
+	hosts    []string
+	draining atomic.Bool
+
+	sendMu sync.Mutex
+
+	mu    sync.Mutex
+	conns map[int64]*link // established connections, by the agent's connection ID
+	ended bool
+}
+
+func (b *backend) send(pkt *client.Packet) error {
+	b.sendMu.Lock()
+	defer b.sendMu.Unlock()
+	return b.stream.Send(pkt)
+}
+
+// addConn records an established connection. Only the stream's own loop adds, so the stream has not ended.
+func (b *backend) addConn(id int64, l *link) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conns == nil {
+		b.conns = map[int64]*link{}
+	}
+	b.conns[id] = l
+	established.Inc()
+}
+
+func (b *backend) conn(id int64) *link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conns[id]
+}
+
+// removeConn forgets connection id if it is l's (any link's when l is nil) and returns the link it removed.
+func (b *backend) removeConn(id int64, l *link) *link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	found := b.conns[id]
+	if found == nil || (l != nil && found != l) {
+		return nil
+	}
+	delete(b.conns, id)
+	established.Dec()
+	return found
+}
+
+func (b *backend) hasEnded() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ended
+}
+
+// end marks the stream ended and returns its connections.
+func (b *backend) end() map[int64]*link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = true
+	conns := b.conns
+	b.conns = nil
+	established.Sub(float64(len(conns)))
+	return conns
+}
+
+// closeConn asks the agent to close connection id.
+func (b *backend) closeConn(id int64) {
+	_ = b.send(packet.CloseRequest(id))
+}
+
+// Connect serves an agent stream on the handler's goroutine. It admits the agent (admitAgent), answers with the server
+// ID and count, makes the agent a backend of its hosts and counts it as connected, then routes what the agent sends
+// until the stream ends.
+func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
+	id, err := admitAgent(stream.Context(), r.serverID, r.log)
+	if err != nil {
+		return err
+	}
+	if err := stream.SendHeader(r.header); err != nil {
+		return err
+	}
+	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
+	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts}
+	r.backends.add(b)
+	r.agents.add(id.Cluster, id.AgentID)
+	defer func() {
+		r.backendGone(b)
+		r.agents.remove(id.Cluster, id.AgentID)
+	}()
+	for {
+		pkt, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r.fromAgent(b, pkt)
+	}
+}
+
+// fromAgent routes one packet of agent stream b.
+func (r *router) fromAgent(b *backend, pkt *client.Packet) {
+	switch pkt.Type {
+	case client.PacketType_DIAL_RSP:
+		rsp := pkt.GetDialResponse()
+		l := r.takePending(rsp.Random, b)
+		if l == nil {
+			// Given up meanwhile (DIAL_CLS, or the frontend stream ended), or not a dial of this agent's.
+			if rsp.ConnectID != 0 {
+				b.closeConn(rsp.ConnectID)
+			}
+			return
+		}
+		if rsp.Error != "" {
+			_ = l.front.send(pkt)
+			return
+		}
+		l.connID.Store(rsp.ConnectID)
+		b.addConn(rsp.ConnectID, l)
+		if err := l.front.send(pkt); err != nil {
+			b.removeConn(rsp.ConnectID, l)
+			b.closeConn(rsp.ConnectID)
+		}
+	case client.PacketType_DIAL_CLS:
+		if l := r.takePending(pkt.GetCloseDial().Random, b); l != nil {
+			_ = l.front.send(pkt)
+		}
+	case client.PacketType_DATA:
+		d := pkt.GetData()
+		l := b.conn(d.ConnectID)
+		if l == nil {
+			packet.ReleasePayload(d.Data)
+			if d.ConnectID != 0 {
+				b.closeConn(d.ConnectID)
+			}
+			return
+		}
+		if err := l.front.send(pkt); err != nil {
+			r.log.V(2).Info("Could not pass data to a frontend", "agentID", b.agentID, "connectionID", d.ConnectID, "err", err)
+		}
+	case client.PacketType_CLOSE_RSP:
+		id := pkt.GetCloseResponse().ConnectID
+		if l := b.removeConn(id, nil); l != nil {
+			_ = l.front.send(pkt)
+		}
+	case client.PacketType_DRAIN:
+		r.log.V(1).Info("Agent is draining", "agentID", b.agentID)
+		b.draining.Store(true)
+	default:
+		r.log.V(2).Info("Ignoring a packet from an agent", "type", pkt.Type, "agentID", b.agentID)
+	}
+}
+
+// backendGone forgets an agent stream that ended: its connections get CLOSE_RSP, and the dials waiting on it get
+// errAgentStreamEnded. It leaves the backends first, so a dial made again cannot choose it, and it marks the stream
+// ended before it takes the dials, so that addPending refuses the dials that chose it just before.
+func (r *router) backendGone(b *backend) {
+	r.backends.remove(b)
+	for id, l := range b.end() {
+		_ = l.front.send(packet.CloseResponse(id, ""))
+	}
+	r.mu.Lock()
+	var waiting []*link
+	for random, l := range r.pending {
+		if l.back == b {
+			waiting = append(waiting, l)
+			delete(r.pending, random)
+		}
+	}
+	r.mu.Unlock()
+	for _, l := range waiting {
+		_ = l.front.send(packet.DialResponse(l.random, 0, errAgentStreamEnded.Error()))
+	}
+}
+
+// addPending records a dial sent to l.back. It reports false when that stream has ended: backendGone marks the stream
+// ended before it takes the stream's dials, under the same lock, so a dial is either taken by it or refused here.
+func (r *router) addPending(l *link) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.back.hasEnded() {
+		return false
+	}
+	r.pending[l.random] = l
+	return true
+}
+
+// takePending removes and returns dial random if it was sent to b.
+func (r *router) takePending(random int64, b *backend) *link {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.pending[random]
+	if l == nil || l.back != b {
+		return nil
+	}
+	delete(r.pending, random)
+	return l
+}
+
+// serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets.
+func (r *router) serveFrontend(stream packetStream) error {
+	f := &frontend{stream: stream}
+	var l *link
+	defer func() {
+		if l != nil {
+			r.frontendGone(l)
+		}
+	}()
+	for {
+		pkt, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch pkt.Type {
+		case client.PacketType_DIAL_REQ:
+			req := pkt.GetDialRequest()
+			if l != nil {
+				_ = f.send(packet.DialResponse(req.Random, 0, "a stream carries one connection, and this one has dialed already"))
+				continue
+			}
+			b := r.backends.pick(hostOf(req.Address))
+			if b == nil {
+				_ = f.send(packet.DialResponse(req.Random, 0, errNoAgent.Error()))
+				return nil
+			}
+			l = &link{front: f, back: b, random: req.Random}
+			if !r.addPending(l) { // it ended after pick
+				_ = f.send(packet.DialResponse(req.Random, 0, errAgentStreamEnded.Error()))
+				l = nil
+				return nil
+			}
+			if err := b.send(pkt); err != nil {
+				if r.takePending(l.random, b) != nil {
+					_ = f.send(packet.DialResponse(req.Random, 0, "the dial could not be sent to the agent: "+err.Error()))
+				}
+				l = nil
+				return nil
+			}
+		case client.PacketType_DIAL_CLS:
+			// The client gave up. An answer that comes later is closed at the agent (fromAgent).
+			if l != nil && l.random == pkt.GetCloseDial().Random {
+				r.takePending(l.random, l.back)
+			}
+		case client.PacketType_DATA:
+			d := pkt.GetData()
+			if l == nil || d.ConnectID == 0 || d.ConnectID != l.connID.Load() {
+				_ = f.send(packet.CloseResponse(d.ConnectID, "no such connection on this stream"))
+				continue
+			}
+			if err := l.back.send(pkt); err != nil {
+				r.log.V(2).Info("Could not pass data to an agent", "agentID", l.back.agentID, "connectionID", d.ConnectID, "err", err)
+			}
+		case client.PacketType_CLOSE_REQ:
+			id := pkt.GetCloseRequest().ConnectID
+			if l == nil || id == 0 || id != l.connID.Load() {
+				_ = f.send(packet.CloseResponse(id, "no such connection on this stream"))
+				continue
+			}
+			l.closing = true
+			if err := l.back.send(pkt); err != nil && l.back.removeConn(id, l) != nil {
+				_ = f.send(packet.CloseResponse(id, "the close could not be sent to the agent: "+err.Error()))
+			}
+		default:
+			r.log.V(2).Info("Ignoring a packet from a frontend", "type", pkt.Type)
+		}
+	}
+}
+
+// frontendGone cleans up after a frontend stream: a dial still waiting is withdrawn at the agent, and a connection
+// still open is closed there.
+func (r *router) frontendGone(l *link) {
+	if r.takePending(l.random, l.back) != nil {
+		_ = l.back.send(packet.CloseDial(l.random))
+		return
+	}
+	id := l.connID.Load()
+	if id == 0 || l.back.removeConn(id, l) == nil || l.closing {
+		return
+	}
+	l.back.closeConn(id)
+}
+
+// hostOf is the host of a dial address, as the agents' host identifiers name it.
+func hostOf(address string) string {
+	if host, _, err := net.SplitHostPort(address); err == nil {
+		return host
+	}
+	return address
+}
+
+// proxyService is the gRPC frontend: each client stream is served by the router.
+type proxyService struct {
+	client.UnimplementedProxyServiceServer
+	r *router
+}
+
+func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
+	return p.r.serveFrontend(stream)
+}
+
+// agentService is the agent endpoint.
+type agentService struct {
+	agent.UnimplementedAgentServiceServer
+	r *router
+}
+
+func (a agentService) Connect(stream agent.AgentService_ConnectServer) error {
+	return a.r.Connect(stream)
+}

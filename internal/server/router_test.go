@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
+)
+
+// dialResult is what a dial made in the background came to.
+type dialResult struct {
+	conn net.Conn
+	err  error
+}
+
+// dialInBackground dials c1:443 through the gRPC frontend, as hub clients do, with a context far longer than the
+// test waits: only a dial left waiting would run into it.
+func dialInBackground(f *fixture) <-chan dialResult {
+	dialed := make(chan dialResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL}).DialCluster(ctx, "c1", 443)
+		dialed <- dialResult{conn, err}
+	}()
+	return dialed
+}
+
+// ANP leaves a gRPC client's dial waiting on an agent stream that ended until the client's own timeout. The router
+// answers it when the stream ends, and says why.
+func TestGRPCFrontendDialWaitingOnAnAgentStreamThatEndsFailsAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	going, err := f.agent(t, "c1", "ns1", "agent-going", "host=c1", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	going.unresponsive.Store(true)
+
+	dialed := dialInBackground(f)
+	g.Eventually(going.dropped).Should(Receive())
+	going.Close()
+
+	var r dialResult
+	g.Eventually(dialed).Should(Receive(&r))
+	g.Expect(r.err).To(MatchError(ContainSubstring(errAgentStreamEnded.Error())))
+}
+
+// An agent answers only the dials sent to it: a DIAL_RSP naming another agent's dial is closed at the agent that sent
+// it, and the dial keeps waiting for its own agent.
+func TestAnAgentCannotAnswerADialSentToAnotherAgent(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	owner, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	owner.unresponsive.Store(true)
+	other, err := f.agent(t, "c2", "ns2", "agent-1", "host=c2", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	dialed := dialInBackground(f)
+	var req *client.DialRequest
+	g.Eventually(owner.dropped).Should(Receive(&req))
+
+	const spoofed = 4242
+	g.Expect(other.send(packet.DialResponse(req.Random, spoofed, ""))).To(Succeed())
+	g.Eventually(other.closeReqs).Should(Receive(Equal(int64(spoofed))), "the answer's connection is closed at its agent")
+
+	// Had the answer been taken, the dial would have succeeded; it still waits for the agent it went to.
+	owner.Close()
+	var r dialResult
+	g.Eventually(dialed).Should(Receive(&r))
+	g.Expect(r.err).To(MatchError(ContainSubstring(errAgentStreamEnded.Error())))
+}
+
+// The proxy-server's gauges count what the router holds: agent streams, and connections the agents answered.
+func TestGaugesFollowAgentStreamsAndConnections(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	target := startTCPTarget(t, echo)
+	streams, conns := gaugeValue(agentStreams), gaugeValue(established)
+
+	a, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gaugeValue(agentStreams)).To(Equal(streams + 1))
+
+	conn, err := f.srv.DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gaugeValue(established)).To(Equal(conns + 1))
+	g.Expect(conn.Close()).To(Succeed())
+	g.Eventually(func() float64 { return gaugeValue(established) }).Should(Equal(conns), "the agent's CLOSE_RSP ends it")
+
+	_, err = f.srv.DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred())
+	a.Close()
+	g.Eventually(func() float64 { return gaugeValue(agentStreams) }).Should(Equal(streams))
+	g.Eventually(func() float64 { return gaugeValue(established) }).Should(Equal(conns), "the stream's connections went with it")
+}
+
+// A client may send its first bytes with the CONNECT request, before the answer: they reach the target first.
+func TestConnectCarriesBytesSentWithTheRequest(t *testing.T) {
+	g := NewWithT(t)
+	f, _ := echoFixture(t, nil)
+
+	conn, err := tls.Dial("tcp", f.addrs.HTTPConnect, f.proxyTL)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = conn.Close() }()
+	g.Expect(conn.SetDeadline(time.Now().Add(10 * time.Second))).To(Succeed())
+	_, err = io.WriteString(conn, "CONNECT c1:443 HTTP/1.1\r\nHost: c1:443\r\n\r\nearly bytes")
+	g.Expect(err).NotTo(HaveOccurred())
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close() // a CONNECT answer has no body; closing it leaves the connection alone
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	got := make([]byte, len("early bytes"))
+	_, err = io.ReadFull(br, got)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(got)).To(Equal("early bytes"))
+}
+
+func gaugeValue(gauge prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := gauge.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
+}

@@ -1,0 +1,455 @@
+// Package userserver is the user-server: an HTTPS endpoint on the hub where https://<user-server>/<cluster>/... reaches
+// that cluster's kube-apiserver, and .../api/v1/namespaces/<ns>/services/<[proto:]name[:port]>/proxy-service/...
+// reaches an allow-listed service. Requests go as plain HTTP/1.1 to the agent's service-proxy through tunnels that
+// are pooled per cluster; the tunnel is the mTLS hop and the service-proxy authenticates the caller's token.
+package userserver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
+)
+
+// Dialer opens a tunnel to a port of a cluster's agent.
+type Dialer interface {
+	DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error)
+}
+
+// Clusters tells which clusters exist and which have an agent connected.
+type Clusters interface {
+	Connected(cluster string) bool
+	Known(cluster string) bool
+}
+
+// Options configure a Server. Dialer and Clusters are required; zero values of the others take the defaults.
+type Options struct {
+	Dialer   Dialer
+	Clusters Clusters
+	// ServiceProxyPort is the tunnel port of the agent's service-proxy, default 7443.
+	ServiceProxyPort int
+	// Allowed lists the services reachable through the service form; the kube-apiserver is not subject to it.
+	Allowed allowlist.List
+	// MaxIdleConnsPerCluster is how many idle tunnels a cluster's pool keeps to its service-proxy, and to each of its
+	// services reached by service tunnels, default 64.
+	MaxIdleConnsPerCluster int
+	// MaxConnsPerCluster bounds a cluster's tunnels, in use or idle, service tunnels included, default 2048; further
+	// requests wait for one, and the cluster's idle tunnels are closed to make room.
+	// Every watch, followed log, exec, attach and port-forward holds a tunnel for as long as it runs, so the bound is
+	// well above what short requests need (MaxIdleConnsPerCluster) and what a cluster's long-lived streams are
+	// expected to reach; it still caps what one cluster can make the proxy-server and its agent hold.
+	MaxConnsPerCluster int
+	// IdleConnTimeout closes a tunnel idle for that long, default 90s.
+	IdleConnTimeout time.Duration
+	// DrainTimeout bounds the drain after Serve's context ends, default 30s. MinDrainDuration is how long the server
+	// keeps accepting with Ready false first, so load balancers notice, default 0.
+	DrainTimeout, MinDrainDuration time.Duration
+	// AgentWarmup is how long after New a cluster no agent has reached here yet is answered 503 with Retry-After
+	// and Connection: close instead of 404: a new replica is Ready before the agents reach it (they look for it only
+	// when one of their proxy-servers goes), and client-go retries such an answer on a new connection, which the
+	// Service may send to a replica that has the cluster. Default 0: no warm-up.
+	AgentWarmup time.Duration
+	// Clock times the drain (MinDrainDuration and DrainTimeout) and AgentWarmup; default the real clock.
+	Clock clock.WithDelayedExecution
+}
+
+const (
+	defaultServiceProxyPort = 7443
+	defaultMaxIdle          = 64
+	defaultMaxConns         = 2048
+	defaultIdleConnTimeout  = 90 * time.Second
+	defaultDrainTimeout     = 30 * time.Second
+	// How often transports of clusters that disappeared are dropped.
+	sweepInterval = 15 * time.Second
+	// The request line and headers of a client must arrive within this (as the existing user-server does).
+	readHeaderTimeout = 32 * time.Second
+	// A client's idle keep-alive connection is closed after this.
+	clientIdleTimeout = 5 * time.Minute
+	// A status for the metric when the client went away before it got an answer (nginx's convention).
+	statusClientClosed = 499
+)
+
+// Server is the user-server's http.Handler; Serve runs it on a listener and drains it.
+type Server struct {
+	opts     Options
+	started  time.Time
+	pool     *pool
+	proxy    *httputil.ReverseProxy
+	ready    atomic.Bool
+	hijacked hijackedConns
+}
+
+// New fills in the defaults. It panics without a Dialer or Clusters: that is a programming error, not bad input.
+func New(opts Options) *Server {
+	if opts.Dialer == nil || opts.Clusters == nil {
+		panic("userserver: Options.Dialer and Options.Clusters are required")
+	}
+	if opts.ServiceProxyPort <= 0 {
+		opts.ServiceProxyPort = defaultServiceProxyPort
+	}
+	if opts.MaxIdleConnsPerCluster <= 0 {
+		opts.MaxIdleConnsPerCluster = defaultMaxIdle
+	}
+	if opts.MaxConnsPerCluster <= 0 {
+		opts.MaxConnsPerCluster = defaultMaxConns
+	}
+	opts.MaxIdleConnsPerCluster = min(opts.MaxIdleConnsPerCluster, opts.MaxConnsPerCluster)
+	if opts.IdleConnTimeout <= 0 {
+		opts.IdleConnTimeout = defaultIdleConnTimeout
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = defaultDrainTimeout
+	}
+	opts.MinDrainDuration = max(opts.MinDrainDuration, 0)
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+
+	s := &Server{
+		opts:    opts,
+		started: opts.Clock.Now(),
+		pool: &pool{
+			dialer:          opts.Dialer,
+			port:            opts.ServiceProxyPort,
+			maxIdle:         opts.MaxIdleConnsPerCluster,
+			maxConns:        opts.MaxConnsPerCluster,
+			idleConnTimeout: opts.IdleConnTimeout,
+			clock:           opts.Clock,
+			clusters:        map[string]*clusterPool{},
+		},
+		hijacked: hijackedConns{conns: map[*hijackedConn]struct{}{}},
+	}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:   s.rewrite,
+		Transport: s.pool,
+		// Watches and logs (no Content-Length) and event streams are flushed on every write, their headers at once:
+		// ReverseProxy does that by itself. Other answers are written as they are copied, headers with the first
+		// bytes; -1 here would flush their headers alone from a goroutine of its own, for every request.
+		FlushInterval: 0,
+		ErrorHandler:  s.proxyError,
+		BufferPool:    &copybuf.Pool{},
+	}
+	return s
+}
+
+// Ready is true while Serve accepts requests and is not draining.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// ServeHTTP answers with a Kubernetes Status itself when the request cannot go to the cluster, and proxies it
+// otherwise.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r)}
+	s.serve(rec, r)
+	code := rec.code
+	switch {
+	case code == 0 && r.Context().Err() != nil:
+		code = statusClientClosed
+	case code == 0:
+		code = http.StatusOK
+	}
+	requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	t, err := ParsePath(r.URL.EscapedPath())
+	if err != nil {
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
+	// The service-proxy authenticates the token; refusing a request without one here saves opening a tunnel.
+	if proxyhttp.BearerToken(r.Header) == "" {
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			`a bearer token is required: set the header "Authorization: Bearer <token>"`)
+		return
+	}
+	if svc := t.Service; svc != nil && !s.opts.Allowed.Allows(svc.Namespace, svc.Name, svc.Port) {
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			fmt.Sprintf("service %s/%s port %d is not in the user-server's allow-list", svc.Namespace, svc.Name, svc.Port))
+		return
+	}
+	if !s.opts.Clusters.Known(t.Cluster) {
+		if s.opts.Clock.Since(s.started) < s.opts.AgentWarmup {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("no agent of cluster %q has reached this proxy-server yet, which started %s ago; retry",
+					t.Cluster, s.opts.Clock.Since(s.started).Round(time.Second)))
+			return
+		}
+		proxyhttp.WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", t.Cluster))
+		return
+	}
+	if !s.opts.Clusters.Connected(t.Cluster) {
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("the agent of cluster %q is not connected", t.Cluster))
+		return
+	}
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	if t.Service != nil {
+		route, err := s.pool.serviceRoute(ctx, t)
+		if err != nil {
+			s.proxyError(w, r.WithContext(ctx), err)
+			return
+		}
+		if route != nil {
+			ctx = context.WithValue(ctx, routeKey{}, route)
+		}
+	}
+	s.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+type targetKey struct{}
+
+// rewrite addresses the cluster's service-proxy, or the service itself when the request goes through a service
+// route. ReverseProxy has already removed hop-by-hop headers (and put back Connection and Upgrade for an upgrade);
+// Authorization and Impersonate-* pass unchanged, the service-proxy or the service decides.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	t, _ := pr.In.Context().Value(targetKey{}).(Target)
+	for k := range pr.Out.Header {
+		// Also the underscore spelling, which some servers read as the same header.
+		if len(k) >= len(proxyhttp.HeaderPrefix) && strings.EqualFold(strings.ReplaceAll(k[:len(proxyhttp.HeaderPrefix)], "_", "-"), proxyhttp.HeaderPrefix) {
+			delete(pr.Out.Header, k)
+		}
+	}
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = net.JoinHostPort(t.Cluster, strconv.Itoa(s.opts.ServiceProxyPort))
+	pr.Out.URL.Path = t.Path
+	pr.Out.URL.RawPath = ""
+	pr.Out.Host = ""
+	pr.SetXForwarded()
+	if route, ok := pr.In.Context().Value(routeKey{}).(*serviceRoute); ok {
+		pr.Out.Host = route.hostHeader()
+		return
+	}
+	if t.Service != nil {
+		setServiceHeaders(pr.Out.Header, *t.Service)
+	}
+}
+
+// proxyError answers a failed tunnel or round trip. The error stays in the log: it may name internals.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := r.Context().Value(targetKey{}).(Target)
+	log := klog.FromContext(r.Context())
+	if r.Context().Err() != nil {
+		log.V(4).Info("Client went away before the cluster answered", "cluster", t.Cluster, "err", err)
+		return
+	}
+	var refused *refusal
+	if errors.As(err, &refused) {
+		log.V(2).Info("The service-proxy refused a service tunnel", "cluster", t.Cluster, "code", refused.code)
+		refused.write(w)
+		return
+	}
+	log.Error(err, "Proxying to the service-proxy failed", "cluster", t.Cluster)
+	// Kubernetes has no reason for 502; ServiceUnavailable makes clients treat it as transient, not their fault.
+	proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
+		fmt.Sprintf("the agent of cluster %q could not be reached", t.Cluster))
+}
+
+// Serve serves ln (already TLS) until ctx ends, then drains: Ready turns false, the server keeps accepting for
+// MinDrainDuration, stops accepting and waits up to DrainTimeout for requests and upgraded connections to finish,
+// then closes what remains. It returns nil after a drain, and the error if serving fails first. Call it once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	log := klog.FromContext(ctx)
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       clientIdleTimeout,
+		// Requests carry ctx's values (the logger) but not its end: draining is how they end.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext: tlsbatch.ConnContext,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	s.ready.Store(true)
+
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	defer stopSweep()
+	go s.sweepLoop(sweepCtx)
+
+	select {
+	case err := <-served:
+		s.ready.Store(false)
+		s.hijacked.closeAll()
+		s.pool.closeIdle()
+		return fmt.Errorf("serve user-server: %w", err)
+	case <-ctx.Done():
+	}
+
+	s.ready.Store(false)
+	log.Info("Draining the user-server", "minDrainDuration", s.opts.MinDrainDuration, "drainTimeout", s.opts.DrainTimeout)
+	if s.opts.MinDrainDuration > 0 {
+		wait := s.opts.Clock.NewTimer(s.opts.MinDrainDuration)
+		select {
+		case <-wait.C():
+		case err := <-served: // the listener failed meanwhile; drain what is left
+			log.Error(err, "User-server stopped accepting before the drain")
+		}
+		wait.Stop()
+	}
+	drainCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bound := s.opts.Clock.AfterFunc(s.opts.DrainTimeout, cancel)
+	defer bound.Stop()
+	// Shutdown stops accepting, closes idle connections and waits for active ones; upgraded (hijacked) connections
+	// are ours to wait for.
+	if err := srv.Shutdown(drainCtx); err != nil {
+		log.Info("Drain timed out, closing the remaining connections", "err", err)
+		_ = srv.Close()
+	}
+	if !s.hijacked.wait(drainCtx) {
+		log.Info("Drain timed out, closing the remaining upgraded connections")
+	}
+	s.hijacked.closeAll()
+	s.pool.closeIdle()
+	log.Info("User-server drained")
+	return nil
+}
+
+func (s *Server) sweepLoop(ctx context.Context) {
+	tick := time.NewTicker(sweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.pool.sweep(s.opts.Clusters)
+		}
+	}
+}
+
+// recorder remembers the status code for the metric and tracks a hijacked connection so the drain can end it.
+// Flush and the rest reach the underlying writer through Unwrap (http.ResponseController).
+type recorder struct {
+	http.ResponseWriter
+	hijacked *hijackedConns
+	code     int
+	batch    *tlsbatch.Conn // beneath an HTTP/1 connection's TLS, or nil
+}
+
+func (w *recorder) WriteHeader(code int) {
+	if w.code == 0 && code >= http.StatusOK { // 1xx are informational, the final code comes later
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
+	return w.batch.BatchedWrite(w.ResponseWriter, b)
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.code = http.StatusSwitchingProtocols
+	return w.hijacked.track(c), brw, nil
+}
+
+// hijackedConns are the upgraded connections (exec, attach, port-forward, websockets), which http.Server.Shutdown
+// neither waits for nor closes.
+type hijackedConns struct {
+	mu     sync.Mutex
+	conns  map[*hijackedConn]struct{}
+	empty  chan struct{} // closed when conns becomes empty while someone waits
+	closed bool
+}
+
+func (h *hijackedConns) track(c net.Conn) net.Conn {
+	hc := &hijackedConn{Conn: c, set: h}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		_ = c.Close()
+	} else {
+		h.conns[hc] = struct{}{}
+	}
+	return hc
+}
+
+func (h *hijackedConns) remove(hc *hijackedConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.conns, hc)
+	if len(h.conns) == 0 && h.empty != nil {
+		close(h.empty)
+		h.empty = nil
+	}
+}
+
+// wait reports whether every upgraded connection ended before ctx did.
+func (h *hijackedConns) wait(ctx context.Context) bool {
+	h.mu.Lock()
+	if len(h.conns) == 0 {
+		h.mu.Unlock()
+		return true
+	}
+	if h.empty == nil {
+		h.empty = make(chan struct{})
+	}
+	empty := h.empty
+	h.mu.Unlock()
+	select {
+	case <-empty:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (h *hijackedConns) closeAll() {
+	h.mu.Lock()
+	h.closed = true
+	conns := make([]*hijackedConn, 0, len(h.conns))
+	for hc := range h.conns {
+		conns = append(conns, hc)
+	}
+	h.mu.Unlock()
+	for _, hc := range conns {
+		_ = hc.Close()
+	}
+}
+
+type hijackedConn struct {
+	net.Conn
+	set  *hijackedConns
+	once sync.Once
+}
+
+func (c *hijackedConn) Close() error {
+	c.once.Do(func() { c.set.remove(c) })
+	return c.Conn.Close()
+}
+
+// CloseWrite keeps half-close working for ReverseProxy, which looks for it on the connection it got from Hijack.
+func (c *hijackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
