@@ -26,9 +26,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
-// AgentCertificateDuration is the lifetime of agent certificates unless the CSR asks for a shorter one.
-const AgentCertificateDuration = 180 * 24 * time.Hour
-
 // Reconciler approves the add-on's CSRs from accepted clusters and signs the proxy-agent ones with the
 // configuration's CA, so agent private keys never leave the managed cluster. Anything else of the add-on is denied,
 // with an Event saying why; CSRs of other signers and add-ons are left alone.
@@ -136,7 +133,7 @@ func (r *Reconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	duration := AgentCertificateDuration
+	duration := certs.DefaultLeafDuration // unless the CSR asks for a shorter one
 	if s := csr.Spec.ExpirationSeconds; s != nil && time.Duration(*s)*time.Second < duration {
 		duration = max(time.Duration(*s)*time.Second, time.Hour)
 	}

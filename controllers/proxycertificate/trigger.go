@@ -37,7 +37,7 @@ func duration(pc *proxyv1alpha1.ProxyCertificate) time.Duration {
 	if pc.Spec.Duration != nil && pc.Spec.Duration.Duration > 0 {
 		return pc.Spec.Duration.Duration
 	}
-	return 180 * 24 * time.Hour
+	return certs.DefaultLeafDuration
 }
 
 func renewBefore(pc *proxyv1alpha1.ProxyCertificate) time.Duration {

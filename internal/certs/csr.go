@@ -14,9 +14,11 @@ import (
 // written by OCM's klusterlet and required by the Kubernetes CSR API.
 const csrBlockType = "CERTIFICATE REQUEST"
 
-// defaultCSRDuration is the lifetime of a certificate signed from a CSR when
-// the caller does not ask for one.
-const defaultCSRDuration = 180 * 24 * time.Hour
+// DefaultLeafDuration is the lifetime of every leaf certificate the operator
+// issues unless one is asked for: the hub's ProxyCertificates (their CRD's
+// default spec.duration, 4320h), the agents' from their CSRs, and a CSR signed
+// here without a duration. 180 days, as the existing addon's.
+const DefaultLeafDuration = 180 * 24 * time.Hour
 
 // ParseCSR decodes the first PEM block of csrPEM, which must be a
 // CERTIFICATE REQUEST, and parses it. Like the Kubernetes CSR API it ignores
@@ -41,7 +43,7 @@ func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 // copied from the request, KeyUsage DigitalSignature|KeyEncipherment,
 // ExtKeyUsage ClientAuth only, NotBefore = now - 1 minute, NotAfter = now +
 // duration capped at ca.Cert.NotAfter, random serial, AuthorityKeyId from the
-// CA. duration <= 0 means 180 days. Returns the PEM of the certificate
+// CA. duration <= 0 means DefaultLeafDuration. Returns the PEM of the certificate
 // followed by intermediates (the caller passes them, may be nil) — OCM's
 // klusterlet writes status.certificate as tls.crt, so a chain works.
 //
@@ -86,7 +88,7 @@ func SignCSR(ca *KeyPair, csrPEM []byte, duration time.Duration, intermediates [
 // csrTemplate builds the client certificate template for req under ca.
 func csrTemplate(ca *x509.Certificate, req *x509.CertificateRequest, duration time.Duration, now time.Time) (*x509.Certificate, error) {
 	if duration <= 0 {
-		duration = defaultCSRDuration
+		duration = DefaultLeafDuration
 	}
 	if !now.Before(ca.NotAfter) {
 		return nil, fmt.Errorf("CA expired at %s", ca.NotAfter.UTC().Format(time.RFC3339))

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
@@ -49,7 +50,7 @@ func certificate(mpc *proxyv1alpha1.ManagedProxyConfiguration, secret, cn string
 			DNSNames:    dns,
 			IPAddresses: ips,
 			Usages:      usages,
-			Duration:    &metav1.Duration{Duration: DefaultCertificateDuration},
+			Duration:    &metav1.Duration{Duration: certs.DefaultLeafDuration},
 			IssuerRef:   proxyv1alpha1.IssuerReference{Name: mpc.Name, Kind: "ManagedProxyConfiguration", Group: proxyv1alpha1.GroupVersion.Group},
 		},
 	}

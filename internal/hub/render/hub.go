@@ -8,7 +8,6 @@ import (
 	"net"
 	"sort"
 	"strconv"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -470,9 +469,6 @@ func httpProbe(path string, port int32) *corev1.Probe {
 func secretVolume(name, secret string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
 }
-
-// DefaultCertificateDuration is the lifetime of hub leaf certificates (180 days, as the existing addon).
-const DefaultCertificateDuration = 180 * 24 * time.Hour
 
 // SplitEntrypoint splits a status entrypoint "host:port" and returns the host ("" when unset).
 func SplitEntrypoint(entrypoint string) (host, port string) {
