@@ -556,6 +556,64 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		expectImage("adc-mirror.example/ocm/cluster-proxy:v1")
 	})
 
+	It("never shows a proxy URL's user name or password in a status, an Event or the manager's log", func() {
+		const user, password = "proxy-user-4417", "proxy-pass-8823"
+		managerLog.watch(user, password)
+		cluster := "c-" + mpcSuffix()
+		newCluster(cluster)
+		Expect(k8s.Create(ctx(), &addonv1alpha1.AddOnDeploymentConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: cluster},
+			Spec: addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
+				HTTPProxy:  "http://" + user + ":" + password + "@proxy.corp.example:3128",
+				HTTPSProxy: "https://" + user + ":" + password + "@proxy.corp.example:3129",
+			}},
+		})).To(Succeed())
+		installAddOn(cluster, addonv1alpha1.AddOnConfig{
+			ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"},
+			ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: cluster, Name: "creds"},
+		})
+		// readable is what a hub user reads of the cluster's add-on: its ClusterProxyStatus and ManagedClusterAddOn
+		// whole, the configuration's status and every Event of the cluster's namespace.
+		readable := func(g Gomega) string {
+			events := &corev1.EventList{}
+			g.Expect(k8s.List(ctx(), events, client.InNamespace(cluster))).To(Succeed())
+			raw, err := json.Marshal([]any{
+				get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy"),
+				get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy"),
+				get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", hub.Name).Status,
+				events.Items,
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			return string(raw)
+		}
+
+		Eventually(func(g Gomega) {
+			c := agentDeployment(g, cluster).Spec.Template.Spec.Containers[0]
+			g.Expect(envValue(c.Env, "HTTPS_PROXY")).To(ContainSubstring(user+":"+password+"@"), "the agent needs them")
+			shown := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.ProxySettings
+			g.Expect(shown).NotTo(BeNil())
+			g.Expect(shown.HTTPProxy).To(Equal("http://***@proxy.corp.example:3128"), "the whole userinfo goes, the user name too")
+			g.Expect(shown.HTTPSProxy).To(Equal("https://***@proxy.corp.example:3129"))
+		}, timeout, interval).Should(Succeed())
+		Expect(readable(Default)).NotTo(Or(ContainSubstring(user), ContainSubstring(password)))
+
+		By("a URL the agent cannot use is named in the condition and the Event, without its credentials")
+		Eventually(func(g Gomega) {
+			live := get(g, &addonv1alpha1.AddOnDeploymentConfig{}, cluster, "creds")
+			live.Spec.ProxyConfig.HTTPSProxy = "https://" + user + ":" + password + "@proxy.corp.example:3129/a/path"
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			applied := statusCondition(g, cluster, "ProxySettingsApplied")
+			g.Expect(applied.Reason).To(Equal(proxyv1alpha1.ReasonInvalidProxyURL))
+			g.Expect(applied.Message).To(ContainSubstring(`"https://***@proxy.corp.example:3129/a/path"`))
+			g.Expect(eventReasons(get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy"))).To(
+				ContainElement(proxyv1alpha1.ReasonInvalidProxyURL))
+		}, timeout, interval).Should(Succeed())
+		Expect(readable(Default)).NotTo(Or(ContainSubstring(user), ContainSubstring(password)))
+		Expect(managerLog.lines()).To(BeEmpty(), "the manager logs neither")
+	})
+
 	DescribeTable("keeps the last good work and names the field of a bad configuration",
 		func(breakIt func(*addonv1alpha1.AddOnDeploymentConfig), reason, field string) {
 			cluster := "c-" + mpcSuffix()

@@ -1,9 +1,13 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +45,42 @@ var (
 	gc               *process.Process
 	cancel           context.CancelFunc
 	mgrDone          chan struct{} // closed when the manager has stopped
+	managerLog       = &logWatch{} // the manager's log lines that carry a watched word
 )
+
+// logWatch is a writer under the manager's logger that keeps every line holding one of the words a spec watches for
+// (a credential it must never log). zap writes one line per Write.
+type logWatch struct {
+	mu    sync.Mutex
+	words []string
+	hits  []string
+}
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, word := range w.words {
+		if bytes.Contains(p, []byte(word)) {
+			w.hits = append(w.hits, string(p))
+			break
+		}
+	}
+	return len(p), nil
+}
+
+// watch starts keeping the lines that hold any of words, from now on.
+func (w *logWatch) watch(words ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.words = append(w.words, words...)
+}
+
+// lines are the lines kept so far.
+func (w *logWatch) lines() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.hits)
+}
 
 func TestControllers(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -52,7 +91,7 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true)))
 	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through 'make test', or export KUBEBUILDER_ASSETS=$(make -s envtest-assets)")
 
 	var err error

@@ -117,3 +117,46 @@ const (
 	ReasonProbeFailed            = "ProbeFailed"
 	ReasonTunnelAvailable        = "TunnelAvailable"
 )
+
+// Reasons of ProxySettingsApplied=False and AgentDeployed=False: an AddOnDeploymentConfig field, a ManagedCluster
+// annotation or a referenced configuration the agent cannot be rendered from. The message names the field; the last
+// good agent stays deployed.
+const (
+	ReasonInvalidProxyURL             = "InvalidProxyURL"
+	ReasonInvalidProxyCABundle        = "InvalidProxyCABundle"
+	ReasonInvalidRegistryMirror       = "InvalidRegistryMirror"
+	ReasonInvalidResourceRequirements = "InvalidResourceRequirements"
+	ReasonInvalidImageRegistries      = "InvalidImageRegistries"
+	// ReasonInvalidCustomizedVariable: a customizedVariables entry the agent understands has a value it cannot use.
+	ReasonInvalidCustomizedVariable = "InvalidCustomizedVariable"
+	// ReasonConfigNotFound: a configuration the add-on references does not exist.
+	ReasonConfigNotFound = "ConfigurationNotFound"
+)
+
+// Reasons of the Approved and Denied conditions the manager writes on the add-on's CertificateSigningRequests, and of
+// the Events that report them.
+const (
+	// ReasonAgentCSRApproved approves a proxy-agent client certificate request (signer
+	// open-cluster-management.io/proxy-agent-signer).
+	ReasonAgentCSRApproved = "AgentCSRApproved"
+	// ReasonHubKubeconfigCSRApproved approves an add-on hub kubeconfig request (signer
+	// kubernetes.io/kube-apiserver-client).
+	ReasonHubKubeconfigCSRApproved = "HubKubeconfigCSRApproved"
+
+	ReasonClusterLabelMismatch = "ClusterLabelMismatch" // the request is labelled with another cluster
+	ReasonClusterNotAccepted   = "ClusterNotAccepted"   // the hub does not accept the cluster
+	ReasonUnexpectedRequestor  = "UnexpectedRequestor"  // spec.username / spec.groups are not the cluster's identity
+	ReasonUnexpectedUsages     = "UnexpectedUsages"     // spec.usages are not client-only
+	ReasonInvalidRequest       = "InvalidRequest"       // spec.request does not parse or its signature is wrong
+	ReasonWeakKey              = "WeakKey"              // the requested key is too weak or of an unsupported type
+	ReasonUnexpectedSANs       = "UnexpectedSANs"       // the request asks for subject alternative names
+	ReasonUnexpectedSubject    = "UnexpectedSubject"    // the request's subject is not the expected one
+)
+
+// Reasons of the Warning Events on OCM's ClusterProfiles.
+const (
+	// ReasonUnknownCluster: a ClusterProfile of OCM's names a cluster that is not a ManagedCluster.
+	ReasonUnknownCluster = "UnknownCluster"
+	// ReasonAccessProvidersNotStored: the hub's ClusterProfile CRD predates status.accessProviders and drops them.
+	ReasonAccessProvidersNotStored = "AccessProvidersNotStored"
+)

@@ -16,9 +16,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 )
 
-// ReasonConfigNotFound: a configuration the add-on references does not exist.
-const ReasonConfigNotFound = "ConfigurationNotFound"
-
 // resolveConfigs reads the ManagedProxyConfiguration and the AddOnDeploymentConfig that apply to the cluster: the
 // add-on's spec.configs first, then the ClusterManagementAddOn's defaults. A missing one is a problem to report.
 func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
@@ -29,7 +26,7 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 		if client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		s.problem = &proxyenv.FieldError{Field: mpcRef.Field, Reason: ReasonConfigNotFound,
+		s.problem = &proxyenv.FieldError{Field: mpcRef.Field, Reason: proxyv1alpha1.ReasonConfigNotFound,
 			Message: fmt.Sprintf("ManagedProxyConfiguration %s not found: create it or fix the reference", mpcRef.Name)}
 		return nil
 	}
@@ -50,7 +47,7 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 		if client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		s.problem = &proxyenv.FieldError{Field: field, Reason: ReasonConfigNotFound,
+		s.problem = &proxyenv.FieldError{Field: field, Reason: proxyv1alpha1.ReasonConfigNotFound,
 			Message: fmt.Sprintf("AddOnDeploymentConfig %s not found: create it or fix the reference", s.adcRef)}
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"sort"
 	"time"
 
@@ -274,10 +273,8 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 		st.ProxySettings = &proxyv1alpha1.ProxySettings{Source: s.adcRef}
 		c.Reason, c.Message = proxyv1alpha1.ReasonDirectConnection, "the agent connects to the hub directly"
 	default:
-		p := s.summary.Proxy
-		st.ProxySettings = &proxyv1alpha1.ProxySettings{
-			HTTPProxy: redact(p.HTTPProxy), HTTPSProxy: redact(p.HTTPSProxy), NoProxy: p.NoProxy, Source: s.adcRef,
-		}
+		p := s.summary.Proxy.Redacted()
+		st.ProxySettings = &proxyv1alpha1.ProxySettings{HTTPProxy: p.HTTPProxy, HTTPSProxy: p.HTTPSProxy, NoProxy: p.NoProxy, Source: s.adcRef}
 		if len(p.CABundle) > 0 {
 			sum := sha256.Sum256(p.CABundle)
 			st.ProxySettings.CABundleFingerprint = "SHA256:" + hex.EncodeToString(sum[:])
@@ -325,15 +322,6 @@ func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.Clust
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 	return requeue, nil
-}
-
-// redact hides credentials in a proxy URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
 }
 
 func specHash(spec any) string {

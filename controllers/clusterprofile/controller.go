@@ -48,11 +48,6 @@ const (
 	// ExecExtension is the reserved kubeconfig extension a credential plugin receives in KUBERNETES_EXEC_INFO.
 	ExecExtension = "client.authentication.k8s.io/exec"
 
-	// ReasonUnknownCluster: a ClusterProfile of OCM's names a cluster that is not a ManagedCluster.
-	ReasonUnknownCluster = "UnknownCluster"
-	// ReasonAccessProvidersNotStored: the hub's ClusterProfile CRD predates status.accessProviders and drops them.
-	ReasonAccessProvidersNotStored = "AccessProvidersNotStored"
-
 	byCluster = "clusterprofile.cluster"
 )
 
@@ -102,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if want != nil && !equality.Semantic.DeepEqual(profile.Status.AccessProviders, next) {
 		// The server pruned what it was given: a ClusterProfile CRD older than status.accessProviders.
-		r.Recorder.Eventf(profile, nil, corev1.EventTypeWarning, ReasonAccessProvidersNotStored, "PublishAccessProvider",
+		r.Recorder.Eventf(profile, nil, corev1.EventTypeWarning, proxyv1alpha1.ReasonAccessProvidersNotStored, "PublishAccessProvider",
 			"the hub's ClusterProfile CRD does not keep status.accessProviders: install the CRD of "+
 				"sigs.k8s.io/cluster-inventory-api v0.1.3 or later")
 	}
@@ -129,7 +124,7 @@ func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterPr
 		if client.IgnoreNotFound(err) != nil {
 			return nil, err
 		}
-		r.Recorder.Eventf(profile, nil, corev1.EventTypeWarning, ReasonUnknownCluster, "PublishAccessProvider",
+		r.Recorder.Eventf(profile, nil, corev1.EventTypeWarning, proxyv1alpha1.ReasonUnknownCluster, "PublishAccessProvider",
 			"%s names cluster %q, which is not a ManagedCluster: no access provider is published", field, cluster)
 		return nil, nil
 	}

@@ -105,5 +105,5 @@ func TestWarnsWhenTheCRDDropsAccessProviders(t *testing.T) {
 	r := &Reconciler{Client: c, Recorder: recorder}
 	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(profile)})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(recorder.Events).To(Receive(ContainSubstring(ReasonAccessProvidersNotStored)))
+	g.Expect(recorder.Events).To(Receive(ContainSubstring(proxyv1alpha1.ReasonAccessProvidersNotStored)))
 }

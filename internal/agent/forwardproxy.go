@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // ProxyFromEnvironment chooses the forward proxy for the proxy-server from HTTPS_PROXY, HTTP_PROXY and NO_PROXY (and
@@ -137,9 +139,6 @@ func checkProxyURL(raw string) error {
 	return nil
 }
 
-// redactedProxy names a proxy in logs and errors without its credentials.
-func redactedProxy(u *url.URL) string { return u.Scheme + "://" + u.Host }
-
 // ForwardProxyDial dials as the tunnel does: through an HTTP CONNECT tunnel of the forward proxy that proxy names
 // for the address (an https proxy verified with roots, the agent's CA bundle), or directly with dial when it names
 // none. What runs inside, TLS included, is end to end. The service-proxy reaches an OIDC issuer this way.
@@ -172,7 +171,7 @@ func (d *serverDialer) DialContext(ctx context.Context, addr string) (net.Conn, 
 	}
 	conn, err := d.dialConnect(ctx, proxyURL, addr)
 	if err != nil {
-		return nil, fmt.Errorf("through forward proxy %s: %w", redactedProxy(proxyURL), err)
+		return nil, fmt.Errorf("through forward proxy %s: %w", contract.RedactProxyURL(proxyURL.String()), err)
 	}
 	return conn, nil
 }

@@ -14,6 +14,8 @@ import (
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 const (
@@ -34,26 +36,6 @@ const (
 	Ignore  Decision = "Ignore"  // not ours (other signer, other add-on, no labels): leave it alone, no event
 	Approve Decision = "Approve" // approve; the caller signs when Sign is true
 	Deny    Decision = "Deny"    // ours, but wrong: deny with Reason/Message
-)
-
-// Reasons set on Approve and Deny results, meant for the CSR condition's
-// reason and for events. Ignore results carry no reason.
-const (
-	// ReasonAgentCSRApproved approves a proxy-agent client certificate
-	// request (signer AgentSignerName).
-	ReasonAgentCSRApproved = "AgentCSRApproved"
-	// ReasonHubKubeconfigCSRApproved approves an add-on hub kubeconfig
-	// request (signer kubernetes.io/kube-apiserver-client).
-	ReasonHubKubeconfigCSRApproved = "HubKubeconfigCSRApproved"
-
-	ReasonClusterLabelMismatch = "ClusterLabelMismatch" // the caller's Expected is for another cluster
-	ReasonClusterNotAccepted   = "ClusterNotAccepted"   // the hub does not accept the cluster
-	ReasonUnexpectedRequestor  = "UnexpectedRequestor"  // spec.username / spec.groups are not the cluster's identity
-	ReasonUnexpectedUsages     = "UnexpectedUsages"     // spec.usages are not client-only
-	ReasonInvalidRequest       = "InvalidRequest"       // spec.request does not parse or its signature is wrong
-	ReasonWeakKey              = "WeakKey"              // the requested key is too weak or of an unsupported type
-	ReasonUnexpectedSANs       = "UnexpectedSANs"       // the request asks for subject alternative names
-	ReasonUnexpectedSubject    = "UnexpectedSubject"    // the request's subject is not the expected one
 )
 
 // Subject is a certificate subject as the operator advertises it. Its fields
@@ -117,13 +99,13 @@ func Review(csr *certificatesv1.CertificateSigningRequest, accepted bool, expect
 		return Result{
 			Decision: Approve,
 			Sign:     true,
-			Reason:   ReasonAgentCSRApproved,
+			Reason:   proxyv1alpha1.ReasonAgentCSRApproved,
 			Message:  fmt.Sprintf("proxy-agent client certificate of cluster %q matches the advertised subject", cluster),
 		}
 	}
 	return Result{
 		Decision: Approve,
-		Reason:   ReasonHubKubeconfigCSRApproved,
+		Reason:   proxyv1alpha1.ReasonHubKubeconfigCSRApproved,
 		Message:  fmt.Sprintf("%s hub kubeconfig of cluster %q requested by the cluster's own identity", AddonName, cluster),
 	}
 }

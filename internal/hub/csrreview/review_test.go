@@ -11,6 +11,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestReview(t *testing.T) {
@@ -54,9 +56,9 @@ func TestReview(t *testing.T) {
 
 		// Approve.
 		{name: "hub kubeconfig", csr: hubCSR(t),
-			want: Result{Decision: Approve, Sign: false, Reason: ReasonHubKubeconfigCSRApproved}, wantMsg: []string{`"cluster1"`}},
+			want: Result{Decision: Approve, Sign: false, Reason: proxyv1alpha1.ReasonHubKubeconfigCSRApproved}, wantMsg: []string{`"cluster1"`}},
 		{name: "agent certificate", csr: agentCSR(t),
-			want: Result{Decision: Approve, Sign: true, Reason: ReasonAgentCSRApproved}, wantMsg: []string{`"cluster1"`}},
+			want: Result{Decision: Approve, Sign: true, Reason: proxyv1alpha1.ReasonAgentCSRApproved}, wantMsg: []string{`"cluster1"`}},
 		{name: "agent certificate, RSA 2048, client auth only, O in another order",
 			csr: agentCSR(t, withRequest(t, rsaKey(t, 2048), &x509.CertificateRequest{Subject: agentName(reordered)}),
 				func(c *csrObject) { c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth} }),
@@ -65,45 +67,45 @@ func TestReview(t *testing.T) {
 				Organizations:       []string{testAgentSubject.Organizations[0], "second"},
 				OrganizationalUnits: testAgentSubject.OrganizationalUnits,
 			}},
-			want: Result{Decision: Approve, Sign: true, Reason: ReasonAgentCSRApproved}},
+			want: Result{Decision: Approve, Sign: true, Reason: proxyv1alpha1.ReasonAgentCSRApproved}},
 		{name: "hub kubeconfig, Ed25519", csr: hubCSR(t, withRequest(t, edKey, &x509.CertificateRequest{Subject: hubSubject()})),
-			want: Result{Decision: Approve, Reason: ReasonHubKubeconfigCSRApproved}},
+			want: Result{Decision: Approve, Reason: proxyv1alpha1.ReasonHubKubeconfigCSRApproved}},
 		{name: "hub kubeconfig, ECDSA P-384", csr: hubCSR(t, withRequest(t, ecKey(t, elliptic.P384()), &x509.CertificateRequest{Subject: hubSubject()})),
-			want: Result{Decision: Approve, Reason: ReasonHubKubeconfigCSRApproved}},
+			want: Result{Decision: Approve, Reason: proxyv1alpha1.ReasonHubKubeconfigCSRApproved}},
 
 		// Deny.
 		{name: "expected subject of another cluster", csr: agentCSR(t), expected: &Expected{Cluster: "cluster2", Subject: testAgentSubject},
-			want:    Result{Decision: Deny, Reason: ReasonClusterLabelMismatch},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonClusterLabelMismatch},
 			wantMsg: []string{"metadata.labels[open-cluster-management.io/cluster-name]", `want "cluster2"`, `got "cluster1"`}},
 		{name: "cluster not accepted", csr: hubCSR(t), notAccepted: true,
-			want: Result{Decision: Deny, Reason: ReasonClusterNotAccepted}, wantMsg: []string{`"cluster1"`, "spec.hubAcceptsClient"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonClusterNotAccepted}, wantMsg: []string{`"cluster1"`, "spec.hubAcceptsClient"}},
 		{name: "requested by another cluster", csr: agentCSR(t, func(c *csrObject) {
 			c.Spec.Username = "system:open-cluster-management:cluster2:agent-1"
 		}),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedRequestor},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedRequestor},
 			wantMsg: []string{"spec.username", `"system:open-cluster-management:cluster1:"`}},
 		{name: "requestor lacks the cluster group", csr: hubCSR(t, func(c *csrObject) { c.Spec.Groups = []string{"system:authenticated"} }),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedRequestor},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedRequestor},
 			wantMsg: []string{"spec.groups", `"system:open-cluster-management:cluster1"`}},
 		{name: "server auth usage", csr: agentCSR(t, func(c *csrObject) {
 			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageServerAuth)
 		}),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedUsages},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedUsages},
 			wantMsg: []string{"spec.usages", `"server auth"`, `"client auth"`}},
 		{name: "no client auth usage", csr: hubCSR(t, func(c *csrObject) { c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature} }),
-			want: Result{Decision: Deny, Reason: ReasonUnexpectedUsages}, wantMsg: []string{"spec.usages", `"client auth"`}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedUsages}, wantMsg: []string{"spec.usages", `"client auth"`}},
 		{name: "request is not PEM", csr: agentCSR(t, func(c *csrObject) { c.Spec.Request = []byte("garbage") }),
-			want: Result{Decision: Deny, Reason: ReasonInvalidRequest}, wantMsg: []string{"spec.request", "CERTIFICATE REQUEST"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonInvalidRequest}, wantMsg: []string{"spec.request", "CERTIFICATE REQUEST"}},
 		{name: "request signature does not verify", csr: agentCSR(t, tampered),
-			want: Result{Decision: Deny, Reason: ReasonInvalidRequest}, wantMsg: []string{"spec.request signature"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonInvalidRequest}, wantMsg: []string{"spec.request signature"}},
 		{name: "RSA 1024", csr: hubCSR(t, withRequest(t, rsaKey(t, 1024), &x509.CertificateRequest{Subject: hubSubject()})),
-			want: Result{Decision: Deny, Reason: ReasonWeakKey}, wantMsg: []string{"spec.request public key", "RSA of at least 2048 bits", "RSA of 1024 bits"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonWeakKey}, wantMsg: []string{"spec.request public key", "RSA of at least 2048 bits", "RSA of 1024 bits"}},
 		{name: "ECDSA P-521", csr: agentCSR(t, withRequest(t, ecKey(t, elliptic.P521()), &x509.CertificateRequest{Subject: agentName(testAgentSubject)})),
-			want: Result{Decision: Deny, Reason: ReasonWeakKey}, wantMsg: []string{"spec.request public key", "ECDSA P-521"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonWeakKey}, wantMsg: []string{"spec.request public key", "ECDSA P-521"}},
 		{name: "DNS SAN", csr: agentCSR(t, withRequest(t, ecKey(t, elliptic.P256()), &x509.CertificateRequest{
 			Subject: agentName(testAgentSubject), DNSNames: []string{"proxy.example.com"},
 		})),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedSANs},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSANs},
 			wantMsg: []string{"spec.request subject alternative names", "want none", `"proxy.example.com"`}},
 		{name: "hub kubeconfig for another cluster's add-on", csr: hubCSR(t, withRequest(t, ecKey(t, elliptic.P256()), &x509.CertificateRequest{
 			Subject: pkix.Name{
@@ -111,25 +113,25 @@ func TestReview(t *testing.T) {
 				Organization: hubSubject().Organization,
 			},
 		})),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedSubject},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSubject},
 			wantMsg: []string{"subject CN", `"system:open-cluster-management:cluster:cluster1:addon:cluster-proxy:agent:"`}},
 		{name: "hub kubeconfig with an extra group", csr: hubCSR(t, withRequest(t, ecKey(t, elliptic.P256()), &x509.CertificateRequest{
 			Subject: pkix.Name{CommonName: hubSubject().CommonName, Organization: append(hubSubject().Organization, "system:masters")},
 		})),
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedSubject},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSubject},
 			wantMsg: []string{"subject O", `["system:open-cluster-management:cluster:cluster1:addon:cluster-proxy"]`, `"system:masters"`}},
 		{name: "agent certificate with the hub kubeconfig subject", csr: newCSR(t, AgentSignerName, hubSubject()),
-			want: Result{Decision: Deny, Reason: ReasonUnexpectedSubject}, wantMsg: []string{"subject CN", `want "open-cluster-management:cluster-proxy:agent:cluster1"`}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSubject}, wantMsg: []string{"subject CN", `want "open-cluster-management:cluster-proxy:agent:cluster1"`}},
 		{name: "agent certificate for the previous CA", csr: agentCSR(t),
 			expected: &Expected{Cluster: testCluster, Subject: Subject{
 				CommonName:          testAgentSubject.CommonName,
 				Organizations:       testAgentSubject.Organizations,
 				OrganizationalUnits: []string{"signer-fedcba9876543210"},
 			}},
-			want:    Result{Decision: Deny, Reason: ReasonUnexpectedSubject},
+			want:    Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSubject},
 			wantMsg: []string{"subject OU", `want ["signer-fedcba9876543210"]`}},
 		{name: "agent subject not advertised yet", csr: agentCSR(t), expected: &Expected{Cluster: testCluster},
-			want: Result{Decision: Deny, Reason: ReasonUnexpectedSubject}, wantMsg: []string{"subject CN", "advertised"}},
+			want: Result{Decision: Deny, Reason: proxyv1alpha1.ReasonUnexpectedSubject}, wantMsg: []string{"subject CN", "advertised"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,12 +161,12 @@ func TestReviewReportsFirstProblem(t *testing.T) {
 		func(c *csrObject) { c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageServerAuth} },
 		func(c *csrObject) { c.Spec.Request = []byte("garbage") },
 	)
-	g.Expect(Review(csr, false, testExpected()).Reason).To(Equal(ReasonClusterNotAccepted))
-	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(ReasonUnexpectedRequestor))
+	g.Expect(Review(csr, false, testExpected()).Reason).To(Equal(proxyv1alpha1.ReasonClusterNotAccepted))
+	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(proxyv1alpha1.ReasonUnexpectedRequestor))
 	csr.Spec.Username = testUsername
-	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(ReasonUnexpectedUsages))
+	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(proxyv1alpha1.ReasonUnexpectedUsages))
 	csr.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth}
-	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(ReasonInvalidRequest))
+	g.Expect(Review(csr, true, testExpected()).Reason).To(Equal(proxyv1alpha1.ReasonInvalidRequest))
 }
 
 // Review must not change the CSR it is given.

@@ -15,6 +15,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 )
 
@@ -93,7 +94,7 @@ func clusterOf(labels map[string]string) (string, bool) {
 // cluster than the one the CSR is labelled with.
 func checkClusterLabel(cluster, expectedCluster string) *denial {
 	if cluster != expectedCluster {
-		return deny(ReasonClusterLabelMismatch, "metadata.labels[%s]: want %q, got %q", ClusterNameLabel, expectedCluster, cluster)
+		return deny(proxyv1alpha1.ReasonClusterLabelMismatch, "metadata.labels[%s]: want %q, got %q", ClusterNameLabel, expectedCluster, cluster)
 	}
 	return nil
 }
@@ -101,7 +102,7 @@ func checkClusterLabel(cluster, expectedCluster string) *denial {
 // checkAccepted refuses CSRs of clusters the hub does not accept.
 func checkAccepted(cluster string, accepted bool) *denial {
 	if !accepted {
-		return deny(ReasonClusterNotAccepted, "cluster %q is not accepted by the hub: want ManagedCluster spec.hubAcceptsClient true", cluster)
+		return deny(proxyv1alpha1.ReasonClusterNotAccepted, "cluster %q is not accepted by the hub: want ManagedCluster spec.hubAcceptsClient true", cluster)
 	}
 	return nil
 }
@@ -112,10 +113,10 @@ func checkAccepted(cluster string, accepted bool) *denial {
 func checkRequestor(cluster, username string, groups []string) *denial {
 	prefix := clusterUserPrefix(cluster)
 	if agentID, ok := strings.CutPrefix(username, prefix); !ok || agentID == "" {
-		return deny(ReasonUnexpectedRequestor, "spec.username: want %q followed by an agent ID, got %q", prefix, username)
+		return deny(proxyv1alpha1.ReasonUnexpectedRequestor, "spec.username: want %q followed by an agent ID, got %q", prefix, username)
 	}
 	if group := clusterGroup(cluster); !slices.Contains(groups, group) {
-		return deny(ReasonUnexpectedRequestor, "spec.groups: want to include %q, got %q", group, groups)
+		return deny(proxyv1alpha1.ReasonUnexpectedRequestor, "spec.groups: want to include %q, got %q", group, groups)
 	}
 	return nil
 }
@@ -131,12 +132,12 @@ var allowedUsages = []certificatesv1.KeyUsage{
 func checkUsages(usages []certificatesv1.KeyUsage) *denial {
 	for _, u := range usages {
 		if !slices.Contains(allowedUsages, u) {
-			return deny(ReasonUnexpectedUsages, "spec.usages: %q is not allowed; want a subset of %q including %q, got %q",
+			return deny(proxyv1alpha1.ReasonUnexpectedUsages, "spec.usages: %q is not allowed; want a subset of %q including %q, got %q",
 				u, allowedUsages, certificatesv1.UsageClientAuth, usages)
 		}
 	}
 	if !slices.Contains(usages, certificatesv1.UsageClientAuth) {
-		return deny(ReasonUnexpectedUsages, "spec.usages: want %q among them, got %q", certificatesv1.UsageClientAuth, usages)
+		return deny(proxyv1alpha1.ReasonUnexpectedUsages, "spec.usages: want %q among them, got %q", certificatesv1.UsageClientAuth, usages)
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func checkUsages(usages []certificatesv1.KeyUsage) *denial {
 func parseRequest(request []byte) (*x509.CertificateRequest, *denial) {
 	req, err := certs.ParseCSR(request)
 	if err != nil {
-		return nil, deny(ReasonInvalidRequest, "spec.request: want a PEM CERTIFICATE REQUEST: %v", err)
+		return nil, deny(proxyv1alpha1.ReasonInvalidRequest, "spec.request: want a PEM CERTIFICATE REQUEST: %v", err)
 	}
 	return req, nil
 }
@@ -157,25 +158,25 @@ func checkKey(pub crypto.PublicKey) *denial {
 	switch k := pub.(type) {
 	case *rsa.PublicKey:
 		if bits := k.N.BitLen(); bits < minRSABits {
-			return deny(ReasonWeakKey, "spec.request public key: %s, got RSA of %d bits", want, bits)
+			return deny(proxyv1alpha1.ReasonWeakKey, "spec.request public key: %s, got RSA of %d bits", want, bits)
 		}
 		return nil
 	case *ecdsa.PublicKey:
 		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-			return deny(ReasonWeakKey, "spec.request public key: %s, got ECDSA %s", want, k.Curve.Params().Name)
+			return deny(proxyv1alpha1.ReasonWeakKey, "spec.request public key: %s, got ECDSA %s", want, k.Curve.Params().Name)
 		}
 		return nil
 	case ed25519.PublicKey:
 		return nil
 	default:
-		return deny(ReasonWeakKey, "spec.request public key: %s, got %T", want, pub)
+		return deny(proxyv1alpha1.ReasonWeakKey, "spec.request public key: %s, got %T", want, pub)
 	}
 }
 
 // checkSignature proves the requestor holds the private key.
 func checkSignature(req *x509.CertificateRequest) *denial {
 	if err := req.CheckSignature(); err != nil {
-		return deny(ReasonInvalidRequest, "spec.request signature: want a valid self-signature, got %v", err)
+		return deny(proxyv1alpha1.ReasonInvalidRequest, "spec.request signature: want a valid self-signature, got %v", err)
 	}
 	return nil
 }
@@ -206,7 +207,7 @@ func checkSANs(req *x509.CertificateRequest) *denial {
 		found = append(found, fmt.Sprintf("URIs %q", uris))
 	}
 	if len(found) > 0 {
-		return deny(ReasonUnexpectedSANs, "spec.request subject alternative names: want none (or only DNS %s), got %s", KlusterletDNSName, strings.Join(found, ", "))
+		return deny(proxyv1alpha1.ReasonUnexpectedSANs, "spec.request subject alternative names: want none (or only DNS %s), got %s", KlusterletDNSName, strings.Join(found, ", "))
 	}
 	return nil
 }
@@ -219,11 +220,11 @@ func checkSANs(req *x509.CertificateRequest) *denial {
 func checkHubKubeconfigSubject(cluster string, subject pkix.Name) *denial {
 	prefix := addonAgentUserPrefix(cluster)
 	if agent, ok := strings.CutPrefix(subject.CommonName, prefix); !ok || agent == "" {
-		return deny(ReasonUnexpectedSubject, "subject CN: want %q followed by an agent name, got %q", prefix, subject.CommonName)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject CN: want %q followed by an agent name, got %q", prefix, subject.CommonName)
 	}
 	// OCM's default subject has the cluster's add-on group only; the operator advertises the all-agents group too.
 	if !sameMultiset(subject.Organization, []string{addonGroup(cluster)}) && !sameMultiset(subject.Organization, HubKubeconfigGroups(cluster)) {
-		return deny(ReasonUnexpectedSubject, "subject O: want exactly %q, or %q, got %q", []string{addonGroup(cluster)}, HubKubeconfigGroups(cluster), subject.Organization)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject O: want exactly %q, or %q, got %q", []string{addonGroup(cluster)}, HubKubeconfigGroups(cluster), subject.Organization)
 	}
 	return nil
 }
@@ -240,7 +241,7 @@ var (
 // signer copies the subject verbatim into the certificate).
 func checkAgentSubject(want Subject, subject pkix.Name) *denial {
 	if want.CommonName == "" {
-		return deny(ReasonUnexpectedSubject, "subject CN: no proxy-agent subject is advertised for the cluster yet, got %q", subject.CommonName)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject CN: no proxy-agent subject is advertised for the cluster yet, got %q", subject.CommonName)
 	}
 	commonNames := 0
 	for _, attr := range subject.Names {
@@ -249,20 +250,20 @@ func checkAgentSubject(want Subject, subject pkix.Name) *denial {
 			commonNames++
 		case attr.Type.Equal(oidOrganization), attr.Type.Equal(oidOrganizationalUnit):
 		default:
-			return deny(ReasonUnexpectedSubject, "subject: want only CN, O and OU attributes, got attribute %s = %v", attr.Type, attr.Value)
+			return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject: want only CN, O and OU attributes, got attribute %s = %v", attr.Type, attr.Value)
 		}
 	}
 	if commonNames != 1 {
-		return deny(ReasonUnexpectedSubject, "subject CN: want exactly one CN attribute, %q, got %d", want.CommonName, commonNames)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject CN: want exactly one CN attribute, %q, got %d", want.CommonName, commonNames)
 	}
 	if subject.CommonName != want.CommonName {
-		return deny(ReasonUnexpectedSubject, "subject CN: want %q, got %q", want.CommonName, subject.CommonName)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject CN: want %q, got %q", want.CommonName, subject.CommonName)
 	}
 	if !sameMultiset(subject.Organization, want.Organizations) {
-		return deny(ReasonUnexpectedSubject, "subject O: want %q, got %q", want.Organizations, subject.Organization)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject O: want %q, got %q", want.Organizations, subject.Organization)
 	}
 	if !sameMultiset(subject.OrganizationalUnit, want.OrganizationalUnits) {
-		return deny(ReasonUnexpectedSubject, "subject OU: want %q, got %q", want.OrganizationalUnits, subject.OrganizationalUnit)
+		return deny(proxyv1alpha1.ReasonUnexpectedSubject, "subject OU: want %q, got %q", want.OrganizationalUnits, subject.OrganizationalUnit)
 	}
 	return nil
 }

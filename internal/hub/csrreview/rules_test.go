@@ -15,6 +15,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 // expectDenial checks a rule's result: nil when wantReason is "", otherwise
@@ -95,14 +97,14 @@ func TestClusterOf(t *testing.T) {
 func TestCheckClusterLabel(t *testing.T) {
 	g := NewWithT(t)
 	expectDenial(g, checkClusterLabel("c1", "c1"), "")
-	expectDenial(g, checkClusterLabel("c1", "c2"), ReasonClusterLabelMismatch, "metadata.labels[open-cluster-management.io/cluster-name]", `want "c2"`, `got "c1"`)
-	expectDenial(g, checkClusterLabel("c1", ""), ReasonClusterLabelMismatch, `want ""`)
+	expectDenial(g, checkClusterLabel("c1", "c2"), proxyv1alpha1.ReasonClusterLabelMismatch, "metadata.labels[open-cluster-management.io/cluster-name]", `want "c2"`, `got "c1"`)
+	expectDenial(g, checkClusterLabel("c1", ""), proxyv1alpha1.ReasonClusterLabelMismatch, `want ""`)
 }
 
 func TestCheckAccepted(t *testing.T) {
 	g := NewWithT(t)
 	expectDenial(g, checkAccepted("c1", true), "")
-	expectDenial(g, checkAccepted("c1", false), ReasonClusterNotAccepted, `cluster "c1"`, "spec.hubAcceptsClient true")
+	expectDenial(g, checkAccepted("c1", false), proxyv1alpha1.ReasonClusterNotAccepted, `cluster "c1"`, "spec.hubAcceptsClient true")
 }
 
 func TestCheckRequestor(t *testing.T) {
@@ -116,17 +118,17 @@ func TestCheckRequestor(t *testing.T) {
 	}{
 		{name: "cluster identity", username: "system:open-cluster-management:c1:abc12", groups: groups},
 		{name: "other cluster", username: "system:open-cluster-management:c2:abc12", groups: groups,
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.username", `"system:open-cluster-management:c1:"`, `got "system:open-cluster-management:c2:abc12"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.username", `"system:open-cluster-management:c1:"`, `got "system:open-cluster-management:c2:abc12"`}},
 		{name: "cluster whose name extends ours", username: "system:open-cluster-management:c10:abc12", groups: groups,
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.username"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.username"}},
 		{name: "no agent ID", username: "system:open-cluster-management:c1:", groups: groups,
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.username", "agent ID"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.username", "agent ID"}},
 		{name: "bootstrap service account", username: "system:serviceaccount:open-cluster-management:cluster-bootstrap", groups: groups,
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.username"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.username"}},
 		{name: "missing cluster group", username: "system:open-cluster-management:c1:abc12", groups: groups[1:],
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.groups", `want to include "system:open-cluster-management:c1"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.groups", `want to include "system:open-cluster-management:c1"`}},
 		{name: "other cluster's group", username: "system:open-cluster-management:c1:abc12", groups: []string{"system:open-cluster-management:c2"},
-			wantReason: ReasonUnexpectedRequestor, wantMsg: []string{"spec.groups"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedRequestor, wantMsg: []string{"spec.groups"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,13 +152,13 @@ func TestCheckUsages(t *testing.T) {
 		{name: "all allowed", usages: []certificatesv1.KeyUsage{ds, ke, ca}},
 		{name: "client auth only", usages: []certificatesv1.KeyUsage{ca}},
 		{name: "any order, duplicates", usages: []certificatesv1.KeyUsage{ca, ds, ca}},
-		{name: "none", usages: nil, wantReason: ReasonUnexpectedUsages, wantMsg: []string{"spec.usages", `want "client auth"`}},
-		{name: "no client auth", usages: []certificatesv1.KeyUsage{ds, ke}, wantReason: ReasonUnexpectedUsages, wantMsg: []string{"spec.usages", `"client auth"`}},
-		{name: "server auth", usages: []certificatesv1.KeyUsage{ds, ke, ca, certificatesv1.UsageServerAuth}, wantReason: ReasonUnexpectedUsages,
+		{name: "none", usages: nil, wantReason: proxyv1alpha1.ReasonUnexpectedUsages, wantMsg: []string{"spec.usages", `want "client auth"`}},
+		{name: "no client auth", usages: []certificatesv1.KeyUsage{ds, ke}, wantReason: proxyv1alpha1.ReasonUnexpectedUsages, wantMsg: []string{"spec.usages", `"client auth"`}},
+		{name: "server auth", usages: []certificatesv1.KeyUsage{ds, ke, ca, certificatesv1.UsageServerAuth}, wantReason: proxyv1alpha1.ReasonUnexpectedUsages,
 			wantMsg: []string{"spec.usages", `"server auth" is not allowed`, `["digital signature" "key encipherment" "client auth"]`}},
-		{name: "cert sign", usages: []certificatesv1.KeyUsage{ca, certificatesv1.UsageCertSign}, wantReason: ReasonUnexpectedUsages,
+		{name: "cert sign", usages: []certificatesv1.KeyUsage{ca, certificatesv1.UsageCertSign}, wantReason: proxyv1alpha1.ReasonUnexpectedUsages,
 			wantMsg: []string{`"cert sign" is not allowed`}},
-		{name: "any", usages: []certificatesv1.KeyUsage{ca, certificatesv1.UsageAny}, wantReason: ReasonUnexpectedUsages},
+		{name: "any", usages: []certificatesv1.KeyUsage{ca, certificatesv1.UsageAny}, wantReason: proxyv1alpha1.ReasonUnexpectedUsages},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,12 +176,12 @@ func TestParseRequest(t *testing.T) {
 		wantMsg    []string
 	}{
 		{name: "PEM request", request: good},
-		{name: "empty", request: nil, wantReason: ReasonInvalidRequest, wantMsg: []string{"spec.request", "no PEM block found"}},
-		{name: "garbage", request: []byte("garbage"), wantReason: ReasonInvalidRequest, wantMsg: []string{"spec.request"}},
+		{name: "empty", request: nil, wantReason: proxyv1alpha1.ReasonInvalidRequest, wantMsg: []string{"spec.request", "no PEM block found"}},
+		{name: "garbage", request: []byte("garbage"), wantReason: proxyv1alpha1.ReasonInvalidRequest, wantMsg: []string{"spec.request"}},
 		{name: "wrong block type", request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")}),
-			wantReason: ReasonInvalidRequest, wantMsg: []string{"spec.request", `"CERTIFICATE"`}},
+			wantReason: proxyv1alpha1.ReasonInvalidRequest, wantMsg: []string{"spec.request", `"CERTIFICATE"`}},
 		{name: "corrupt DER", request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte("junk")}),
-			wantReason: ReasonInvalidRequest, wantMsg: []string{"spec.request", "parse certificate request"}},
+			wantReason: proxyv1alpha1.ReasonInvalidRequest, wantMsg: []string{"spec.request", "parse certificate request"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,9 +211,9 @@ func TestCheckKey(t *testing.T) {
 		{name: "RSA 2048", key: rsaKey(t, 2048)},
 		{name: "RSA 3072", key: rsaKey(t, 3072)},
 		{name: "Ed25519", key: edKey},
-		{name: "RSA 1024", key: rsaKey(t, 1024), wantReason: ReasonWeakKey, wantMsg: []string{"spec.request public key", "RSA of 1024 bits"}},
-		{name: "ECDSA P-224", key: ecKey(t, elliptic.P224()), wantReason: ReasonWeakKey, wantMsg: []string{"ECDSA P-224"}},
-		{name: "ECDSA P-521", key: ecKey(t, elliptic.P521()), wantReason: ReasonWeakKey, wantMsg: []string{"ECDSA P-521", "P-256 or P-384"}},
+		{name: "RSA 1024", key: rsaKey(t, 1024), wantReason: proxyv1alpha1.ReasonWeakKey, wantMsg: []string{"spec.request public key", "RSA of 1024 bits"}},
+		{name: "ECDSA P-224", key: ecKey(t, elliptic.P224()), wantReason: proxyv1alpha1.ReasonWeakKey, wantMsg: []string{"ECDSA P-224"}},
+		{name: "ECDSA P-521", key: ecKey(t, elliptic.P521()), wantReason: proxyv1alpha1.ReasonWeakKey, wantMsg: []string{"ECDSA P-521", "P-256 or P-384"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,7 +222,7 @@ func TestCheckKey(t *testing.T) {
 			expectDenial(NewWithT(t), checkKey(req.PublicKey), tt.wantReason, tt.wantMsg...)
 		})
 	}
-	expectDenial(NewWithT(t), checkKey(nil), ReasonWeakKey, "got <nil>")
+	expectDenial(NewWithT(t), checkKey(nil), proxyv1alpha1.ReasonWeakKey, "got <nil>")
 }
 
 func TestCheckSignature(t *testing.T) {
@@ -233,7 +235,7 @@ func TestCheckSignature(t *testing.T) {
 	other := parsedRequest(t, ecKey(t, elliptic.P256()), &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}})
 	forged := *req
 	forged.Signature = other.Signature
-	expectDenial(g, checkSignature(&forged), ReasonInvalidRequest, "spec.request signature")
+	expectDenial(g, checkSignature(&forged), proxyv1alpha1.ReasonInvalidRequest, "spec.request signature")
 }
 
 func TestCheckSANs(t *testing.T) {
@@ -249,19 +251,19 @@ func TestCheckSANs(t *testing.T) {
 		{name: "none", template: x509.CertificateRequest{}},
 		{name: "the klusterlet's add-on DNS name", template: x509.CertificateRequest{DNSNames: []string{"cluster-proxy.addon.open-cluster-management.io"}}},
 		{name: "another add-on's DNS name", template: x509.CertificateRequest{DNSNames: []string{"other.addon.open-cluster-management.io"}},
-			wantReason: ReasonUnexpectedSANs},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs},
 		{name: "the klusterlet's name and another", template: x509.CertificateRequest{DNSNames: []string{"cluster-proxy.addon.open-cluster-management.io", "evil.example.com"}},
-			wantReason: ReasonUnexpectedSANs},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs},
 		{name: "DNS", template: x509.CertificateRequest{DNSNames: []string{"a.example.com"}},
-			wantReason: ReasonUnexpectedSANs, wantMsg: []string{"spec.request subject alternative names", "want none", `DNS names ["a.example.com"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs, wantMsg: []string{"spec.request subject alternative names", "want none", `DNS names ["a.example.com"]`}},
 		{name: "IP", template: x509.CertificateRequest{IPAddresses: []net.IP{net.ParseIP("10.0.0.1")}},
-			wantReason: ReasonUnexpectedSANs, wantMsg: []string{`IP addresses ["10.0.0.1"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs, wantMsg: []string{`IP addresses ["10.0.0.1"]`}},
 		{name: "email", template: x509.CertificateRequest{EmailAddresses: []string{"a@example.com"}},
-			wantReason: ReasonUnexpectedSANs, wantMsg: []string{`email addresses ["a@example.com"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs, wantMsg: []string{`email addresses ["a@example.com"]`}},
 		{name: "URI", template: x509.CertificateRequest{URIs: []*url.URL{spiffe}},
-			wantReason: ReasonUnexpectedSANs, wantMsg: []string{`URIs ["spiffe://cluster.local/ns/x/sa/y"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs, wantMsg: []string{`URIs ["spiffe://cluster.local/ns/x/sa/y"]`}},
 		{name: "several", template: x509.CertificateRequest{DNSNames: []string{"a"}, IPAddresses: []net.IP{net.ParseIP("::1")}},
-			wantReason: ReasonUnexpectedSANs, wantMsg: []string{`DNS names ["a"], IP addresses ["::1"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSANs, wantMsg: []string{`DNS names ["a"], IP addresses ["::1"]`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -287,20 +289,20 @@ func TestCheckHubKubeconfigSubject(t *testing.T) {
 		{name: "the advertised subject, with the all-agents group", subject: pkix.Name{CommonName: HubKubeconfigUser("c1"),
 			Organization: []string{"system:open-cluster-management:addon:cluster-proxy", group}}},
 		{name: "the all-agents group alone", subject: pkix.Name{CommonName: cn, Organization: []string{"system:open-cluster-management:addon:cluster-proxy"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
 		{name: "other attributes are not used by the API server", subject: pkix.Name{CommonName: cn, Organization: []string{group}, Country: []string{"DE"}}},
 		{name: "no agent name", subject: pkix.Name{CommonName: "system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:", Organization: []string{group}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "agent name"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "agent name"}},
 		{name: "other add-on", subject: pkix.Name{CommonName: "system:open-cluster-management:cluster:c1:addon:work-manager:agent:x", Organization: []string{group}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", `want "system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN", `want "system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:"`}},
 		{name: "other cluster", subject: pkix.Name{CommonName: "system:open-cluster-management:cluster:c2:addon:cluster-proxy:agent:x", Organization: []string{group}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN"}},
 		{name: "no group", subject: pkix.Name{CommonName: cn},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O", `want exactly ["` + group + `"]`, "got []"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O", `want exactly ["` + group + `"]`, "got []"}},
 		{name: "other cluster's group", subject: pkix.Name{CommonName: cn, Organization: []string{"system:open-cluster-management:cluster:c2:addon:cluster-proxy"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
 		{name: "extra group", subject: pkix.Name{CommonName: cn, Organization: []string{group, "system:masters"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O", `"system:masters"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O", `"system:masters"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,26 +327,26 @@ func TestCheckAgentSubject(t *testing.T) {
 		{name: "O in another order", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o2", "o1"}, OrganizationalUnit: []string{"signer-abc"}}},
 		{name: "no O or OU expected or given", want: Subject{CommonName: "agent:c1"}, subject: pkix.Name{CommonName: "agent:c1"}},
 		{name: "nothing advertised", want: Subject{}, subject: pkix.Name{},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "no proxy-agent subject is advertised"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "no proxy-agent subject is advertised"}},
 		{name: "other CN", want: want, subject: pkix.Name{CommonName: "agent:c2", Organization: []string{"o1", "o2"}, OrganizationalUnit: []string{"signer-abc"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", `want "agent:c1"`, `got "agent:c2"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN", `want "agent:c1"`, `got "agent:c2"`}},
 		// ExtraNames replace the CommonName field, so both CNs go there.
 		{name: "two CNs", want: want, subject: pkix.Name{Organization: []string{"o1", "o2"}, OrganizationalUnit: []string{"signer-abc"},
 			ExtraNames: []pkix.AttributeTypeAndValue{cnAttr, cnAttr}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "exactly one", "got 2"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject CN", "exactly one", "got 2"}},
 		{name: "missing O", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1"}, OrganizationalUnit: []string{"signer-abc"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O", `want ["o1" "o2"]`, `got ["o1"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O", `want ["o1" "o2"]`, `got ["o1"]`}},
 		{name: "duplicated O", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1", "o2", "o2"}, OrganizationalUnit: []string{"signer-abc"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O"}},
 		{name: "extra O", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1", "o2", "system:masters"}, OrganizationalUnit: []string{"signer-abc"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject O", `"system:masters"`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject O", `"system:masters"`}},
 		{name: "OU of another CA", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1", "o2"}, OrganizationalUnit: []string{"signer-def"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject OU", `want ["signer-abc"]`, `got ["signer-def"]`}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject OU", `want ["signer-abc"]`, `got ["signer-def"]`}},
 		{name: "no OU", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1", "o2"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject OU"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject OU"}},
 		{name: "other attribute", want: want, subject: pkix.Name{CommonName: "agent:c1", Organization: []string{"o1", "o2"}, OrganizationalUnit: []string{"signer-abc"},
 			Country: []string{"DE"}},
-			wantReason: ReasonUnexpectedSubject, wantMsg: []string{"subject:", "only CN, O and OU", "2.5.4.6"}},
+			wantReason: proxyv1alpha1.ReasonUnexpectedSubject, wantMsg: []string{"subject:", "only CN, O and OU", "2.5.4.6"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 // ClusterRegistriesField is where a FieldError of ClusterRegistries points: the ManagedCluster annotation
@@ -17,7 +19,7 @@ const ClusterRegistriesField = "metadata.annotations[" + clusterv1.ClusterImageR
 // sets for every add-on of the cluster, a JSON object {"registries": [{"source": ..., "mirror": ...}]}. No annotation
 // gives none. An entry's mirror is validated as in MirrorImage; its source may be empty, which in OCM means every
 // image. Malformed JSON or an entry gives a *FieldError under ClusterRegistriesField with Reason
-// ReasonInvalidImageRegistries.
+// proxyv1alpha1.ReasonInvalidImageRegistries.
 func ClusterRegistries(annotations map[string]string) ([]addonv1alpha1.ImageMirror, error) {
 	raw, ok := annotations[clusterv1.ClusterImageRegistriesAnnotationKey]
 	if !ok || strings.TrimSpace(raw) == "" {
@@ -27,16 +29,16 @@ func ClusterRegistries(annotations map[string]string) ([]addonv1alpha1.ImageMirr
 		Registries []addonv1alpha1.ImageMirror `json:"registries"`
 	}
 	if err := json.Unmarshal([]byte(raw), &value); err != nil {
-		return nil, fieldError(ClusterRegistriesField, ReasonInvalidImageRegistries, fmt.Sprintf(
+		return nil, fieldError(ClusterRegistriesField, proxyv1alpha1.ReasonInvalidImageRegistries, fmt.Sprintf(
 			"not a JSON object like {\"registries\":[{\"source\":\"quay.io/ocm\",\"mirror\":\"mirror.local:5000/ocm\"}]}: %v", err))
 	}
 	for i, r := range value.Registries {
 		if r.Source != "" {
-			if err := validateRegistry(fmt.Sprintf("%s.registries[%d].source", ClusterRegistriesField, i), ReasonInvalidImageRegistries, "source", r.Source); err != nil {
+			if err := validateRegistry(fmt.Sprintf("%s.registries[%d].source", ClusterRegistriesField, i), proxyv1alpha1.ReasonInvalidImageRegistries, "source", r.Source); err != nil {
 				return nil, err
 			}
 		}
-		if err := validateRegistry(fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i), ReasonInvalidImageRegistries, "mirror", r.Mirror); err != nil {
+		if err := validateRegistry(fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, i), proxyv1alpha1.ReasonInvalidImageRegistries, "mirror", r.Mirror); err != nil {
 			return nil, err
 		}
 	}
@@ -65,5 +67,5 @@ func AgentImage(image string, configured, cluster []addonv1alpha1.ImageMirror) (
 	if last < 0 {
 		return image, nil
 	}
-	return mirrored(image, out, fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, last), ReasonInvalidImageRegistries)
+	return mirrored(image, out, fmt.Sprintf("%s.registries[%d].mirror", ClusterRegistriesField, last), proxyv1alpha1.ReasonInvalidImageRegistries)
 }

@@ -6,6 +6,8 @@ import (
 	. "github.com/onsi/gomega"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestClusterRegistries(t *testing.T) {
@@ -37,7 +39,7 @@ func TestClusterRegistries(t *testing.T) {
 			}
 			got, err := ClusterRegistries(annotations)
 			if tc.field != "" {
-				_ = expectFieldError(g, err, tc.field, ReasonInvalidImageRegistries)
+				_ = expectFieldError(g, err, tc.field, proxyv1alpha1.ReasonInvalidImageRegistries)
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
@@ -71,10 +73,10 @@ func TestAgentImageTakesTheConfigurationFirstThenTheCluster(t *testing.T) {
 			want:    "all.local/mirror/proxy@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 		{name: "a cluster match at a boundary only", cluster: []m{{Source: "quay.io/oc", Mirror: "x.local"}}, want: image},
 		{name: "an invalid configuration entry is the configuration's error, whatever the cluster says",
-			configured: []m{{Source: "quay.io", Mirror: "HTTP://x"}}, cluster: []m{{Mirror: "all.local"}}, field: "spec.registries[0].mirror", reason: ReasonInvalidRegistryMirror},
+			configured: []m{{Source: "quay.io", Mirror: "HTTP://x"}}, cluster: []m{{Mirror: "all.local"}}, field: "spec.registries[0].mirror", reason: proxyv1alpha1.ReasonInvalidRegistryMirror},
 		{name: "a cluster rewrite that is no image reference names the cluster's entry",
 			image: "quay.io/ocm:v1", cluster: []m{{Source: "docker.io", Mirror: "d.local"}, {Source: "quay.io/ocm", Mirror: "mirror.local:5000"}},
-			field: ClusterRegistriesField + ".registries[1].mirror", reason: ReasonInvalidImageRegistries},
+			field: ClusterRegistriesField + ".registries[1].mirror", reason: proxyv1alpha1.ReasonInvalidImageRegistries},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,21 +1,12 @@
 package proxyenv
 
-// Reasons of a FieldError, suitable as condition reasons.
-const (
-	ReasonInvalidProxyURL             = "InvalidProxyURL"
-	ReasonInvalidProxyCABundle        = "InvalidProxyCABundle"
-	ReasonInvalidRegistryMirror       = "InvalidRegistryMirror"
-	ReasonInvalidResourceRequirements = "InvalidResourceRequirements"
-	ReasonInvalidImageRegistries      = "InvalidImageRegistries"
-)
-
 // FieldError says which AddOnDeploymentConfig field (or, for ClusterRegistriesField, which part of the
 // ManagedCluster's image-registries annotation) is wrong and why; Reason is a CamelCase condition reason.
 type FieldError struct {
 	// Field is the path of the offending field, e.g. "spec.proxyConfig.httpsProxy" or
 	// "spec.registries[1].mirror".
 	Field string
-	// Reason is one of the Reason* constants.
+	// Reason is a condition reason of api/v1alpha1 (ReasonInvalidProxyURL, ...).
 	Reason string
 	// Message says what is wrong and what to do. It never contains proxy credentials (they are
 	// masked as "***") nor PEM block contents.

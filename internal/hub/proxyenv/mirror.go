@@ -7,6 +7,9 @@ import (
 	"unicode"
 
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // MirrorImage rewrites image with the first ADC registry whose Source matches it, returning
@@ -21,7 +24,7 @@ import (
 //
 // Every entry is validated before any matching, even ones after the first match; the error is a
 // *FieldError with Field "spec.registries[i].source" or "spec.registries[i].mirror" and Reason
-// ReasonInvalidRegistryMirror. Source and Mirror must both be non-empty, have no scheme
+// proxyv1alpha1.ReasonInvalidRegistryMirror. Source and Mirror must both be non-empty, have no scheme
 // ("https://"), no whitespace, no trailing (or leading, or doubled) '/', and only the characters
 // [a-z0-9._:/-]; a registry port such as "mirror.local:5000/ocm" is fine. (This is stricter than
 // the OCM API, where an empty Source means "every registry" and an empty Mirror is ignored.)
@@ -30,10 +33,10 @@ import (
 // ([host[:port]/]path[:tag][@digest]); otherwise the Mirror of the matching entry is reported.
 func MirrorImage(image string, registries []addonv1alpha1.ImageMirror) (string, error) {
 	for i, r := range registries {
-		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].source", i), ReasonInvalidRegistryMirror, "source", r.Source); err != nil {
+		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].source", i), proxyv1alpha1.ReasonInvalidRegistryMirror, "source", r.Source); err != nil {
 			return "", err
 		}
-		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].mirror", i), ReasonInvalidRegistryMirror, "mirror", r.Mirror); err != nil {
+		if err := validateRegistry(fmt.Sprintf("spec.registries[%d].mirror", i), proxyv1alpha1.ReasonInvalidRegistryMirror, "mirror", r.Mirror); err != nil {
 			return "", err
 		}
 	}
@@ -42,7 +45,7 @@ func MirrorImage(image string, registries []addonv1alpha1.ImageMirror) (string, 
 		if !ok {
 			continue
 		}
-		return mirrored(image, r.Mirror+rest, fmt.Sprintf("spec.registries[%d].mirror", i), ReasonInvalidRegistryMirror)
+		return mirrored(image, r.Mirror+rest, fmt.Sprintf("spec.registries[%d].mirror", i), proxyv1alpha1.ReasonInvalidRegistryMirror)
 	}
 	return image, nil
 }
@@ -76,7 +79,7 @@ func validateRegistry(field, reason, what, v string) error {
 	bad := func(format string, args ...any) error {
 		return fieldError(field, reason, fmt.Sprintf(format, args...))
 	}
-	shown := maskUserinfo(v)
+	shown := contract.RedactProxyURL(v)
 	switch {
 	case v == "":
 		return bad("the registry %s must not be empty; write a registry host[:port] optionally followed by /path, e.g. \"mirror.local:5000/ocm\"", what)

@@ -6,6 +6,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestMirrorImage(t *testing.T) {
@@ -81,7 +83,7 @@ func TestMirrorImage(t *testing.T) {
 			g := NewWithT(t)
 			got, err := MirrorImage(tc.image, tc.registries)
 			if tc.field != "" {
-				_ = expectFieldError(g, err, tc.field, ReasonInvalidRegistryMirror)
+				_ = expectFieldError(g, err, tc.field, proxyv1alpha1.ReasonInvalidRegistryMirror)
 				g.Expect(got).To(BeEmpty())
 				return
 			}

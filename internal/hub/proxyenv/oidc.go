@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 // The customized variables of the service-proxy's OpenID Connect tokens, as the existing addon names them.
@@ -44,7 +46,7 @@ var signingAlgs = map[string]bool{"RS256": true, "RS384": true, "RS512": true, "
 // set records one OIDC variable, checking its value; Variables checks that the set is whole.
 func (o *OIDCVariables) set(name, value string, field string) error {
 	bad := func(format string, args ...any) error {
-		return fieldError(field, ReasonInvalidCustomizedVariable, name+" "+fmt.Sprintf(format, args...))
+		return fieldError(field, proxyv1alpha1.ReasonInvalidCustomizedVariable, name+" "+fmt.Sprintf(format, args...))
 	}
 	switch name {
 	case VariableOIDCIssuerURL:

@@ -6,6 +6,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestOIDCVariables(t *testing.T) {
@@ -57,7 +59,7 @@ func TestOIDCVariables(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			_, err := Variables(tc.vars)
-			_ = expectFieldError(g, err, tc.field, ReasonInvalidCustomizedVariable)
+			_ = expectFieldError(g, err, tc.field, proxyv1alpha1.ReasonInvalidCustomizedVariable)
 		})
 	}
 }

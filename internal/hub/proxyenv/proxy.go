@@ -13,6 +13,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 const (
@@ -21,7 +24,6 @@ const (
 	fieldCABundle   = "spec.proxyConfig.caBundle"
 
 	pemTypeCertificate = "CERTIFICATE"
-	masked             = "***"
 )
 
 // Settings are validated forward-proxy settings.
@@ -36,11 +38,11 @@ type Settings struct {
 	CABundle                       []byte // PEM, only certificates
 }
 
-// Redacted returns a copy of s whose proxy URLs have their user:password part replaced by "***",
-// for status fields, events and logs.
+// Redacted returns a copy of s whose proxy URLs show no credentials (contract.RedactProxyURL), for status fields,
+// events and logs.
 func (s Settings) Redacted() Settings {
-	s.HTTPProxy = maskUserinfo(s.HTTPProxy)
-	s.HTTPSProxy = maskUserinfo(s.HTTPSProxy)
+	s.HTTPProxy = contract.RedactProxyURL(s.HTTPProxy)
+	s.HTTPSProxy = contract.RedactProxyURL(s.HTTPSProxy)
 	return s
 }
 
@@ -73,23 +75,23 @@ func FromConfig(pc addonv1alpha1.ProxyConfig) (Settings, error) {
 }
 
 // validateProxyURL returns the trimmed URL, "" when unset, or a *FieldError. Messages show the
-// URL only through maskUserinfo and never echo parts that could come from the credentials.
+// URL only through contract.RedactProxyURL and never echo parts that could come from the credentials.
 func validateProxyURL(field, raw string) (string, error) {
 	v := strings.TrimSpace(raw)
 	if v == "" {
 		return "", nil
 	}
-	shown := maskUserinfo(v)
+	shown := contract.RedactProxyURL(v)
 	hasCreds := shown != v
 	const example = "http://proxy.example.com:3128"
 	bad := func(format string, args ...any) error {
-		return fieldError(field, ReasonInvalidProxyURL, fmt.Sprintf("proxy URL %q ", shown)+fmt.Sprintf(format, args...))
+		return fieldError(field, proxyv1alpha1.ReasonInvalidProxyURL, fmt.Sprintf("proxy URL %q ", shown)+fmt.Sprintf(format, args...))
 	}
 
 	if strings.IndexFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
 		return "", bad("contains whitespace or control characters; write it as a single URL such as %s", example)
 	}
-	scheme, ok := urlScheme(v)
+	scheme, ok := contract.URLScheme(v)
 	if !ok {
 		return "", bad("is not an absolute URL; it must start with http:// or https://, e.g. %s", example)
 	}
@@ -125,40 +127,6 @@ func validateProxyURL(field, raw string) (string, error) {
 	return v, nil
 }
 
-// urlScheme returns the scheme of s when s starts with "<scheme>://" and the scheme is a valid
-// RFC 3986 scheme token.
-func urlScheme(s string) (string, bool) {
-	i := strings.Index(s, "://")
-	if i <= 0 {
-		return "", false
-	}
-	for j, r := range s[:i] {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case j > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
-		default:
-			return "", false
-		}
-	}
-	return s[:i], true
-}
-
-// maskUserinfo replaces everything between the scheme ("<scheme>://", or the start of s when
-// there is none) and the last '@' with "***". It deliberately over-masks: a password may contain
-// unescaped '/', '?', '#' or ':' that would fool a parser, so the last '@' is taken as the end of
-// the credentials.
-func maskUserinfo(s string) string {
-	start := 0
-	if scheme, ok := urlScheme(s); ok {
-		start = len(scheme) + len("://")
-	}
-	at := strings.LastIndexByte(s[start:], '@')
-	if at < 0 {
-		return s
-	}
-	return s[:start] + masked + s[start+at:]
-}
-
 // validateCABundle returns the certificates of data re-encoded as PEM, nil when unset, or a
 // *FieldError. It never echoes block contents.
 func validateCABundle(data []byte) ([]byte, error) {
@@ -166,7 +134,7 @@ func validateCABundle(data []byte) ([]byte, error) {
 		return nil, nil
 	}
 	bad := func(format string, args ...any) error {
-		return fieldError(fieldCABundle, ReasonInvalidProxyCABundle, "proxy CA bundle "+fmt.Sprintf(format, args...))
+		return fieldError(fieldCABundle, proxyv1alpha1.ReasonInvalidProxyCABundle, "proxy CA bundle "+fmt.Sprintf(format, args...))
 	}
 	const keyAdvice = "; a proxy CA bundle must hold only CA certificates: remove the key from the AddOnDeploymentConfig and consider it exposed"
 
@@ -327,6 +295,6 @@ func appendCertificates(out []byte, seen map[string]bool, data []byte) []byte {
 }
 
 func isHTTPSURL(s string) bool {
-	scheme, ok := urlScheme(strings.TrimSpace(s))
+	scheme, ok := contract.URLScheme(strings.TrimSpace(s))
 	return ok && strings.EqualFold(scheme, "https")
 }

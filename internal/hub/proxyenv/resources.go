@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 // Resources returns the resource requirements for one container from ADC resourceRequirements,
@@ -21,7 +23,7 @@ import (
 // wildcard ones. The result is a deep copy.
 //
 // Every entry is validated, matching or not, in order; the error is a *FieldError with Reason
-// ReasonInvalidResourceRequirements and Field:
+// proxyv1alpha1.ReasonInvalidResourceRequirements and Field:
 //   - "spec.resourceRequirements[i].containerID" when containerID does not have exactly three
 //     non-empty parts, or a part contains whitespace;
 //   - "spec.resourceRequirements[i].resources" when a quantity is negative or a request is greater
@@ -57,7 +59,7 @@ func parseContainerID(i int, id string) ([3]string, error) {
 		}
 	}
 	if !ok {
-		return [3]string{}, fieldError(fmt.Sprintf("spec.resourceRequirements[%d].containerID", i), ReasonInvalidResourceRequirements,
+		return [3]string{}, fieldError(fmt.Sprintf("spec.resourceRequirements[%d].containerID", i), proxyv1alpha1.ReasonInvalidResourceRequirements,
 			fmt.Sprintf("containerID %q must have the form <resource>:<name>:<container>, three non-empty parts without whitespace, "+
 				"each of which may be \"*\"; e.g. \"deployments:cluster-proxy-proxy-agent:proxy-agent\"", id))
 	}
@@ -66,7 +68,7 @@ func parseContainerID(i int, id string) ([3]string, error) {
 
 func validateRequirements(i int, rr corev1.ResourceRequirements) error {
 	bad := func(format string, args ...any) error {
-		return fieldError(fmt.Sprintf("spec.resourceRequirements[%d].resources", i), ReasonInvalidResourceRequirements, fmt.Sprintf(format, args...))
+		return fieldError(fmt.Sprintf("spec.resourceRequirements[%d].resources", i), proxyv1alpha1.ReasonInvalidResourceRequirements, fmt.Sprintf(format, args...))
 	}
 	for _, n := range sortedNames(rr.Limits) {
 		if q := rr.Limits[n]; q.Sign() < 0 {

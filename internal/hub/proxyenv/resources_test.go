@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestResources(t *testing.T) {
@@ -88,7 +90,7 @@ func TestResources(t *testing.T) {
 			g := NewWithT(t)
 			got, err := Resources(tc.reqs, res, name, ctr)
 			if tc.field != "" {
-				_ = expectFieldError(g, err, tc.field, ReasonInvalidResourceRequirements)
+				_ = expectFieldError(g, err, tc.field, proxyv1alpha1.ReasonInvalidResourceRequirements)
 				g.Expect(got).To(BeNil())
 				return
 			}

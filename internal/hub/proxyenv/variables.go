@@ -8,10 +8,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
-)
 
-// ReasonInvalidCustomizedVariable: a customizedVariables entry the agent understands has a value it cannot use.
-const ReasonInvalidCustomizedVariable = "InvalidCustomizedVariable"
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+)
 
 // Customized variables the agent understands, as the existing addon names them. Other names are left alone: an
 // AddOnDeploymentConfig may be shared with other add-ons.
@@ -49,14 +48,14 @@ func Variables(vars []addonv1alpha1.CustomizedVariable) (AgentVariables, error) 
 		case VariableServiceDomain:
 			domain := strings.TrimSuffix(v.Value, ".")
 			if errs := validation.IsDNS1123Subdomain(domain); len(errs) > 0 {
-				return AgentVariables{}, fieldError(field, ReasonInvalidCustomizedVariable,
+				return AgentVariables{}, fieldError(field, proxyv1alpha1.ReasonInvalidCustomizedVariable,
 					fmt.Sprintf("%s %q is not a DNS domain (%s): use a suffix such as svc.cluster.local", v.Name, v.Value, strings.Join(errs, "; ")))
 			}
 			out.ServiceDomain = domain
 		case VariableEnableImpersonation:
 			enabled, err := strconv.ParseBool(v.Value)
 			if err != nil {
-				return AgentVariables{}, fieldError(field, ReasonInvalidCustomizedVariable,
+				return AgentVariables{}, fieldError(field, proxyv1alpha1.ReasonInvalidCustomizedVariable,
 					fmt.Sprintf("%s %q is not a boolean: use true or false", v.Name, v.Value))
 			}
 			out.DisableImpersonation = !enabled
@@ -64,11 +63,11 @@ func Variables(vars []addonv1alpha1.CustomizedVariable) (AgentVariables, error) 
 	}
 	switch {
 	case oidc.IssuerURL != "" && oidc.ClientID == "":
-		return AgentVariables{}, fieldError(oidcFields[VariableOIDCIssuerURL], ReasonInvalidCustomizedVariable,
+		return AgentVariables{}, fieldError(oidcFields[VariableOIDCIssuerURL], proxyv1alpha1.ReasonInvalidCustomizedVariable,
 			VariableOIDCIssuerURL+" needs "+VariableOIDCClientID+", the audience the tokens carry")
 	case oidc.IssuerURL == "" && len(oidcFields) > 0:
 		name := sortedKeys(oidcFields)[0]
-		return AgentVariables{}, fieldError(oidcFields[name], ReasonInvalidCustomizedVariable,
+		return AgentVariables{}, fieldError(oidcFields[name], proxyv1alpha1.ReasonInvalidCustomizedVariable,
 			name+" needs "+VariableOIDCIssuerURL+" and "+VariableOIDCClientID)
 	case oidc.IssuerURL != "":
 		out.OIDC = &oidc

@@ -6,6 +6,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 func TestVariables(t *testing.T) {
@@ -37,7 +39,7 @@ func TestVariables(t *testing.T) {
 				var fe *FieldError
 				g.Expect(errors.As(err, &fe)).To(BeTrue())
 				g.Expect(fe.Field).To(Equal(tc.wantField))
-				g.Expect(fe.Reason).To(Equal(ReasonInvalidCustomizedVariable))
+				g.Expect(fe.Reason).To(Equal(proxyv1alpha1.ReasonInvalidCustomizedVariable))
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())

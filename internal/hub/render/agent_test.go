@@ -672,14 +672,14 @@ func TestAgentWorkErrors(t *testing.T) {
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPProxy: "socks5://proxy.example.com:1080"}})
 			},
-			field: "spec.proxyConfig.httpProxy", reason: proxyenv.ReasonInvalidProxyURL,
+			field: "spec.proxyConfig.httpProxy", reason: proxyv1alpha1.ReasonInvalidProxyURL,
 		},
 		{
 			name: "an httpsProxy with an invalid port names spec.proxyConfig.httpsProxy",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPSProxy: "https://proxy.example.com:99999"}})
 			},
-			field: "spec.proxyConfig.httpsProxy", reason: proxyenv.ReasonInvalidProxyURL,
+			field: "spec.proxyConfig.httpsProxy", reason: proxyv1alpha1.ReasonInvalidProxyURL,
 		},
 		{
 			name: "a caBundle that is not PEM names spec.proxyConfig.caBundle",
@@ -688,14 +688,14 @@ func TestAgentWorkErrors(t *testing.T) {
 					HTTPSProxy: "https://proxy.example.com", CABundle: []byte("not a certificate"),
 				}})
 			},
-			field: "spec.proxyConfig.caBundle", reason: proxyenv.ReasonInvalidProxyCABundle,
+			field: "spec.proxyConfig.caBundle", reason: proxyv1alpha1.ReasonInvalidProxyCABundle,
 		},
 		{
 			name: "a customized variable the agent cannot use names its entry",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{CustomizedVariables: []addonv1alpha1.CustomizedVariable{{Name: "serviceDomain", Value: "bad domain"}}})
 			},
-			field: "spec.customizedVariables[0].value", reason: proxyenv.ReasonInvalidCustomizedVariable,
+			field: "spec.customizedVariables[0].value", reason: proxyv1alpha1.ReasonInvalidCustomizedVariable,
 		},
 		{
 			name: "a mirror with a scheme names its index",
@@ -705,21 +705,21 @@ func TestAgentWorkErrors(t *testing.T) {
 					{Source: "quay.io/open-cluster-management", Mirror: "https://mirror.local/ocm"},
 				}})
 			},
-			field: "spec.registries[1].mirror", reason: proxyenv.ReasonInvalidRegistryMirror,
+			field: "spec.registries[1].mirror", reason: proxyv1alpha1.ReasonInvalidRegistryMirror,
 		},
 		{
 			name: "an empty registry source names its index",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{Registries: []addonv1alpha1.ImageMirror{{Mirror: "mirror.local"}}})
 			},
-			field: "spec.registries[0].source", reason: proxyenv.ReasonInvalidRegistryMirror,
+			field: "spec.registries[0].source", reason: proxyv1alpha1.ReasonInvalidRegistryMirror,
 		},
 		{
 			name: "a malformed containerID names spec.resourceRequirements[0].containerID",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ResourceRequirements: []addonv1alpha1.ContainerResourceRequirements{{ContainerID: "proxy-agent"}}})
 			},
-			field: "spec.resourceRequirements[0].containerID", reason: proxyenv.ReasonInvalidResourceRequirements,
+			field: "spec.resourceRequirements[0].containerID", reason: proxyv1alpha1.ReasonInvalidResourceRequirements,
 		},
 	}
 	for _, tc := range cases {
