@@ -183,6 +183,18 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		bundle = get(Default, &corev1.Secret{}, hub.Spec.ProxyServer.Namespace, "proxy-server-ca").Data["ca.crt"]
 	})
 
+	It("lists and watches ManagedClusters as metadata only, never as whole clusters", func() {
+		cluster := "meta-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.Conditions).NotTo(BeEmpty())
+		}, timeout, interval).Should(Succeed())
+		reads := requests.CollectionReadsOf("managedclusters")
+		Expect(reads.Metadata).To(BeNumerically(">=", 1), "the clusters' metadata are listed and watched")
+		Expect(reads.Whole).To(BeZero(), "the spec and the status the klusterlet keeps rewriting are not cached")
+	})
+
 	It("installs the agent through a ManifestWork and serves the add-on status, the OCM way", func() {
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)

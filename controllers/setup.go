@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
-	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -63,7 +62,6 @@ func CacheOptions() cache.Options {
 		// asks every replica.
 		&discoveryv1.EndpointSlice{}: owned,
 		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: clusteragent.TrimCachedWork},
-		&clusterv1.ManagedCluster{}:  {Transform: clusteragent.TrimCachedCluster},
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},

@@ -36,30 +36,3 @@ func TestTrimCachedWorkKeepsWhatTheReconcilerReads(t *testing.T) {
 	g.Expect(trimmed.ManagedFields[0].Manager).To(Equal("kubectl-edit"), "another writer stays visible")
 	g.Expect(workApplied(trimmed)).To(BeTrue(), "the status the conditions come from is kept")
 }
-
-func TestTrimCachedClusterKeepsItsMetadataOnly(t *testing.T) {
-	g := NewWithT(t)
-	now := metav1.Now()
-	cluster := &clusterv1.ManagedCluster{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "c1", Labels: map[string]string{"region": "eu"}, DeletionTimestamp: &now,
-			Annotations:   map[string]string{clusterv1.ClusterImageRegistriesAnnotationKey: `{"registries":[]}`},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "registration", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)}},
-		},
-		Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true, ManagedClusterClientConfigs: []clusterv1.ClientConfig{
-			{URL: "https://c1.example:6443", CABundle: []byte("-----BEGIN CERTIFICATE-----")}}},
-		Status: clusterv1.ManagedClusterStatus{
-			Conditions:    []metav1.Condition{{Type: clusterv1.ManagedClusterConditionAvailable, Status: metav1.ConditionTrue}},
-			ClusterClaims: []clusterv1.ManagedClusterClaim{{Name: "id.k8s.io", Value: "c1"}},
-		},
-	}
-	out, err := TrimCachedCluster(cluster)
-	g.Expect(err).NotTo(HaveOccurred())
-	trimmed := out.(*clusterv1.ManagedCluster)
-	g.Expect(trimmed.Spec).To(BeZero(), "client configs and their CA bundles are not cached")
-	g.Expect(trimmed.Status).To(BeZero(), "the status the klusterlet keeps rewriting is not cached")
-	g.Expect(trimmed.ManagedFields).To(BeEmpty())
-	g.Expect(trimmed.Annotations).To(HaveKey(clusterv1.ClusterImageRegistriesAnnotationKey), "a pass reads the image registries")
-	g.Expect(trimmed.Labels).To(HaveKeyWithValue("region", "eu"))
-	g.Expect(trimmed.DeletionTimestamp).NotTo(BeNil(), "a pass reads the deletion")
-}

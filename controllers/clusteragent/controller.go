@@ -58,8 +58,9 @@ type Reconciler struct {
 
 // scope is what one pass reads and decides.
 type scope struct {
-	mca     *addonv1alpha1.ManagedClusterAddOn
-	cluster *clusterv1.ManagedCluster
+	mca *addonv1alpha1.ManagedClusterAddOn
+	// cluster is the ManagedCluster's metadata, all a pass reads of it: that it exists, its deletion, its annotations.
+	cluster *metav1.PartialObjectMetadata
 	mpc     *proxyv1alpha1.ManagedProxyConfiguration
 	adc     *addonv1alpha1.AddOnDeploymentConfig
 	adcRef  string // namespace/name of the ADC in effect, "" for none
@@ -93,7 +94,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !mca.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	s := &scope{mca: mca, cluster: &clusterv1.ManagedCluster{}}
+	s := &scope{mca: mca, cluster: &metav1.PartialObjectMetadata{}}
+	s.cluster.SetGroupVersionKind(clusterv1.SchemeGroupVersion.WithKind("ManagedCluster"))
 	err := r.Client.Get(ctx, client.ObjectKey{Name: mca.Namespace}, s.cluster)
 	if apierrors.IsNotFound(err) {
 		err = r.APIReader.Get(ctx, client.ObjectKey{Name: mca.Namespace}, s.cluster)
@@ -202,7 +204,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		For(&addonv1alpha1.ManagedClusterAddOn{}, builder.WithPredicates(onlyOurAddOn, addOnSpecChanged)).
 		Owns(&workv1.ManifestWork{}, builder.WithPredicates(workChangedByOthers)).
 		Owns(&proxyv1alpha1.ClusterProxyStatus{}, builder.WithPredicates(renderedChangedByOthers)).
-		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster), builder.WithPredicates(clusterInputChanged)).
+		// As metadata: the spec (client configs and CA bundles) and the status the klusterlet keeps rewriting are most of
+		// a cluster, and no pass reads them. The CSR approval's hubAcceptsClient goes to the API server.
+		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(addOnOfCluster), builder.OnlyMetadata,
+			builder.WithPredicates(clusterInputChanged)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(addOnOfCSR)).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allAddOns), builder.WithPredicates(agentInputChanged)).
 		// The published CA bundle goes into every agent work.
@@ -293,20 +298,6 @@ func (r *Reconciler) addOnsOfTunnelChange(ctx context.Context, cluster string) [
 func (r *Reconciler) allAddOns(ctx context.Context, _ client.Object) []reconcile.Request {
 	// The cache holds only the add-ons named cluster-proxy.
 	return index.Requests(ctx, r.Client, &addonv1alpha1.ManagedClusterAddOnList{})
-}
-
-// TrimCachedCluster is the cache transform of ManagedClusters: the manager reads of a cluster from its cache only its
-// metadata (that it exists, its deletion, its annotations and labels). Its spec (the client configs with their CA
-// bundles) and its status (conditions, capacity, version, claims, which the klusterlet keeps rewriting) are most of
-// the object and are dropped, with its managed fields. The one read that needs the spec, the CSR approval's
-// hubAcceptsClient, goes to the API server.
-func TrimCachedCluster(obj any) (any, error) {
-	if cluster, ok := obj.(*clusterv1.ManagedCluster); ok {
-		cluster.ManagedFields = nil
-		cluster.Spec = clusterv1.ManagedClusterSpec{}
-		cluster.Status = clusterv1.ManagedClusterStatus{}
-	}
-	return obj, nil
 }
 
 // TrimCachedWork is the cache transform of ManifestWorks: it drops the rendered manifests, the bulk of a work, which

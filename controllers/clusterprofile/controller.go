@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
@@ -120,7 +121,9 @@ func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterPr
 		log.FromContext(ctx).V(1).Info("No access provider: "+why, append([]any{"cluster", cluster}, keysAndValues...)...)
 		return nil, nil
 	}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: cluster}, &clusterv1.ManagedCluster{}); err != nil {
+	managed := &metav1.PartialObjectMetadata{}
+	managed.SetGroupVersionKind(clusterv1.SchemeGroupVersion.WithKind("ManagedCluster"))
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: cluster}, managed); err != nil {
 		if client.IgnoreNotFound(err) != nil {
 			return nil, err
 		}
@@ -214,7 +217,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		For(&cpv1alpha1.ClusterProfile{}, builder.WithPredicates(profileChanged)).
 		Watches(&addonv1alpha1.ManagedClusterAddOn{}, handler.EnqueueRequestsFromMapFunc(r.profilesOfNamespace),
 			builder.WithPredicates(onlyOurAddOn, predicate.GenerationChangedPredicate{})).
-		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(r.profilesOfName),
+		Watches(&clusterv1.ManagedCluster{}, handler.EnqueueRequestsFromMapFunc(r.profilesOfName), builder.OnlyMetadata,
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 		Watches(&proxyv1alpha1.ManagedProxyConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allProfiles),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -8,11 +8,19 @@ import (
 )
 
 // Requests counts the API requests of a client whose rest.Config.WrapTransport is Wrap: writes (every method but GET
-// and HEAD) apart from reads (GET, which LIST and WATCH are too), and the writes to each resource.
+// and HEAD) apart from reads (GET, which LIST and WATCH are too), the writes to each resource, and the LISTs and
+// WATCHes of each resource by what they asked for (whole objects, or their metadata only).
 type Requests struct {
 	writes, reads atomic.Int64
 	mu            sync.Mutex
 	byResource    map[string]int64
+	collections   map[string]CollectionReads
+}
+
+// CollectionReads are the LISTs and WATCHes of one resource: of whole objects, and of PartialObjectMetadata (what a
+// controller-runtime metadata-only watch asks for).
+type CollectionReads struct {
+	Whole, Metadata int64
 }
 
 // Wrap is a rest.Config.WrapTransport that counts the requests rt carries.
@@ -20,6 +28,20 @@ func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		if req.Method == http.MethodGet || req.Method == http.MethodHead {
 			r.reads.Add(1)
+			if resource, collection := resourceOf(req.URL.Path), isCollection(req.URL.Path); collection && resource != "" {
+				r.mu.Lock()
+				if r.collections == nil {
+					r.collections = map[string]CollectionReads{}
+				}
+				c := r.collections[resource]
+				if strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadata") {
+					c.Metadata++
+				} else {
+					c.Whole++
+				}
+				r.collections[resource] = c
+				r.mu.Unlock()
+			}
 		} else {
 			r.writes.Add(1)
 			r.mu.Lock()
@@ -47,6 +69,13 @@ func (r *Requests) WritesTo(resource string) int64 {
 	return r.byResource[resource]
 }
 
+// CollectionReadsOf are the LISTs and WATCHes of resource so far.
+func (r *Requests) CollectionReadsOf(resource string) CollectionReads {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.collections[resource]
+}
+
 // resourceOf is the resource of an API path: /api/v1/[namespaces/<ns>/]<resource>/... or
 // /apis/<group>/<version>/[namespaces/<ns>/]<resource>/...; a namespace itself is "namespaces".
 func resourceOf(path string) string {
@@ -62,6 +91,19 @@ func resourceOf(path string) string {
 		return segs[i]
 	}
 	return ""
+}
+
+// isCollection reports whether an API path names a collection (what LIST and WATCH read) rather than one object.
+func isCollection(path string) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	i := 2
+	if len(segs) > 0 && segs[0] == "apis" {
+		i = 3
+	}
+	if len(segs) > i+2 && segs[i] == "namespaces" {
+		i += 2
+	}
+	return len(segs) == i+1
 }
 
 // Settled returns a condition for Eventually, polled at the quiet period you want: true once count has not changed

@@ -35,6 +35,35 @@ func TestRequestsCountsWritesByResourceAndReads(t *testing.T) {
 	g.Expect(r.WritesTo("namespaces")).To(BeEquivalentTo(1))
 }
 
+func TestRequestsCountsListsAndWatchesByWhatTheyAskFor(t *testing.T) {
+	g := NewWithT(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	var r Requests
+	c := &http.Client{Transport: r.Wrap(http.DefaultTransport)}
+	const metadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+	for _, req := range []struct{ path, accept string }{
+		{"/apis/cluster.open-cluster-management.io/v1/managedclusters?watch=true", metadata},
+		{"/apis/cluster.open-cluster-management.io/v1/managedclusters", metadata},
+		{"/apis/cluster.open-cluster-management.io/v1/managedclusters/c1", "application/json"},
+		{"/api/v1/namespaces/ns/secrets", "application/json"},
+		{"/api/v1/namespaces/ns/secrets/s1", "application/json"},
+		{"/api/v1/namespaces", "application/json"},
+		{"/api/v1/namespaces/ns", "application/json"},
+	} {
+		hr, err := http.NewRequest(http.MethodGet, srv.URL+req.path, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		hr.Header.Set("Accept", req.accept)
+		resp, err := c.Do(hr)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+	}
+	g.Expect(r.CollectionReadsOf("managedclusters")).To(Equal(CollectionReads{Metadata: 2}), "a GET of one cluster is no collection read")
+	g.Expect(r.CollectionReadsOf("secrets")).To(Equal(CollectionReads{Whole: 1}))
+	g.Expect(r.CollectionReadsOf("namespaces")).To(Equal(CollectionReads{Whole: 1}))
+	g.Expect(r.Reads()).To(BeEquivalentTo(7))
+}
+
 func TestSettledIsTrueOnceTheCountStopsChanging(t *testing.T) {
 	g := NewWithT(t)
 	n := int64(0)
