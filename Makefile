@@ -99,6 +99,14 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 .PHONY: test
 test: manifests generate vet envtest-assets helm kustomize ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test ./... -count=1 -timeout 30m
+	@$(MAKE) --no-print-directory test-poison
+
+# DATA_PLANE_PACKAGES carry the bytes of every cluster through pooled, uncleared buffers.
+DATA_PLANE_PACKAGES := ./internal/contract/... ./internal/server/... ./internal/agent/... ./pkg/...
+
+.PHONY: test-poison
+test-poison: envtest-assets ## The data plane's tests again with every released payload buffer overwritten and checked for a second release (-tags poisonbuffers): a buffer used after its release, or handed to two streams, fails them at once.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test -tags poisonbuffers $(DATA_PLANE_PACKAGES) -count=1 -timeout 10m
 
 .PHONY: test-integration
 test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.

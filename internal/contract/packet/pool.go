@@ -16,7 +16,9 @@ const (
 // dirtyPool is the pool of the DATA payloads Codec decodes, and the proxy-server's agent endpoint's gRPC buffer pool.
 // gRPC's own pool clears every buffer it hands out, which cost 4 % of a bulk download's CPU; these buffers are always
 // written whole before they are read (the framer reads a frame's length into them, the codec copies a payload's), so
-// clearing them protects nothing.
+// clearing them protects nothing. What proves it: stale_test.go decodes into buffers whose every byte differs from the
+// one expected, and make test runs the data plane's tests again with released buffers poisoned (poison.go), among them
+// streams of several clusters at once that check every byte they get back (internal/server/tenants_test.go).
 type dirtyPool struct {
 	tiers [maxPooledShift - minPooledShift + 1]sync.Pool
 }
@@ -39,6 +41,9 @@ func (p *dirtyPool) Get(n int) *[]byte {
 		b := make([]byte, n)
 		return &b
 	}
+	if poisonReleased {
+		return poisoned.get(i, n, 1<<(minPooledShift+i))
+	}
 	if b, ok := p.tiers[i].Get().(*[]byte); ok {
 		*b = (*b)[:n]
 		return b
@@ -52,5 +57,10 @@ func (p *dirtyPool) Put(b *[]byte) {
 	if c < 1<<minPooledShift || c > 1<<maxPooledShift || c&(c-1) != 0 {
 		return
 	}
-	p.tiers[bits.Len(uint(c))-1-minPooledShift].Put(b)
+	i := bits.Len(uint(c)) - 1 - minPooledShift
+	if poisonReleased {
+		poisoned.put(i, b)
+		return
+	}
+	p.tiers[i].Put(b)
 }
