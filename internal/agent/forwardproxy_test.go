@@ -100,7 +100,7 @@ func TestForwardProxyRefusalsNameTheProxyButNotItsCredentials(t *testing.T) {
 	defer cancel()
 	_, err = d.DialContext(ctx, "proxy-server.test:8091")
 	g.Expect(err).To(MatchError(ContainSubstring("407")))
-	g.Expect(err).To(MatchError(ContainSubstring("http://***@" + ln.Addr().String())), "the proxy named, its whole userinfo redacted")
+	g.Expect(err).To(MatchError(ContainSubstring("http://***@"+ln.Addr().String())), "the proxy named, its whole userinfo redacted")
 	g.Expect(err.Error()).NotTo(ContainSubstring("s3cret"))
 	g.Expect(err.Error()).NotTo(ContainSubstring("agent"))
 }
