@@ -52,8 +52,9 @@ vet: ## go vet the code.
 	go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint, then prove its import rules still catch a forbidden import of each kind (hack/depguard-probes.sh).
 	$(GOLANGCI_LINT) run ./...
+	@GOLANGCI_LINT=$(GOLANGCI_LINT) hack/depguard-probes.sh
 
 .PHONY: bundle
 bundle: manifests ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/ with hack/bundle.

@@ -1,4 +1,6 @@
-package contract
+// Package layout checks what the linter's import rules (depguard, .golangci.yml) cannot: they see one file's
+// imports, these tests what a program links in the end.
+package layout
 
 import (
 	"os/exec"
@@ -6,29 +8,71 @@ import (
 	"testing"
 )
 
-// TestDataPlaneDependsOnTheContractNotTheHub: the proxy-server, the proxy-agent and the Go client share with the
-// manager only this package; none of them links the manager's rendering, reviews or controllers.
-func TestDataPlaneDependsOnTheContractNotTheHub(t *testing.T) {
-	const module = "github.com/cluster-proxy-operator/cluster-proxy-operator/"
-	pkgs := []string{"cmd/proxy-agent", "cmd/proxy-server", "pkg/clusterproxy", "cmd/kubectl-cluster_proxy"}
-	args := []string{"list", "-f", `{{.ImportPath}} {{join .Deps " "}}`}
-	for _, p := range pkgs {
-		args = append(args, module+p)
-	}
+const module = "github.com/cluster-proxy-operator/cluster-proxy-operator/"
+
+// deps runs go list over patterns and returns each package's dependencies, both without the module's prefix.
+func deps(t *testing.T, patterns ...string) map[string][]string {
+	t.Helper()
+	args := append([]string{"list", "-f", `{{.ImportPath}} {{join .Deps " "}}`}, patterns...)
 	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != len(pkgs) {
-		t.Fatalf("go list answered for %d packages, want %d:\n%s", len(lines), len(pkgs), out)
-	}
-	for _, line := range lines {
+	graph := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
+		var own []string
 		for _, dep := range fields[1:] {
-			if strings.HasPrefix(dep, module+"internal/hub/") || strings.HasPrefix(dep, module+"internal/controller") {
-				t.Errorf("%s depends on %s", strings.TrimPrefix(fields[0], module), strings.TrimPrefix(dep, module))
+			if rel, ok := strings.CutPrefix(dep, module); ok {
+				own = append(own, rel)
 			}
 		}
+		graph[strings.TrimPrefix(fields[0], module)] = own
+	}
+	return graph
+}
+
+// TestDataPlaneLinksTheContractNotTheHub: the proxy-server, the proxy-agent, the Go client and the kubectl plugin
+// share with the manager only internal/contract (and the API); none of them links the manager's reconcilers, its
+// pure logic or its scheme, however indirectly.
+func TestDataPlaneLinksTheContractNotTheHub(t *testing.T) {
+	programs := []string{"cmd/proxy-agent", "cmd/proxy-server", "pkg/clusterproxy", "cmd/kubectl-cluster_proxy"}
+	patterns := make([]string, len(programs))
+	for i, p := range programs {
+		patterns[i] = module + p
+	}
+	graph := deps(t, patterns...)
+	if len(graph) != len(programs) {
+		t.Fatalf("go list answered for %d packages, want %d", len(graph), len(programs))
+	}
+	for pkg, own := range graph {
+		for _, dep := range own {
+			for _, hub := range []string{"controllers", "internal/hub/", "internal/scheme", "internal/localsystem"} {
+				if strings.HasPrefix(dep, hub) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
+	}
+}
+
+// TestNoProgramLinksTestSupport: internal/testsupport is test harnesses only. No package that a program or a test of
+// another package builds on links it, but the harnesses themselves.
+func TestNoProgramLinksTestSupport(t *testing.T) {
+	graph := deps(t, module+"...")
+	checked := 0
+	for pkg, own := range graph {
+		if strings.HasPrefix(pkg, "internal/testsupport/") {
+			continue
+		}
+		checked++
+		for _, dep := range own {
+			if strings.HasPrefix(dep, "internal/testsupport/") {
+				t.Errorf("%s links %s: move what it needs to a leaf such as internal/process, internal/kubeclient or internal/repo", pkg, dep)
+			}
+		}
+	}
+	if checked < 40 {
+		t.Fatalf("go list saw %d packages outside internal/testsupport; the module has more", checked)
 	}
 }
