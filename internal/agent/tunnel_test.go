@@ -340,7 +340,7 @@ func httpBody(url string) string {
 	return string(b)
 }
 
-// manyConnections is 200, or AGENT_TEST_CONNECTIONS (e.g. 1000 for the SPEC's figure).
+// manyConnections is 200, or AGENT_TEST_CONNECTIONS (e.g. 1000, the target of docs/performance.md).
 func manyConnections() int {
 	if n, err := strconv.Atoi(os.Getenv("AGENT_TEST_CONNECTIONS")); err == nil && n > 0 {
 		return n

@@ -55,7 +55,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
-// Targets from SPEC.md §7 for 1,000 clusters.
+// Targets for 1,000 clusters (docs/performance.md#targets).
 const (
 	targetConvergence  = 10 * time.Second
 	targetRSSMiB       = 100
@@ -487,7 +487,7 @@ type manager struct {
 }
 
 // startManager builds and starts the manager. It runs as a cluster admin, as envtest's clients do and as the
-// baseline of SPEC.md §7 was measured; with BENCH_IDENTITY=serviceaccount it runs as deployed instead (see
+// addon's baseline in docs/performance.md#targets was measured; with BENCH_IDENTITY=serviceaccount it runs as deployed instead (see
 // testenv.DeployedManagerKubeconfig).
 func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c client.Client, metricsAddr, pprofAddr string, memoryLimit int64) *manager {
 	dir := t.TempDir()

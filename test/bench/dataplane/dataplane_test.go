@@ -6,7 +6,7 @@
 // user-server, the in-process tunnel, our proxy-server, our agent over mTLS, the in-process service-proxy, the target
 // as an allow-listed service). Our raw tunnel (konnectivity-client through our proxy-server to our agent) is shown
 // as a diagnostic. Every certificate of every mode is ECDSA P-256 from internal/certs, except one extra row of the
-// 64-client phase: the per-request baseline with RSA-2048 certificates, the key type of SPEC.md §7's anchor figures.
+// 64-client phase: the per-request baseline with RSA-2048 certificates, the key type of the anchor figures (docs/performance.md#targets).
 //
 // Phases: bulk throughput (GET 64 MiB), small-request latency (GET 100 B one after the other), 64 concurrent clients
 // for a fixed period, and 1,000 concurrent streams through one agent with a goroutine leak check. Modes run in
@@ -14,7 +14,7 @@
 // whole process's getrusage, and the other processes' CPU (from /proc/stat) shows how noisy the machine was.
 // docs/data-plane.md describes the path; /work/shared/notes/anp-dataplane-figures.md the method and earlier figures.
 //
-// The SPEC.md §7 targets are printed as PASS or MISS beside the measured ratio and never asserted: timed assertions
+// The targets (docs/performance.md#targets) are printed as PASS or MISS beside the measured ratio and never asserted: timed assertions
 // flake on a shared machine. The test fails only on correctness problems: failed requests, wrong bodies, streams
 // that stall, goroutines that do not come back. Run it with 'make bench-data-plane'. BENCH_PHASES
 // (bulk,latency,concurrency,streams,upload) and BENCH_MODES (direct,direct-pool,anp,anp-pool,anp-per-request,anp-per-request-rsa,
@@ -39,7 +39,7 @@ import (
 	"time"
 )
 
-// Targets from SPEC.md §7.
+// Targets from docs/performance.md#targets.
 const (
 	targetBulk        = 3.0  // full path MiB/s at least this many times a raw ANP tunnel's
 	targetLatencyP50  = 1.0  // full path p50 at most this many times a raw reused ANP tunnel's
@@ -177,7 +177,7 @@ func modules(paths ...string) string {
 
 func (b *bench) footer() {
 	s := b.sum
-	fmt.Fprintln(b.out, "\n== SPEC.md §7 data-plane targets (ratios measured in this run; printed, not asserted) ==")
+	fmt.Fprintln(b.out, "\n== data-plane targets of docs/performance.md (ratios measured in this run; printed, not asserted) ==")
 	out := newTable(b.out, "target", "full path", "baseline", "ratio", "wanted", "")
 	if s.bulk.anp > 0 {
 		out.row("bulk throughput vs raw ANP tunnel", fmt.Sprintf("%.0f MiB/s", s.bulk.full), fmt.Sprintf("%.0f MiB/s", s.bulk.anp),
@@ -205,7 +205,7 @@ func (b *bench) footer() {
 			fmt.Sprintf("%.0f us", s.concFullCPU), fmt.Sprintf("%.0f us", s.concPerReqCPU), ratio(s.concPerReqCPU, s.concFullCPU), "", "")
 	}
 	if s.concPerReqRSA > 0 {
-		out.row("64 clients req/s vs new tunnel per request with RSA-2048 certificates (SPEC anchor's key type; no target)",
+		out.row("64 clients req/s vs new tunnel per request with RSA-2048 certificates (the anchor's key type; no target)",
 			fmt.Sprintf("%.0f", s.concFull), fmt.Sprintf("%.0f", s.concPerReqRSA), ratio(s.concFull, s.concPerReqRSA), "", "")
 	}
 	if s.concANPPool > 0 {

@@ -20,7 +20,7 @@ import (
 )
 
 // rsaFrontend is a second mTLS frontend of the baseline's ProxyServer whose CA, serving and client certificates are
-// RSA-2048, the key type of the library-go signer OCM uses and of SPEC.md §7's anchor figures. Only the per-request
+// RSA-2048, the key type of the library-go signer OCM uses and of the anchor figures in docs/performance.md#targets. Only the per-request
 // row uses it: a new tunnel's handshake is where the key type shows.
 type rsaFrontend struct {
 	addr      string

@@ -556,7 +556,7 @@ func (w *world) routes() map[string]*route {
 		keyANP:        anp(keyANP, "raw ANP tunnel, defaults, reused (baseline)"),
 		keyANPPool:    anp(keyANPPool, "raw ANP tunnels, defaults, 64 reused (reference)"),
 		keyANPPerReq:  anp(keyANPPerReq, "raw ANP, new tunnel + transport per request (baseline)"),
-		keyANPPerRSA: {key: keyANPPerRSA, label: "the same with RSA-2048 certificates (SPEC anchor's key type; extra)", base: plain,
+		keyANPPerRSA: {key: keyANPPerRSA, label: "the same with RSA-2048 certificates (the anchor's key type; extra)", base: plain,
 			tunnels: perReqRSA, dial: tunnelDial(w.anp.rsa.addr, w.anp.rsa.clientTLS, w.target.addr, perReqRSA)},
 		keyOursRaw: {key: keyOursRaw, label: "raw tunnel: our proxy-server + agent (diagnostic)", base: "http://" + kubeAPIServer,
 			tunnels: oursRaw, dial: tunnelDial(w.ours.addrs.Frontend, w.ours.clientTLS, net.JoinHostPort(cluster, "443"), oursRaw)},

@@ -45,7 +45,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
-// Targets from SPEC.md §7 and issue 15.
+// Targets from docs/performance.md#targets.
 const (
 	targetBytesPerAgent = 50 << 10         // proxy-server memory per idle agent
 	targetRoundRatio    = 10.0             // previous design's CPU per round over this design's
