@@ -63,6 +63,13 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
+var (
+	// managerLabels select the manager's pods (the chart's selector labels).
+	managerLabels     = map[string]string{"app.kubernetes.io/name": "cluster-proxy-operator"}
+	proxyServerLabels = map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}
+	agentLabels       = map[string]string{proxyv1alpha1.ComponentLabel: "proxy-agent"}
+)
+
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func must[T any](v T, err error) T {

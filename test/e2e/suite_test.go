@@ -75,6 +75,19 @@ var _ = BeforeSuite(func() {
 	}
 })
 
+// The specs share one system and run in this order, a file per capability; each spec leaves the system as it found it,
+// but for the last chapter, which takes it apart.
+var _ = Describe("The product on real clusters", Ordered, func() {
+	install()
+	tunnelsAndClients()
+	clusterProfiles()
+	forwardProxy()
+	highAvailability()
+	rotation()
+	configurationAndUpgrades()
+	uninstall()
+})
+
 var _ = ReportAfterEach(func(r SpecReport) { suite.Record(r) })
 
 var _ = AfterSuite(func() { suite.Stop() })
