@@ -32,7 +32,7 @@ var exercised = map[string][]runBy{
 	"docker build -f bundle.Dockerfile -t <registry>/cluster-proxy-operator-bundle:<tag> .": {
 		{notRunHere: "needs a Docker engine; test/bundle checks bundle.Dockerfile's labels against bundle/metadata"}},
 	"kubectl annotate managedproxyconfiguration cluster-proxy proxy.open-cluster-management.io/rotate-ca=\"$(date +%s)\" --overwrite": {
-		{file: "test/e2e/e2e_test.go", text: `kubectl annotate managedproxyconfiguration cluster-proxy proxy.open-cluster-management.io/rotate-ca="$(date +%s)" --overwrite`}},
+		{file: "test/e2e/rotation_test.go", text: `kubectl annotate managedproxyconfiguration cluster-proxy proxy.open-cluster-management.io/rotate-ca="$(date +%s)" --overwrite`}},
 	"make docker-build IMG=<registry>/cluster-proxy-operator:<tag>": {
 		{notRunHere: "needs a Docker engine; its build step, make build-static, runs in test/image"}},
 	"make image IMG=<registry>/cluster-proxy-operator:<tag>": {
@@ -41,18 +41,18 @@ var exercised = map[string][]runBy{
 		{file: "internal/localsystem/realcluster/images.go", text: `"images", "import"`}},
 	"helm uninstall -n open-cluster-management-addon cluster-proxy": {
 		{file: "test/helm/helm_test.go", text: `helm("uninstall", "-n", namespace, releaseName)`},
-		{file: "test/e2e/e2e_test.go", text: `"uninstall", "-n", localsystem.Namespace, "cluster-proxy"`}},
+		{file: "test/e2e/uninstall_test.go", text: `"uninstall", "-n", localsystem.Namespace, "cluster-proxy"`}},
 	"kubectl-cluster_proxy kubeconfig cluster1 -o cluster1.kubeconfig --token \"$TOKEN\"": {
 		{file: "test/e2e/helpers_test.go", text: `plugin("kubeconfig", cluster, "-o", path, "--token", tok)`}},
 	"kubectl --kubeconfig cluster1.kubeconfig get namespaces": {
-		{file: "test/e2e/e2e_test.go", text: `kubeclient.Kubectl(viewer, "get", "namespaces"`}},
+		{file: "test/e2e/clients_test.go", text: `kubeclient.Kubectl(viewer, "get", "namespaces"`}},
 	"curl --proxytunnel -x https://proxy-entrypoint.<ns>.svc:8094 --proxy-cacert ca.crt --proxy-cert tls.crt --proxy-key tls.key -k https://<cluster>:443/healthz": {
 		{file: "test/e2e/helpers_test.go", text: `"--proxy-cacert", ca, "--proxy-cert", cert, "--proxy-key", key,`}},
 	"kubectl get managedproxyconfiguration cluster-proxy -o yaml": {
-		{file: "test/e2e/e2e_test.go", text: `shell("kubectl get managedproxyconfiguration cluster-proxy -o yaml")`}},
-	"kubectl get clusterproxystatuses -A": {{file: "test/e2e/e2e_test.go", text: `shell("kubectl get clusterproxystatuses -A")`}},
-	"kubectl get proxycertificates -A":    {{file: "test/e2e/e2e_test.go", text: `shell("kubectl get proxycertificates -A")`}},
-	"kubectl-cluster_proxy health":        {{file: "test/e2e/e2e_test.go", text: `plugin("health")`}},
+		{file: "test/e2e/install_test.go", text: `shell("kubectl get managedproxyconfiguration cluster-proxy -o yaml")`}},
+	"kubectl get clusterproxystatuses -A": {{file: "test/e2e/install_test.go", text: `shell("kubectl get clusterproxystatuses -A")`}},
+	"kubectl get proxycertificates -A":    {{file: "test/e2e/install_test.go", text: `shell("kubectl get proxycertificates -A")`}},
+	"kubectl-cluster_proxy health":        {{file: "test/e2e/install_test.go", text: `plugin("health")`}},
 	"opm init cluster-proxy-operator --default-channel=stable --output=yaml": {
 		{file: "internal/localsystem/olm/catalog.go", text: `opmRun(ctx, opm, home, "init", Package, "--default-channel="+Channel, "--output=yaml")`}},
 	"opm render <registry>/cluster-proxy-operator-bundle:v0.1.0 --output=yaml": {
