@@ -316,24 +316,33 @@ func expectAgentsOnEveryReplica(replicas int) {
 func expectAgentsRolledOutWith(args ...string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		answers, err := sys.ReplicaAgents(ctx())
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(answers).To(HaveLen(3))
 		for _, cluster := range clusterNames() {
-			pods := &corev1.PodList{}
-			g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
-			var names []string
-			for _, p := range pods.Items {
-				g.Expect(p.DeletionTimestamp).To(BeNil(), "%s: agent pod %s is going away", cluster, p.Name)
+			for _, p := range onlyCurrentAgents(g, cluster) {
 				g.Expect(p.Spec.Containers[0].Args).To(ContainElements(args), "%s: agent pod %s", cluster, p.Name)
-				names = append(names, p.Name)
-			}
-			g.Expect(names).To(HaveLen(3), cluster)
-			for replica, agents := range answers {
-				g.Expect(agents[cluster]).To(ConsistOf(names), "replica %s: the agents of %s", replica, cluster)
 			}
 		}
 	}).WithTimeout(5 * time.Minute).Should(Succeed())
+}
+
+// onlyCurrentAgents asserts that cluster runs 3 agent pods, none of them going away, and that every proxy-server
+// replica holds exactly their agents: an agent of the old template that still drains its tunnels would answer some
+// requests the old way. It returns the pods.
+func onlyCurrentAgents(g Gomega, cluster string) []corev1.Pod {
+	answers, err := sys.ReplicaAgents(ctx())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(answers).To(HaveLen(3))
+	pods := &corev1.PodList{}
+	g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
+	var names []string
+	for _, p := range pods.Items {
+		g.Expect(p.DeletionTimestamp).To(BeNil(), "%s: agent pod %s is going away", cluster, p.Name)
+		names = append(names, p.Name)
+	}
+	g.Expect(names).To(HaveLen(3), cluster)
+	for replica, agents := range answers {
+		g.Expect(agents[cluster]).To(ConsistOf(names), "replica %s: the agents of %s", replica, cluster)
+	}
+	return pods.Items
 }
 
 // portForward runs kubectl port-forward to target's port for the rest of the spec (or suite) and returns the local
@@ -422,14 +431,15 @@ func updateProxyConfig(change func(*addonv1alpha1.AddOnDeploymentConfig)) {
 	}).Should(Succeed())
 }
 
-// expectAgentRunsWithProxy waits until cluster1's agent Deployment carries proxyURL, has rolled out, and its
-// tunnel is up.
+// expectAgentRunsWithProxy waits until cluster1's agent Deployment carries proxyURL, has rolled out, only its new
+// agents are on the proxy-servers, and its tunnel is up.
 func expectAgentRunsWithProxy(proxyURL string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		d := agentDeployment(g, localsystem.ProxiedCluster)
 		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
 		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
+		onlyCurrentAgents(g, localsystem.ProxiedCluster)
 		g.Expect(grpcHealthz(localsystem.ProxiedCluster)).To(Equal("ok"))
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
@@ -529,13 +539,15 @@ func setCustomizedVariables(vars []addonv1alpha1.CustomizedVariable) {
 	updateProxyConfig(func(adc *addonv1alpha1.AddOnDeploymentConfig) { adc.Spec.CustomizedVariables = vars })
 }
 
-// expectAgentArgs waits until cluster's agent Deployment's arguments match, it has rolled out, and its tunnel is up.
+// expectAgentArgs waits until cluster's agent Deployment's arguments match, it has rolled out, only its new agents
+// are on the proxy-servers, and its tunnel is up.
 func expectAgentArgs(cluster string, match gomegatypes.GomegaMatcher) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		d := agentDeployment(g, cluster)
 		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(match)
 		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
+		onlyCurrentAgents(g, cluster)
 		g.Expect(grpcHealthz(cluster)).To(Equal("ok"))
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
