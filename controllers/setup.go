@@ -1,4 +1,4 @@
-// Package controller wires the operator's reconcilers into a controller-runtime manager, one package per job:
+// Package controllers wires the operator's reconcilers into a controller-runtime manager, one package per job:
 // managedproxyconfiguration (the hub objects of a configuration), proxycertificate (issuing and renewal),
 // clustercount (the configurations' cluster counts), clusteragent (one cluster's agent, add-on status and
 // ClusterProxyStatus), agentcsr (approving and signing the agents' CSRs), addoninstall (the install strategy) and,
