@@ -316,21 +316,27 @@ func expectAgentsOnEveryReplica(replicas int) {
 func expectAgentsRolledOutWith(args ...string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
+		answers := replicaAgents(g)
 		for _, cluster := range clusterNames() {
-			for _, p := range onlyCurrentAgents(g, cluster) {
+			for _, p := range onlyCurrentAgents(g, answers, cluster) {
 				g.Expect(p.Spec.Containers[0].Args).To(ContainElements(args), "%s: agent pod %s", cluster, p.Name)
 			}
 		}
 	}).WithTimeout(5 * time.Minute).Should(Succeed())
 }
 
-// onlyCurrentAgents asserts that cluster runs 3 agent pods, none of them going away, and that every proxy-server
-// replica holds exactly their agents: an agent of the old template that still drains its tunnels would answer some
-// requests the old way. It returns the pods.
-func onlyCurrentAgents(g Gomega, cluster string) []corev1.Pod {
+// replicaAgents is what each of the 3 proxy-server replicas lists as connected: replica, cluster, agent IDs.
+func replicaAgents(g Gomega) map[string]map[string][]string {
 	answers, err := sys.ReplicaAgents(ctx())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(answers).To(HaveLen(3))
+	return answers
+}
+
+// onlyCurrentAgents asserts that cluster runs 3 agent pods, none of them going away, and that every proxy-server
+// replica of answers (replicaAgents) holds exactly their agents: an agent of the old template that still drains its
+// tunnels would answer some requests the old way. It returns the pods.
+func onlyCurrentAgents(g Gomega, answers map[string]map[string][]string, cluster string) []corev1.Pod {
 	pods := &corev1.PodList{}
 	g.Expect(managedClient(cluster).List(ctx(), pods, client.InNamespace(agentNamespace(g, cluster)), client.MatchingLabels(agentLabels))).To(Succeed())
 	var names []string
@@ -439,7 +445,7 @@ func expectAgentRunsWithProxy(proxyURL string) {
 		d := agentDeployment(g, localsystem.ProxiedCluster)
 		g.Expect(httpsProxy(d)).To(Equal(proxyURL), "the Deployment carries the new proxy")
 		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
-		onlyCurrentAgents(g, localsystem.ProxiedCluster)
+		onlyCurrentAgents(g, replicaAgents(g), localsystem.ProxiedCluster)
 		g.Expect(grpcHealthz(localsystem.ProxiedCluster)).To(Equal("ok"))
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
@@ -547,7 +553,7 @@ func expectAgentArgs(cluster string, match gomegatypes.GomegaMatcher) {
 		d := agentDeployment(g, cluster)
 		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(match)
 		g.Expect(deploymentRolledOut(d)).To(BeTrue(), "every agent pod runs the new template: %+v", d.Status)
-		onlyCurrentAgents(g, cluster)
+		onlyCurrentAgents(g, replicaAgents(g), cluster)
 		g.Expect(grpcHealthz(cluster)).To(Equal("ok"))
 	}).WithTimeout(3 * time.Minute).Should(Succeed())
 }
