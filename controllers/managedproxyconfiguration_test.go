@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -427,7 +428,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		expectReady(mpc)
 		roots := x509.NewCertPool()
 		roots.AddCert(userCA.Cert)
-		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert", "cluster-proxy-impersonator"} {
 			leaf := leafOf(Default, get(Default, &corev1.Secret{}, ns, name))
 			_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: fakeClock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 			Expect(err).NotTo(HaveOccurred(), name)
@@ -500,14 +501,20 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			HaveField("DefaultConfig.Name", "cluster-proxy"))))
 		Expect(cma.Spec.SupportedConfigs).To(ContainElement(HaveField("ConfigGroupResource.Resource", "addondeploymentconfigs")))
 
-		By("one binding lets every agent's hub identity review tokens")
-		tokenReview := get(Default, &rbacv1.ClusterRoleBinding{}, "", "open-cluster-management:cluster-proxy:agent-tokenreview")
-		Expect(tokenReview.RoleRef.Name).To(Equal("system:auth-delegator"))
-		Expect(tokenReview.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")))
+		By("the proxy-servers may review tokens and read the front proxy's CA; the agents may not")
+		serverRole := "open-cluster-management:cluster-proxy:proxy-server:" + mpc.Name
+		delegator := get(Default, &rbacv1.ClusterRoleBinding{}, "", serverRole+":auth-delegator")
+		Expect(delegator.RoleRef.Name).To(Equal("system:auth-delegator"))
+		Expect(delegator.Subjects).To(ConsistOf(HaveField("Namespace", ns)))
+		Expect(apierrors.IsNotFound(k8s.Get(ctx(), client.ObjectKey{Name: "open-cluster-management:cluster-proxy:agent-tokenreview"},
+			&rbacv1.ClusterRoleBinding{}))).To(BeTrue(), "no agent holds a TokenReview right on the hub")
 
 		owned := []client.Object{
 			cma,
-			tokenReview,
+			delegator,
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: serverRole + ":authentication-reader"}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-entrypoint"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-addon-user"}},
@@ -515,7 +522,7 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-server-ca"}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-signer"}},
 		}
-		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert", "cluster-proxy-impersonator"} {
 			owned = append(owned,
 				&proxyv1alpha1.ProxyCertificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
 				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})

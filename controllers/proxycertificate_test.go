@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -19,6 +20,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // poke makes the controllers look at obj again, as a periodic resync or the renewal timer would after the fake
@@ -287,6 +289,38 @@ var _ = Describe("ProxyCertificate failures", func() {
 
 		createMPC(mpc)
 		Eventually(func(g Gomega) { certificateStatus(g, ns, "early") }, timeout, interval).Should(Succeed())
+	})
+
+	It("issues the impersonator only to the configuration's own certificate, and refuses reserved names to others", func() {
+		mpc := newMPC()
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		own := certificateStatus(Default, ns, proxyv1alpha1.ImpersonatorSecretName)
+		Expect(own.Spec.CommonName).To(Equal(contract.ImpersonatorCommonName))
+		Expect(own.Spec.Usages).To(ConsistOf(proxyv1alpha1.UsageClientAuth))
+
+		for name, cn := range map[string]string{
+			"forged-impersonator": contract.ImpersonatorCommonName,
+			"forged-agent":        contract.AgentCommonNamePrefix + "cluster1",
+		} {
+			Expect(k8s.Create(ctx(), &proxyv1alpha1.ProxyCertificate{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: proxyv1alpha1.ProxyCertificateSpec{SecretName: name, CommonName: cn,
+					IssuerRef: proxyv1alpha1.IssuerReference{Name: mpc.Name}},
+			})).To(Succeed())
+		}
+		for _, name := range []string{"forged-impersonator", "forged-agent"} {
+			Eventually(func(g Gomega) {
+				ready := meta.FindStatusCondition(get(g, &proxyv1alpha1.ProxyCertificate{}, ns, name).Status.Conditions, proxyv1alpha1.ConditionReady)
+				g.Expect(ready).NotTo(BeNil())
+				g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(ready.Reason).To(Equal(proxyv1alpha1.ReasonReservedCommonName))
+				g.Expect(ready.Message).To(ContainSubstring("spec.commonName"))
+			}, timeout, interval).Should(Succeed(), name)
+			Expect(apierrors.IsNotFound(k8s.Get(ctx(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.Secret{}))).To(BeTrue(),
+				"no secret may be issued for %s", name)
+		}
 	})
 
 	It("stays Issuing with the reason, and Ready=False, while the secret cannot be written", func() {

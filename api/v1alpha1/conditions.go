@@ -7,10 +7,13 @@ const (
 	ConditionAgentServerSecretSigned = "AgentServerSecretSigned"
 	ConditionProxyClientSecretSigned = "ProxyClientSecretSigned"
 	ConditionUserServerSecretSigned  = "UserServerSecretSigned"
-	ConditionSignerReady             = "SignerReady"
-	ConditionEntrypointReady         = "EntrypointReady"
-	ConditionTLSProfileApplied       = "TLSProfileApplied"
-	ConditionReady                   = "Ready"
+	// ConditionImpersonatorSecretSigned reports the client certificate the hub side presents to the agents'
+	// service-proxies when it sends a hub user's identity (ImpersonatorSecretName).
+	ConditionImpersonatorSecretSigned = "ImpersonatorSecretSigned"
+	ConditionSignerReady              = "SignerReady"
+	ConditionEntrypointReady          = "EntrypointReady"
+	ConditionTLSProfileApplied        = "TLSProfileApplied"
+	ConditionReady                    = "Ready"
 )
 
 // Condition types of ProxyCertificate (Ready is shared).
@@ -62,6 +65,9 @@ const (
 	ReasonIssuerNotFound    = "IssuerNotFound"
 	ReasonIssuerNotReady    = "IssuerNotReady"
 	ReasonIssueFailed       = "IssueFailed"
+	// ReasonReservedCommonName: the common name is one only the operator's own certificates may carry (an agent's or
+	// the impersonator's).
+	ReasonReservedCommonName = "ReservedCommonName"
 
 	// ProxyCertificate Issuing=False.
 	ReasonUpToDate = "UpToDate"
@@ -79,6 +85,9 @@ const (
 	CABundleSecretName = "proxy-server-ca"
 	// UserServerSecretName is the serving certificate of the user-server.
 	UserServerSecretName = "cluster-proxy-user-serving-cert"
+	// ImpersonatorSecretName is the client certificate the proxy-servers present to the agents' service-proxies when
+	// they send a hub user's identity as impersonation.
+	ImpersonatorSecretName = "cluster-proxy-impersonator"
 	// UserServerServiceName is the in-cluster Service of the user-server.
 	UserServerServiceName = "cluster-proxy-addon-user"
 	// UserServerPort is the HTTPS port of the user-server.

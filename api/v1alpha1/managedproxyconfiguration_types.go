@@ -393,7 +393,7 @@ type ManagedProxyConfigurationStatus struct {
 	// +optional
 	ClustersConnected int32 `json:"clustersConnected"`
 	// conditions: ProxyServerDeployed, ProxyServerSecretSigned, AgentServerSecretSigned, ProxyClientSecretSigned,
-	// UserServerSecretSigned, SignerReady and Ready.
+	// UserServerSecretSigned, ImpersonatorSecretSigned, SignerReady and Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -110,7 +110,7 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle that verifies the proxy-server (and an https forward proxy)")
 	fs.StringVar(&c.agentCert, "agent-cert", "", "agent client certificate")
 	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
-	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for hub TokenReviews in the service-proxy; optional")
+	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for the PortForward entrypoint; optional")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster; empty for the in-cluster configuration")
 	fs.IntVar(&c.healthPort, "health-server-port", contract.AgentHealthPort, "port of /healthz, /readyz and /metrics")
 	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "address the health server binds to; empty for all interfaces")
@@ -118,7 +118,7 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.Func("allowed-service", "service the service-proxy may reach, namespace/name[:port]; repeatable", appendTo(&c.allowedServices))
 	fs.StringVar(&c.leaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the add-on Lease; empty turns the Lease off")
 	fs.StringVar(&c.serviceDomain, "service-domain", "svc", "DNS suffix of services after <service>.<namespace>.")
-	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "accept hub tokens and impersonate their users (needs --hub-kubeconfig)")
+	fs.BoolVar(&c.enableImpersonation, "enable-impersonation", true, "serve hub users, whom the hub's impersonator certificate vouches for, as impersonation; false: only the cluster's own and OIDC tokens")
 	fs.StringVar(&c.serviceCAFile, "service-ca-file", "", "PEM CAs the service-proxy trusts for https services besides the system roots; "+
 		"re-read when it changes, and may be absent (an optional ConfigMap volume)")
 	fs.StringVar(&c.portForward.namespace, "port-forward-namespace", "", "namespace of the proxy-server pods on the hub; set, the "+
@@ -178,14 +178,6 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 
 	var services http.Handler
 	if c.serviceProxyPort != 0 {
-		hubPath := c.hubKubeconfig
-		if !c.enableImpersonation {
-			hubPath = "" // hub tokens are not accepted
-		}
-		hub, err := hubConfig(hubPath, resolver, proxy, log)
-		if err != nil {
-			return err
-		}
 		oidc, err := c.oidc.options()
 		if err != nil {
 			return err
@@ -195,13 +187,13 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 			oidc.Dial = agent.ForwardProxyDial(proxy, resolver.DialContext, source.CAPool)
 		}
 		services, err = serviceproxy.New(serviceproxy.Options{
-			Kube:          kube,
-			Hub:           hub,
-			Allowed:       allowed,
-			DialContext:   resolver.DialContext,
-			ServiceDomain: c.serviceDomain,
-			ServiceCAFile: c.serviceCAFile,
-			OIDC:          oidc,
+			Kube:                kube,
+			RefuseHubIdentities: !c.enableImpersonation,
+			Allowed:             allowed,
+			DialContext:         resolver.DialContext,
+			ServiceDomain:       c.serviceDomain,
+			ServiceCAFile:       c.serviceCAFile,
+			OIDC:                oidc,
 		})
 		if err != nil {
 			return fmt.Errorf("service-proxy: %w", err)
@@ -237,9 +229,11 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		KubeAPIServerTLS: kubeTLS,
 		ServiceProxy:     services,
 		ServiceProxyPort: c.serviceProxyPort,
-		ReadBufferSize:   c.readBufferSize,
-		KeepaliveTime:    c.keepaliveTime,
-		Log:              log.WithName("tunnel"),
+		// The hub's impersonator proves itself with its certificate; the agent's own one answers it.
+		ServiceProxyTLS: serviceproxy.ServerTLSConfig(source.Certificate, source.CAPool),
+		ReadBufferSize:  c.readBufferSize,
+		KeepaliveTime:   c.keepaliveTime,
+		Log:             log.WithName("tunnel"),
 	})
 	if err != nil {
 		return err
@@ -306,15 +300,15 @@ func kubeConfig(kubeconfig string, resolver resolve.Resolver) (*rest.Config, err
 	return cfg, nil
 }
 
-// hubConfig reads the add-on's hub kubeconfig; without one the service-proxy accepts no hub tokens. The hub is
-// reached like the proxy-server, through proxy (agent.ProxyFromEnvironment; nil dials directly) unless the kubeconfig
-// names its own proxy-url, and with --resolve applied.
+// hubConfig reads the add-on's hub kubeconfig, nil while there is none. The hub is reached like the proxy-server,
+// through proxy (agent.ProxyFromEnvironment; nil dials directly) unless the kubeconfig names its own proxy-url, and
+// with --resolve applied.
 func hubConfig(path string, resolver resolve.Resolver, proxy func(*url.URL) (*url.URL, error), log logr.Logger) (*rest.Config, error) {
 	if path == "" {
 		return nil, nil
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		log.Info("No hub kubeconfig yet: the service-proxy accepts only managed-cluster tokens", "path", path)
+		log.Info("No hub kubeconfig yet", "path", path)
 		return nil, nil
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
@@ -323,7 +317,7 @@ func hubConfig(path string, resolver resolve.Resolver, proxy func(*url.URL) (*ur
 	}
 	if cfg.Proxy == nil {
 		// Not client-go's default, http.ProxyFromEnvironment: it ignores HTTP_PROXY for https and never proxies
-		// loopback, so hub TokenReviews would go another way than the tunnel.
+		// loopback, so the hub would be reached another way than the tunnel.
 		cfg.Proxy = func(req *http.Request) (*url.URL, error) {
 			if proxy == nil {
 				return nil, nil

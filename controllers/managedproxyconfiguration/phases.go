@@ -113,6 +113,9 @@ func setSecretSignedCondition(status *proxyv1alpha1.ManagedProxyConfigurationSta
 func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result, error) {
 	mpc := s.mpc
 	desired := []client.Object{render.ServerServiceAccount(mpc), render.InClusterService(mpc), render.UserServerService(mpc)}
+	for _, o := range render.ServerHubRBAC(mpc) {
+		desired = append(desired, o)
+	}
 	role, binding := render.PortForwardRBAC(mpc)
 	if render.EntrypointType(mpc) == proxyv1alpha1.EntryPointTypePortForward {
 		desired = append(desired, role, binding)
@@ -151,9 +154,9 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// reconcileAddOn registers the add-on with OCM and lets the agents' hub identities review tokens (one binding for
-// every cluster, so adding a cluster writes no RBAC). Only the default configuration (cluster-proxy) owns it, because
-// OCM knows one add-on named cluster-proxy.
+// reconcileAddOn registers the add-on with OCM, and deletes the hub TokenReview right agents had before hub users
+// reached them as impersonation. Only the default configuration (cluster-proxy) owns it, because OCM knows one add-on
+// named cluster-proxy.
 func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.mpc.Name != proxyv1alpha1.DefaultConfigurationName {
 		return ctrl.Result{}, nil
@@ -165,8 +168,7 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result,
 	if _, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...); err != nil {
 		return ctrl.Result{}, err
 	}
-	_, err := apply.Ensure(ctx, r.Client, render.AgentHubTokenReviewBinding(s.mpc))
-	return ctrl.Result{}, err
+	return ctrl.Result{}, r.deleteOwned(ctx, render.RetiredAgentTokenReviewBinding(s.mpc))
 }
 
 // deleteOwned deletes obj if it exists and is controlled by the configuration, so objects another owner keeps are
@@ -192,6 +194,7 @@ func setReadyCondition(status *proxyv1alpha1.ManagedProxyConfigurationStatus, ge
 		proxyv1alpha1.ConditionSignerReady, proxyv1alpha1.ConditionEntrypointReady, proxyv1alpha1.ConditionProxyServerDeployed,
 		proxyv1alpha1.ConditionProxyServerSecretSigned, proxyv1alpha1.ConditionAgentServerSecretSigned,
 		proxyv1alpha1.ConditionProxyClientSecretSigned, proxyv1alpha1.ConditionUserServerSecretSigned,
+		proxyv1alpha1.ConditionImpersonatorSecretSigned,
 		proxyv1alpha1.ConditionTLSProfileApplied,
 	} {
 		c := meta.FindStatusCondition(status.Conditions, t)

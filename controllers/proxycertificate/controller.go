@@ -86,6 +86,10 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pc.Namespace, Name: pc.Spec.SecretName}, secret); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}
+	if err := reservedName(pc, mpc); err != nil {
+		setNotReady(status, pc, proxyv1alpha1.ReasonReservedCommonName, err.Error())
+		return ctrl.Result{}, nil
+	}
 	spec, err := leafSpec(pc)
 	if err != nil {
 		setNotReady(status, pc, proxyv1alpha1.ReasonIssueFailed, err.Error())

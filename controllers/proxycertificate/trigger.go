@@ -6,11 +6,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"crypto/x509"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
@@ -31,6 +33,24 @@ func leafSpec(pc *proxyv1alpha1.ProxyCertificate) (certs.LeafSpec, error) {
 		spec.Usages = append(spec.Usages, certs.Usage(u))
 	}
 	return spec, nil
+}
+
+// reservedName refuses a common name that carries more than a proxy client's rights (the impersonator's, an agent's)
+// unless pc is the issuer's own certificate of that name: the one its configuration renders, in the proxy-server
+// namespace, controlled by the issuer. Anyone allowed to create ProxyCertificates could otherwise act as any hub user
+// on every managed cluster, or as any cluster's agent.
+func reservedName(pc *proxyv1alpha1.ProxyCertificate, mpc *proxyv1alpha1.ManagedProxyConfiguration) error {
+	if !contract.ReservedCommonName(pc.Spec.CommonName) {
+		return nil
+	}
+	owner := metav1.GetControllerOf(pc)
+	own := pc.Spec.CommonName == contract.ImpersonatorCommonName &&
+		pc.Namespace == contract.Namespace(mpc) && pc.Name == proxyv1alpha1.ImpersonatorSecretName &&
+		owner != nil && owner.UID == mpc.UID && owner.Kind == "ManagedProxyConfiguration"
+	if own {
+		return nil
+	}
+	return fmt.Errorf("spec.commonName: %q is reserved for the operator's own certificates; choose another name", pc.Spec.CommonName)
 }
 
 func duration(pc *proxyv1alpha1.ProxyCertificate) time.Duration {

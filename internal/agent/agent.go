@@ -74,6 +74,9 @@ type Options struct {
 	// ServiceProxy serves ServiceProxyPort in process; nil or a zero port turns the port off.
 	ServiceProxy     http.Handler
 	ServiceProxyPort int
+	// ServiceProxyTLS, when set, serves the connections to ServiceProxyPort that open with a TLS handshake in TLS
+	// with this configuration (serviceproxy.ServerTLSConfig); the others stay plain HTTP.
+	ServiceProxyTLS *tls.Config
 	// ReadBufferSize is the largest chunk read from a destination, sent as DATA packets of at most 32 KiB; above
 	// that it is rounded down to whole packets, so a full read leaves no small packet over.
 	ReadBufferSize int
@@ -215,7 +218,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	var services *http.Server
 	if a.services != nil {
 		services = &http.Server{Handler: a.opts.ServiceProxy, ReadHeaderTimeout: time.Minute}
-		go func() { _ = services.Serve(a.services) }()
+		var ln net.Listener = a.services
+		if a.opts.ServiceProxyTLS != nil {
+			ln = newSniffListener(a.services, a.opts.ServiceProxyTLS)
+		}
+		go func() { _ = services.Serve(ln) }()
 	}
 	health := &http.Server{Handler: a.healthzHandler(), ReadHeaderTimeout: time.Minute}
 	go func() { _ = health.Serve(a.health) }()

@@ -42,10 +42,15 @@ func newAgentToken(cfg *rest.Config) (*agentToken, error) {
 	case cfg.BearerToken != "":
 		return &agentToken{static: cfg.BearerToken}, nil
 	}
-	return nil, errors.New("serviceproxy: hub tokens are impersonated with the agent's bearer token, but Options.Kube has neither BearerToken nor BearerTokenFile")
+	return nil, nil // impersonated requests are answered 503 (errNoAgentToken)
 }
 
+var errNoAgentToken = errors.New("identities are impersonated with the agent's bearer token, but the agent's kubeconfig has neither a token nor a token file")
+
 func (t *agentToken) get() (string, error) {
+	if t == nil {
+		return "", errNoAgentToken
+	}
 	if t.path == "" {
 		return t.static, nil
 	}

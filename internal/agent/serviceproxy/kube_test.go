@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,8 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 )
 
 const hubUserAlice = "cluster:hub:system:serviceaccount:" + hubNamespace + ":alice"
@@ -77,21 +74,24 @@ var _ = Describe("kube-apiserver requests", func() {
 		_, err = nobody.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		Expect(err.Error()).To(ContainSubstring("system:serviceaccount:team:nobody"))
-		Expect(p.hubReviews.Load()).To(BeZero(), "a managed-cluster token needs no hub TokenReview")
 	})
 
-	It("impersonates a hub ServiceAccount as cluster:hub:<user> with its groups and the rights the managed cluster grants that user", func(ctx SpecContext) {
+	It("serves the hub's impersonator as the identity its headers name, with the rights the managed cluster grants it", func(ctx SpecContext) {
 		p := startProxy(nil)
-		alice := p.client(tokenFor(ctx, hubAdmin, hubNamespace, "alice"), rest.ImpersonationConfig{})
+		alice := p.tlsClient(impersonatorPair, rest.ImpersonationConfig{
+			UserName: hubUserAlice, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + hubNamespace},
+			Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=1234"}},
+		})
 		who := whoAmI(ctx, alice)
 		Expect(who.Username).To(Equal(hubUserAlice))
 		Expect(who.Groups).To(ConsistOf("system:serviceaccounts", "system:serviceaccounts:"+hubNamespace, "system:authenticated"))
-		Expect(who.Extra).To(BeEmpty(), "the hub's user extras name hub objects and are not passed on")
+		Expect(who.Extra).To(HaveKeyWithValue("authentication.kubernetes.io/credential-id", authnv1.ExtraValue{"JTI=1234"}))
 		nss, err := alice.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred(), "alice's mapped user may list namespaces on the managed cluster")
 		Expect(nss.Items).NotTo(BeEmpty())
+		Expect(p.managedReviews.Load()).To(BeZero(), "the impersonator's requests carry no token to review")
 
-		bob := p.client(tokenFor(ctx, hubAdmin, hubNamespace, "bob"), rest.ImpersonationConfig{})
+		bob := p.tlsClient(impersonatorPair, rest.ImpersonationConfig{UserName: hubUserBob})
 		_, err = bob.CoreV1().ConfigMaps(teamNamespace).List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		Expect(err.Error()).To(ContainSubstring(hubUserBob))
@@ -116,44 +116,55 @@ var _ = Describe("kube-apiserver requests", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the Role is for namespace team only; got %v", err)
 	})
 
-	It("gives a hub token that forges Impersonate-* headers no more than its mapped user", func(ctx SpecContext) {
+	It("refuses Impersonate-* headers from anyone but the impersonator's certificate", func(ctx SpecContext) {
 		p := startProxy(nil)
-		bobToken := tokenFor(ctx, hubAdmin, hubNamespace, "bob")
-		forger := p.client(bobToken, rest.ImpersonationConfig{
-			UserName: "system:admin", Groups: []string{"system:masters"}, UID: "1234",
-			Extra: map[string][]string{"scopes": {"everything"}},
-		})
-		_, err := forger.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
-		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "system:masters would be allowed; got %v", err)
-		Expect(err.Error()).To(ContainSubstring(hubUserBob))
-		who := whoAmI(ctx, forger)
-		Expect(who.Username).To(Equal(hubUserBob))
-		Expect(who.Groups).NotTo(ContainElement("system:masters"))
-		Expect(who.UID).To(BeEmpty())
-		Expect(who.Extra).To(BeEmpty())
+		admin := rest.ImpersonationConfig{UserName: "system:admin", Groups: []string{"system:masters"}}
+		reader := tokenFor(ctx, managedAdmin, teamNamespace, "reader")
 
-		By("sending the headers in unusual case")
+		By("a managed-cluster token in plain HTTP")
+		_, err := p.client(reader, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("impersonator certificate"))
+
+		By("another certificate of the same CA (a proxy client's)")
+		_, err = p.tlsClient(proxyClientPair, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("impersonator certificate"))
+
+		By("TLS without a client certificate")
+		_, err = p.tlsClient(nil, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+
+		By("the headers in unusual case")
 		code, body := rawRequest(ctx, p, http.MethodGet, "/api/v1/namespaces/kube-system/secrets", map[string][]string{
-			"Authorization":     {"Bearer " + bobToken},
+			"Authorization":     {"Bearer " + reader},
 			"impersonate-user":  {"system:admin"},
 			"IMPERSONATE-GROUP": {"system:masters"},
 		})
 		Expect(code).To(Equal(http.StatusForbidden), "body: %s", body)
-		Expect(string(body)).To(ContainSubstring(hubUserBob))
+		expectStatus(body, http.StatusForbidden, metav1.StatusReasonForbidden)
+
+		By("the impersonator's name from a CA the proxy does not trust: the handshake fails")
+		_, err = p.tlsClient(foreignImpersonator, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(err).To(HaveOccurred())
+		Expect(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)).To(BeFalse(), "no HTTP answer at all; got %v", err)
+		Expect(err.Error()).To(ContainSubstring("tls"))
+		Expect(p.managedReviews.Load()).To(BeZero(), "nothing was authenticated on the managed cluster")
 	})
 
-	It("leaves a managed token's Impersonate-* headers to the managed apiserver, which checks that token's rights", func(ctx SpecContext) {
+	It("answers the impersonator 400 without a user, and 403 when hub identities are refused", func(ctx SpecContext) {
 		p := startProxy(nil)
-		reader := p.client(tokenFor(ctx, managedAdmin, teamNamespace, "reader"), rest.ImpersonationConfig{
-			UserName: "system:admin", Groups: []string{"system:masters"},
-		})
-		_, err := reader.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
-		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
-		Expect(err.Error()).To(ContainSubstring("cannot impersonate"))
+		_, err := p.tlsClient(impersonatorPair, rest.ImpersonationConfig{}).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("Impersonate-User"))
 
-		impersonator := p.client(tokenFor(ctx, managedAdmin, teamNamespace, "impersonator"),
-			rest.ImpersonationConfig{UserName: "someone"})
-		Expect(whoAmI(ctx, impersonator).Username).To(Equal("someone"), "the headers reach the apiserver unchanged")
+		refusing := startProxy(func(o *Options) { o.RefuseHubIdentities = true })
+		_, err = refusing.tlsClient(impersonatorPair, rest.ImpersonationConfig{UserName: hubUserAlice}).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("--enable-impersonation=false"))
+		reader := refusing.client(tokenFor(ctx, managedAdmin, teamNamespace, "reader"), rest.ImpersonationConfig{})
+		_, err = reader.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred(), "the cluster's own tokens still pass")
 	})
 
 	It("answers 401 with a Status when the token is missing or unknown to both clusters", func(ctx SpecContext) {
@@ -168,9 +179,8 @@ var _ = Describe("kube-apiserver requests", func() {
 			expectStatus(body, http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
 		}
 
-		By("refusing hub tokens when there is no hub")
-		noHub := startProxy(func(o *Options) { o.Hub = nil })
-		code, body := rawRequest(ctx, noHub, http.MethodGet, "/api/v1/namespaces",
+		By("refusing hub tokens: the service-proxy never asks the hub")
+		code, body := rawRequest(ctx, p, http.MethodGet, "/api/v1/namespaces",
 			map[string][]string{"Authorization": {"Bearer " + tokenFor(ctx, hubAdmin, hubNamespace, "alice")}})
 		Expect(code).To(Equal(http.StatusUnauthorized))
 		expectStatus(body, http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
@@ -185,21 +195,14 @@ var _ = Describe("kube-apiserver requests", func() {
 				map[string][]string{"Authorization": {"Bearer " + token}})
 			return code
 		}
-		reviews := func() []int64 { return []int64{p.managedReviews.Load(), p.hubReviews.Load()} }
-
 		reader := tokenFor(ctx, managedAdmin, teamNamespace, "reader")
 		Expect(get(reader)).To(Equal(http.StatusOK))
 		Expect(get(reader)).To(Equal(http.StatusOK))
-		Expect(reviews()).To(Equal([]int64{1, 0}), "managed, hub")
-
-		alice := tokenFor(ctx, hubAdmin, hubNamespace, "alice")
-		Expect(get(alice)).To(Equal(http.StatusOK))
-		Expect(get(alice)).To(Equal(http.StatusOK))
-		Expect(reviews()).To(Equal([]int64{2, 1}), "a hub token is rejected by the managed cluster, then accepted by the hub, once")
+		Expect(p.managedReviews.Load()).To(Equal(int64(1)))
 
 		Expect(get("garbage")).To(Equal(http.StatusUnauthorized))
 		Expect(get("garbage")).To(Equal(http.StatusUnauthorized))
-		Expect(reviews()).To(Equal([]int64{3, 2}), "rejections are cached too")
+		Expect(p.managedReviews.Load()).To(Equal(int64(2)), "rejections are cached too")
 
 		By("asking again once the TTL has passed")
 		const ttl = time.Minute
@@ -226,25 +229,8 @@ var _ = Describe("kube-apiserver requests", func() {
 	})
 
 	It("answers 503, and caches nothing, when a TokenReview cannot be made", func(ctx SpecContext) {
-		By("a hub that fails")
-		brokenHub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			proxyhttp.WriteStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "etcd is down")
-		}))
-		DeferCleanup(brokenHub.Close)
-		p := startProxy(func(o *Options) {
-			o.Hub = &rest.Config{Host: brokenHub.URL, BearerToken: "x", WrapTransport: o.Hub.WrapTransport}
-		})
-		alice := tokenFor(ctx, hubAdmin, hubNamespace, "alice")
-		for want := int64(1); want <= 2; want++ {
-			code, body := rawRequest(ctx, p, http.MethodGet, "/api/v1/namespaces", map[string][]string{"Authorization": {"Bearer " + alice}})
-			Expect(code).To(Equal(http.StatusServiceUnavailable))
-			expectStatus(body, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
-			Expect(p.hubReviews.Load()).To(BeNumerically(">=", want), "the failure was not cached")
-		}
-		Expect(p.managedReviews.Load()).To(Equal(int64(1)), "the managed cluster's rejection is cached")
-
 		By("an agent that may not create TokenReviews on the managed cluster")
-		p = startProxy(func(o *Options) {
+		p := startProxy(func(o *Options) {
 			o.Kube.BearerTokenFile = ""
 			o.Kube.BearerToken = tokenFor(ctx, managedAdmin, teamNamespace, "nobody")
 		})
@@ -255,7 +241,6 @@ var _ = Describe("kube-apiserver requests", func() {
 			expectStatus(body, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
 			Expect(p.managedReviews.Load()).To(Equal(want))
 		}
-		Expect(p.hubReviews.Load()).To(BeZero(), "an infrastructure error stops the chain")
 	})
 
 	It("streams a watch as the events happen", func(ctx SpecContext) {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 )
 
 // OIDC accepts OpenID Connect ID tokens of one issuer and maps them to an impersonated user, as a kube-apiserver's
@@ -137,29 +139,29 @@ func (a *oidcAuthenticator) current(ctx context.Context) (*oidc.IDTokenVerifier,
 
 // authenticate maps an ID token to an identity. A token that is not a valid ID token of the issuer, or whose claims
 // do not qualify, is a rejection; an error means the issuer could not be asked (the caller answers 503).
-func (a *oidcAuthenticator) authenticate(ctx context.Context, token string) (identity, error) {
+func (a *oidcAuthenticator) authenticate(ctx context.Context, token string) (review.Identity, error) {
 	if strings.Count(token, ".") != 2 {
-		return identity{}, nil // not a JWT
+		return review.Identity{}, nil // not a JWT
 	}
 	verifier, err := a.current(ctx)
 	if err != nil {
-		return identity{}, err
+		return review.Identity{}, err
 	}
 	idToken, err := verifier.Verify(ctx, token)
 	if err != nil {
 		logger.V(1).Info("OIDC token rejected", "reason", err.Error())
-		return identity{}, nil
+		return review.Identity{}, nil
 	}
 	var claims map[string]any
 	if err := idToken.Claims(&claims); err != nil {
-		return identity{}, nil
+		return review.Identity{}, nil
 	}
 	user, groups, refusal := a.mapClaims(claims)
 	if refusal != "" {
 		logger.Info("OIDC token refused", "reason", refusal)
-		return identity{}, nil
+		return review.Identity{}, nil
 	}
-	return identity{authenticated: true, user: user, groups: groups}, nil
+	return review.Identity{Authenticated: true, User: user, Groups: groups}, nil
 }
 
 // mapClaims is the user and groups of the claims, or why they do not qualify.

@@ -49,7 +49,7 @@ var _ = Describe("OIDC tokens", func() {
 	}
 	oidcProxy := func(change func(*OIDC)) *proxyUnderTest {
 		return startProxy(func(o *Options) {
-			o.Hub, o.now = nil, clk.Now // OIDC alone: hub tokens are not reviewed
+			o.now = clk.Now
 			// envtest's ServiceAccount key is ECDSA P-256.
 			o.OIDC = &OIDC{IssuerURL: issuer, ClientID: clientID, UsernamePrefix: "oidc:", CAFile: caFile, SigningAlgs: []string{"ES256"}}
 			if change != nil {

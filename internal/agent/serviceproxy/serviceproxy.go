@@ -1,7 +1,11 @@
-// Package serviceproxy is the proxy-agent's service-proxy. It serves the plain HTTP/1.1 requests the hub's
-// user-server sends through the tunnel: kube-apiserver requests, after authenticating the caller's bearer token on the
-// managed cluster or on the hub (hub identities are impersonated), and requests to allow-listed services, which pass
-// through unauthenticated so the service decides.
+// Package serviceproxy is the proxy-agent's service-proxy. It serves the HTTP/1.1 requests the hub sends through the
+// tunnel: kube-apiserver requests, and requests to allow-listed services, which pass through unauthenticated so the
+// service decides. A kube-apiserver request is made in one of two ways:
+//   - from the hub's impersonator (a TLS client certificate of the signer's CA with contract.ImpersonatorCommonName,
+//     verified where the connection is accepted), as the identity its Impersonate-* headers name, with the agent's own
+//     credential: this is how hub users arrive, and their hub credential never does;
+//   - from anyone else, with a bearer token this cluster authenticates (passed through as it came) or an ID token of
+//     the configured OIDC issuer (impersonated). Impersonate-* headers are refused there.
 package serviceproxy
 
 import (
@@ -19,9 +23,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 )
 
 const (
@@ -37,8 +43,9 @@ type Options struct {
 	// ServiceAccount). Its CA verifies the apiserver; its token is the credential of impersonated requests and of the
 	// managed-cluster TokenReviews.
 	Kube *rest.Config
-	// Hub is the add-on's hub identity, used for hub TokenReviews; nil means hub tokens are not accepted.
-	Hub *rest.Config
+	// RefuseHubIdentities refuses the impersonator's requests (proxy-agent --enable-impersonation=false): hub users
+	// then reach the cluster only with tokens of its own.
+	RefuseHubIdentities bool
 	// Allowed lists the services that may be reached; the kube-apiserver is not subject to it.
 	Allowed allowlist.List
 	// DialContext makes the outbound connections; nil means a net.Dialer.
@@ -93,31 +100,23 @@ func New(opts Options) (http.Handler, error) {
 	}
 
 	buffers := &copybuf.Pool{}
-	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain, dial: dial, buffers: buffers}
-	managed, err := newReviewer("managed cluster", opts.Kube, ttl, now)
+	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain, dial: dial, buffers: buffers,
+		hubIdentities: !opts.RefuseHubIdentities}
+	managed, err := review.NewTokens("managed cluster", managedReviewConfig(opts.Kube), ttl, now)
 	if err != nil {
 		return nil, err
 	}
-	p.chain = []authenticator{{name: "the managed cluster", authenticate: managed.review}}
-	if opts.Hub != nil {
-		hub, err := newReviewer("hub", opts.Hub, ttl, now)
-		if err != nil {
-			return nil, err
-		}
-		p.chain = append(p.chain, authenticator{name: "the hub", authenticate: hub.review, mapUser: managedUserName})
-	}
+	p.chain = []authenticator{{name: "the managed cluster", authenticate: managed.Review}}
 	if opts.OIDC != nil {
 		oidc, err := newOIDCAuthenticator(*opts.OIDC, dial, now)
 		if err != nil {
 			return nil, err
 		}
-		p.chain = append(p.chain, authenticator{name: "the OIDC issuer", authenticate: oidc.authenticate,
-			mapUser: func(user string) string { return user }})
+		p.chain = append(p.chain, authenticator{name: "the OIDC issuer", authenticate: oidc.authenticate, impersonate: true})
 	}
-	if len(p.chain) > 1 { // hub or OIDC identities are impersonated with the agent's credential
-		if p.agentToken, err = newAgentToken(opts.Kube); err != nil {
-			return nil, err
-		}
+	// Hub and OIDC identities are impersonated with the agent's credential.
+	if p.agentToken, err = newAgentToken(opts.Kube); err != nil {
+		return nil, err
 	}
 	kubeTransport, err := newKubeTransport(opts.Kube, dial)
 	if err != nil {
@@ -133,17 +132,27 @@ func New(opts Options) (http.Handler, error) {
 	return p, nil
 }
 
+// managedReviewConfig is cfg as the managed cluster's TokenReviews use it.
+func managedReviewConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "cluster-proxy-service-proxy"
+	}
+	return cfg
+}
+
 // proxy is the handler New returns.
 type proxy struct {
-	kubeURL    *url.URL
-	allowed    allowlist.List
-	domain     string
-	chain      []authenticator // the managed cluster, then the hub and the OIDC issuer when configured
-	agentToken *agentToken     // the credential of impersonated requests; nil without hub or OIDC tokens
-	kube       *httputil.ReverseProxy
-	services   *httputil.ReverseProxy
-	dial       dialFunc      // service tunnels' connections
-	buffers    *copybuf.Pool // shared by both reverse proxies and the service tunnels
+	kubeURL       *url.URL
+	allowed       allowlist.List
+	domain        string
+	hubIdentities bool            // the impersonator's requests are served
+	chain         []authenticator // the managed cluster, then the OIDC issuer when configured
+	agentToken    *agentToken     // the credential of impersonated requests
+	kube          *httputil.ReverseProxy
+	services      *httputil.ReverseProxy
+	dial          dialFunc      // service tunnels' connections
+	buffers       *copybuf.Pool // shared by both reverse proxies and the service tunnels
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -183,9 +192,19 @@ func (p *proxy) allowedService(w http.ResponseWriter, r *http.Request) (t servic
 	return t, true
 }
 
-// serveKube authenticates the caller's token and forwards to the kube-apiserver: a managed-cluster token as it came,
-// a hub or OIDC token as impersonation of the identity it maps to, with the agent's own credential.
+// serveKube forwards to the kube-apiserver: the impersonator's request as the identity it names, a managed-cluster
+// token as it came, an OIDC token as impersonation of the identity it maps to; the last two with the agent's own
+// credential.
 func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
+	if fromImpersonator(r) {
+		p.serveHubIdentity(w, r)
+		return
+	}
+	if hasHeaderPrefix(r.Header, impersonateHeaderPrefix) {
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			"Impersonate-* headers are accepted only from the hub's impersonator certificate")
+		return
+	}
 	token := proxyhttp.BearerToken(r.Header)
 	if token == "" {
 		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized: a bearer token is required")
@@ -202,30 +221,66 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("cannot authenticate the request with %s; try again later", a.name))
 			return
 		}
-		if !id.authenticated {
+		if !id.Authenticated {
 			continue // only a rejection falls through to the next authenticator
 		}
-		if a.mapUser == nil {
+		if !a.impersonate {
 			p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: p.kubeURL})))
 			return
 		}
-		p.impersonate(w, r, a.mapUser(id.user), impersonatedGroups(id.groups))
+		h := http.Header{}
+		h.Set(impersonateUserHeader, id.User)
+		for _, g := range impersonatedGroups(id.Groups) {
+			h.Add(impersonateGroupHeader, g)
+		}
+		p.impersonate(w, r, h)
 		return
 	}
 	proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 }
 
-// authenticator is one link of the chain a bearer token goes through, in order: the managed cluster's TokenReview,
-// the hub's, then an OIDC issuer.
-type authenticator struct {
-	name         string // for the 503 answer and the log: "the managed cluster", "the hub", "the OIDC issuer"
-	authenticate func(ctx context.Context, token string) (identity, error)
-	// mapUser is the user an authenticated identity is impersonated as; nil forwards the caller's own token.
-	mapUser func(user string) string
+// serveHubIdentity forwards the impersonator's request as the identity its Impersonate-* headers name: the hub has
+// authenticated and authorized the user and mapped the name, so they go as they came.
+func (p *proxy) serveHubIdentity(w http.ResponseWriter, r *http.Request) {
+	if !p.hubIdentities {
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			"this cluster's proxy-agent does not accept hub identities (--enable-impersonation=false); use a token of the cluster")
+		return
+	}
+	h := http.Header{}
+	for k, v := range r.Header {
+		if hasPrefixFold(k, impersonateHeaderPrefix) {
+			h[k] = v
+		}
+	}
+	if h.Get(impersonateUserHeader) == "" {
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			"a request of the hub's impersonator must name the user in Impersonate-User")
+		return
+	}
+	p.impersonate(w, r, h)
 }
 
-// impersonate forwards the request as user and groups, with the agent's own credential.
-func (p *proxy) impersonate(w http.ResponseWriter, r *http.Request, user string, groups []string) {
+// fromImpersonator reports whether the request came on a TLS connection whose client certificate, verified against
+// the signer's CA bundle when the connection was accepted, is the hub's impersonator.
+func fromImpersonator(r *http.Request) bool {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return false
+	}
+	return r.TLS.VerifiedChains[0][0].Subject.CommonName == contract.ImpersonatorCommonName
+}
+
+// authenticator is one link of the chain a bearer token goes through, in order: the managed cluster's TokenReview,
+// then an OIDC issuer.
+type authenticator struct {
+	name         string // for the 503 answer and the log: "the managed cluster", "the OIDC issuer"
+	authenticate func(ctx context.Context, token string) (review.Identity, error)
+	// impersonate sends an authenticated identity as impersonation; false forwards the caller's own token.
+	impersonate bool
+}
+
+// impersonate forwards the request as the identity in headers (Impersonate-*), with the agent's own credential.
+func (p *proxy) impersonate(w http.ResponseWriter, r *http.Request, headers http.Header) {
 	credential, err := p.agentToken.get()
 	if err != nil {
 		logger.Error(err, "Cannot read the agent's token for an impersonated request")
@@ -233,7 +288,7 @@ func (p *proxy) impersonate(w http.ResponseWriter, r *http.Request, user string,
 			"the proxy-agent has no credential for the managed cluster; try again later")
 		return
 	}
-	rt := &route{target: p.kubeURL, impersonate: &impersonation{user: user, groups: groups, authorization: "Bearer " + credential}}
+	rt := &route{target: p.kubeURL, impersonate: &impersonation{headers: headers, authorization: "Bearer " + credential}}
 	p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), rt)))
 }
 

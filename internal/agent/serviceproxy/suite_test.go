@@ -2,6 +2,8 @@ package serviceproxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -24,20 +27,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
-// Two real control planes: the managed cluster, whose apiserver the proxy forwards to, and the hub, whose tokens it
-// turns into impersonation. They have their own ServiceAccount issuers and keys, so a hub token is unknown to the
+// Two real control planes: the managed cluster, whose apiserver the proxy forwards to, and the hub, whose tokens the
+// proxy must never accept (its users arrive as the impersonator's headers) and whose ServiceAccount issuer is the
+// OIDC issuer of the OIDC specs. They have their own ServiceAccount issuers and keys, so a hub token is unknown to the
 // managed cluster, as in production.
 var (
 	managedEnv, hubEnv     *envtest.Environment
 	managedAdmin, hubAdmin kubernetes.Interface
 
 	// agentTokenFile holds the token of the managed cluster's ServiceAccount cluster-proxy/agent, which may create
-	// TokenReviews and impersonate; hubAgentToken is the token of the hub ServiceAccount addon/proxy-agent, which may
-	// create TokenReviews on the hub.
+	// TokenReviews and impersonate.
 	agentTokenFile string
-	hubAgentToken  string
+
+	// The signer's CA and what it issued: the agent's serving pair, the hub's impersonator and another proxy client.
+	// foreignImpersonator has the impersonator's name from a CA the proxy does not trust.
+	signerCA, agentPair, impersonatorPair, proxyClientPair, foreignImpersonator *certs.KeyPair
 )
 
 const (
@@ -82,6 +91,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	grantClusterRole(ctx, managedAdmin, "service-proxy-agent", []rbacv1.PolicyRule{
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+		// userextras/<key> and uids: RBAC has no wildcard for the part after the slash.
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
 	}, serviceAccountSubject(agentNamespace, "agent"))
 	agentTokenFile = filepath.Join(GinkgoT().TempDir(), "token")
 	Expect(os.WriteFile(agentTokenFile, []byte(tokenFor(ctx, managedAdmin, agentNamespace, "agent")+"\n"), 0o600)).To(Succeed())
@@ -100,18 +111,27 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		{APIGroups: []string{""}, Resources: []string{"users"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"someone"}},
 	}, serviceAccountSubject(teamNamespace, "impersonator"))
 
-	// Hub: the add-on's identity, and two users; the managed cluster grants rights to alice only.
-	for _, ns := range []string{"addon", hubNamespace} {
-		createNamespace(ctx, hubAdmin, ns)
-	}
-	createServiceAccount(ctx, hubAdmin, "addon", "proxy-agent")
-	grantClusterRole(ctx, hubAdmin, "token-reviewer", []rbacv1.PolicyRule{
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-	}, serviceAccountSubject("addon", "proxy-agent"))
-	hubAgentToken = tokenFor(ctx, hubAdmin, "addon", "proxy-agent")
+	// Hub: two users; the managed cluster grants rights to alice's mapped name only.
+	createNamespace(ctx, hubAdmin, hubNamespace)
 	for _, sa := range []string{"alice", "bob"} {
 		createServiceAccount(ctx, hubAdmin, hubNamespace, sa)
 	}
+
+	now := time.Now()
+	var err error
+	signerCA, err = certs.NewCA("cluster-proxy-signer", time.Hour, now)
+	Expect(err).NotTo(HaveOccurred())
+	issue := func(ca *certs.KeyPair, cn string, usage certs.Usage) *certs.KeyPair {
+		kp, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: cn, Usages: []certs.Usage{usage}, Duration: time.Hour}, now)
+		Expect(err).NotTo(HaveOccurred())
+		return kp
+	}
+	agentPair = issue(signerCA, contract.AgentCommonNamePrefix+"cluster1", certs.UsageClientAuth)
+	impersonatorPair = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
+	proxyClientPair = issue(signerCA, "cluster-proxy-proxy-client", certs.UsageClientAuth)
+	otherCA, err := certs.NewCA("another-signer", time.Hour, now)
+	Expect(err).NotTo(HaveOccurred())
+	foreignImpersonator = issue(otherCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
 })
 
 func createNamespace(ctx context.Context, cs kubernetes.Interface, name string) {
@@ -155,12 +175,12 @@ func grantClusterRole(ctx context.Context, cs kubernetes.Interface, name string,
 	Expect(err).NotTo(HaveOccurred())
 }
 
-// proxyUnderTest is a service-proxy served on 127.0.0.1, with counters of what it asked.
+// proxyUnderTest is a service-proxy served on 127.0.0.1, in plain HTTP at url and in TLS at tlsURL (as the agent
+// serves its tunnel port: ServerTLSConfig with the agent's pair and the signer's CA), with counters of what it asked.
 type proxyUnderTest struct {
-	url            string
+	url, tlsURL    string
 	handler        http.Handler // what New returned
 	managedReviews atomic.Int64 // TokenReviews sent to the managed cluster
-	hubReviews     atomic.Int64 // TokenReviews sent to the hub
 	dialer         *recordingDialer
 }
 
@@ -175,12 +195,6 @@ func startProxy(change func(*Options)) *proxyUnderTest {
 			BearerTokenFile: agentTokenFile,
 			WrapTransport:   countTokenReviews(&p.managedReviews),
 		},
-		Hub: &rest.Config{
-			Host:            hubEnv.Config.Host,
-			TLSClientConfig: rest.TLSClientConfig{CAData: hubEnv.Config.CAData},
-			BearerToken:     hubAgentToken,
-			WrapTransport:   countTokenReviews(&p.hubReviews),
-		},
 		DialContext: p.dialer.DialContext,
 	}
 	if change != nil {
@@ -190,8 +204,31 @@ func startProxy(change func(*Options)) *proxyUnderTest {
 	Expect(err).NotTo(HaveOccurred())
 	srv := httptest.NewServer(h)
 	DeferCleanup(srv.Close)
-	p.url, p.handler = srv.URL, h
+	tlsSrv := httptest.NewUnstartedServer(h)
+	pair, err := tls.X509KeyPair(agentPair.CertPEM, agentPair.KeyPEM)
+	Expect(err).NotTo(HaveOccurred())
+	roots := x509.NewCertPool()
+	roots.AddCert(signerCA.Cert)
+	tlsSrv.TLS = ServerTLSConfig(func() *tls.Certificate { return &pair }, func() *x509.CertPool { return roots })
+	tlsSrv.StartTLS()
+	DeferCleanup(tlsSrv.Close)
+	p.url, p.tlsURL, p.handler = srv.URL, tlsSrv.URL, h
 	return p
+}
+
+// tlsClient is a clientset that talks to the managed cluster through the proxy's TLS port, presenting pair (nil: no
+// client certificate) and asking for imp.
+func (p *proxyUnderTest) tlsClient(pair *certs.KeyPair, imp rest.ImpersonationConfig) kubernetes.Interface {
+	GinkgoHelper()
+	cfg := &rest.Config{Host: p.tlsURL, Impersonate: imp,
+		// The agent's certificate is a client certificate; the hub side checks it by hand (not part of these specs).
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	if pair != nil {
+		cfg.CertData, cfg.KeyData = pair.CertPEM, pair.KeyPEM
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return cs
 }
 
 // client is a clientset that talks to the managed cluster through the proxy with token.

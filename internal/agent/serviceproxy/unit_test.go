@@ -1,11 +1,9 @@
 package serviceproxy
 
 import (
-	"crypto/sha256"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -75,7 +73,8 @@ func TestImpersonationReplacesEveryCallerImpersonateHeader(t *testing.T) {
 		"Impersonate-Extra-Scope": {"all"},
 		"Accept":                  {"application/json"},
 	}
-	(&impersonation{user: "cluster:hub:u", groups: []string{"g1", "g2"}, authorization: "Bearer agent"}).apply(h)
+	identity := http.Header{"Impersonate-User": {"cluster:hub:u"}, "Impersonate-Group": {"g1", "g2"}}
+	(&impersonation{headers: identity, authorization: "Bearer agent"}).apply(h)
 	g.Expect(h).To(Equal(http.Header{
 		"Authorization":     {"Bearer agent"},
 		"Impersonate-User":  {"cluster:hub:u"},
@@ -84,53 +83,11 @@ func TestImpersonationReplacesEveryCallerImpersonateHeader(t *testing.T) {
 	}))
 }
 
-func TestManagedUserName(t *testing.T) {
-	g := NewWithT(t)
-	g.Expect(managedUserName("system:serviceaccount:ns:sa")).To(Equal("cluster:hub:system:serviceaccount:ns:sa"))
-	g.Expect(managedUserName("alice")).To(Equal("alice"))
-	g.Expect(managedUserName("system:serviceaccounts")).To(Equal("system:serviceaccounts"), "only the user prefix with its colon")
-}
-
 func TestImpersonatedGroupsLeaveOutSystemAuthenticated(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(impersonatedGroups([]string{"system:serviceaccounts", "system:authenticated", "", "team"})).
 		To(Equal([]string{"system:serviceaccounts", "team"}))
 	g.Expect(impersonatedGroups(nil)).To(BeEmpty())
-}
-
-func TestReviewCacheExpiresEntries(t *testing.T) {
-	g := NewWithT(t)
-	now := time.Unix(1000, 0)
-	c := newReviewCache(10*time.Second, func() time.Time { return now })
-	key := sha256.Sum256([]byte("token"))
-	c.put(key, identity{authenticated: true, user: "u"})
-	id, ok := c.get(key)
-	g.Expect(ok).To(BeTrue())
-	g.Expect(id.user).To(Equal("u"))
-	now = now.Add(9 * time.Second)
-	_, ok = c.get(key)
-	g.Expect(ok).To(BeTrue())
-	now = now.Add(time.Second)
-	_, ok = c.get(key)
-	g.Expect(ok).To(BeFalse(), "expired after the TTL")
-
-	var disabled *reviewCache
-	disabled.put(key, identity{authenticated: true})
-	_, ok = disabled.get(key)
-	g.Expect(ok).To(BeFalse())
-}
-
-func TestReviewCacheIsBounded(t *testing.T) {
-	g := NewWithT(t)
-	now := time.Unix(1000, 0)
-	c := newReviewCache(time.Minute, func() time.Time { return now })
-	for i := range maxCachedReviews + 100 {
-		c.put(sha256.Sum256([]byte(strconv.Itoa(i))), identity{})
-	}
-	g.Expect(len(c.entries)).To(BeNumerically("<=", maxCachedReviews))
-	last := sha256.Sum256([]byte(strconv.Itoa(maxCachedReviews + 99)))
-	_, ok := c.get(last)
-	g.Expect(ok).To(BeTrue(), "the newest entry is kept")
 }
 
 func TestAgentTokenRereadsItsFile(t *testing.T) {
@@ -155,8 +112,10 @@ func TestAgentTokenRereadsItsFile(t *testing.T) {
 
 	_, err = newAgentToken(&rest.Config{BearerTokenFile: path})
 	g.Expect(err).To(MatchError(ContainSubstring("read the agent's token")))
-	_, err = newAgentToken(&rest.Config{})
-	g.Expect(err).To(MatchError(ContainSubstring("neither BearerToken nor BearerTokenFile")))
+	none, err := newAgentToken(&rest.Config{})
+	g.Expect(err).NotTo(HaveOccurred(), "a kubeconfig without a token serves everything but impersonation")
+	_, err = none.get()
+	g.Expect(err).To(MatchError(errNoAgentToken))
 	static, err := newAgentToken(&rest.Config{BearerToken: "static"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(static.get()).To(Equal("static"))
@@ -166,8 +125,6 @@ func TestNewValidatesOptions(t *testing.T) {
 	g := NewWithT(t)
 	_, err := New(Options{})
 	g.Expect(err).To(MatchError(ContainSubstring("Options.Kube")))
-	_, err = New(Options{Kube: &rest.Config{Host: "https://127.0.0.1:6443"}, Hub: &rest.Config{Host: "https://hub"}})
-	g.Expect(err).To(MatchError(ContainSubstring("neither BearerToken nor BearerTokenFile")), "impersonation needs the agent's token")
 	_, err = New(Options{Kube: &rest.Config{Host: "https://127.0.0.1:6443"}})
-	g.Expect(err).NotTo(HaveOccurred(), "without a hub the agent needs no token of its own for requests")
+	g.Expect(err).NotTo(HaveOccurred(), "without a token of its own the agent still passes the cluster's tokens through")
 }

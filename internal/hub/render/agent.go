@@ -251,7 +251,8 @@ func agentLeaseRBAC(ns string) []runtime.Object {
 	return []runtime.Object{role, binding}
 }
 
-// agentImpersonationRBAC lets the service-proxy check tokens and act as the hub user a token belongs to.
+// agentImpersonationRBAC lets the service-proxy check the cluster's own tokens and act as the hub users the hub's
+// impersonator names, and as the users of OIDC tokens.
 func agentImpersonationRBAC(ns string) []runtime.Object {
 	name := "cluster-proxy-addon-agent-impersonator:" + ns
 	role := &rbacv1.ClusterRole{
@@ -260,6 +261,9 @@ func agentImpersonationRBAC(ns string) []runtime.Object {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+			// A hub user's extras (userextras/<key>) and UID; RBAC has no wildcard for the part after the slash, and
+			// the group has nothing else to impersonate.
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
 		},
 	}
 	binding := &rbacv1.ClusterRoleBinding{

@@ -16,7 +16,8 @@ type HubCertificate struct {
 
 // HubCertificates are the certificates of the proxy servers: the frontend (proxy-server), the agent endpoint
 // (agent-server), the client certificate hub programs use on the frontend (proxy-client) and the user-server's
-// serving certificate. entrypointHost is the address agents dial ("" while unknown); it is a SAN of the server
+// serving certificate, and the impersonator: the client certificate the proxy-servers present to the agents'
+// service-proxies when they send a hub user's identity. entrypointHost is the address agents dial ("" while unknown); it is a SAN of the server
 // certificates so agents can verify them.
 func HubCertificates(mpc *proxyv1alpha1.ManagedProxyConfiguration, entrypointHost string) []HubCertificate {
 	ns, svc := contract.Namespace(mpc), contract.ServiceName(mpc)
@@ -37,6 +38,7 @@ func HubCertificates(mpc *proxyv1alpha1.ManagedProxyConfiguration, entrypointHos
 		{proxyv1alpha1.ConditionAgentServerSecretSigned, certificate(mpc, names.AgentServer, "cluster-proxy-agent-server", server, serverSANs)},
 		{proxyv1alpha1.ConditionProxyClientSecretSigned, certificate(mpc, names.ProxyClient, "cluster-proxy-proxy-client", client, nil)},
 		{proxyv1alpha1.ConditionUserServerSecretSigned, certificate(mpc, names.UserServer, "cluster-proxy-user-server", server, userSANs)},
+		{proxyv1alpha1.ConditionImpersonatorSecretSigned, certificate(mpc, proxyv1alpha1.ImpersonatorSecretName, contract.ImpersonatorCommonName, client, nil)},
 	}
 }
 

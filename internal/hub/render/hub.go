@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -42,6 +43,7 @@ const (
 	agentServerMount    = "/etc/agent-pki"
 	userServerMount     = "/etc/user-server-pki"
 	proxyClientMount    = "/etc/proxy-client-pki"
+	impersonatorMount   = "/etc/impersonator-pki"
 )
 
 // EntrypointType returns the entrypoint type, PortForward when unset.
@@ -99,7 +101,7 @@ func ServerNamespace(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Names
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: contract.Namespace(mpc), Labels: Labels(mpc)}}
 }
 
-// ServerServiceAccount is the identity of the proxy-server pods; they need no API access, so its token is not mounted.
+// ServerServiceAccount is the identity of the proxy-server pods on the hub (ServerHubRBAC); only they mount its token.
 func ServerServiceAccount(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.ServiceAccount {
 	return &corev1.ServiceAccount{
 		ObjectMeta:                   objectMeta(mpc, ServerServiceAccountName, contract.Namespace(mpc)),
@@ -224,6 +226,8 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		"--cluster-key=" + agentServerMount + "/tls.key",
 		"--user-server-cert=" + userServerMount + "/tls.crt",
 		"--user-server-key=" + userServerMount + "/tls.key",
+		"--impersonator-cert=" + impersonatorMount + "/tls.crt",
+		"--impersonator-key=" + impersonatorMount + "/tls.key",
 		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
 		"--tls-profile-file=" + contract.TLSProfileMount + "/" + contract.TLSProfileKey,
 	}
@@ -276,18 +280,46 @@ func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	return args
 }
 
-// AgentHubTokenReviewBindingName binds every agent's hub identity to TokenReview, so a service-proxy can tell whose
-// hub token a request carries before impersonating that user on its cluster.
-const AgentHubTokenReviewBindingName = "open-cluster-management:cluster-proxy:agent-tokenreview"
+// Object is a Kubernetes object as the controllers' client takes it.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
 
-// AgentHubTokenReviewBinding grants the agents' hub identities the built-in system:auth-delegator role (TokenReview
-// and SubjectAccessReview create), one binding for every cluster: the group is the one every agent's hub identity
-// carries (csrreview.HubKubeconfigGroups).
-func AgentHubTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration) *rbacv1.ClusterRoleBinding {
-	return &rbacv1.ClusterRoleBinding{
-		ObjectMeta: objectMeta(mpc, AgentHubTokenReviewBindingName, ""),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: csrreview.AllAgentsGroup}},
+// RetiredAgentTokenReviewBinding is the binding that let every agent's hub identity create TokenReviews on the hub
+// (system:auth-delegator), when service-proxies reviewed hub tokens themselves. No hub token reaches an agent any more:
+// the operator deletes the binding it made.
+func RetiredAgentTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: objectMeta(mpc, "open-cluster-management:cluster-proxy:agent-tokenreview", "")}
+}
+
+// ServerHubRBAC is what the proxy-server pods may do on the hub: review the tokens and check the hub RBAC of the
+// users who come to the user-server, and, as an aggregated API server, read the front proxy's CA
+// (extension-apiserver-authentication) and the ClusterProxyStatuses it shows as clusters.
+func ServerHubRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) []Object {
+	name := "open-cluster-management:cluster-proxy:proxy-server:" + mpc.Name
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ServerServiceAccountName, Namespace: contract.Namespace(mpc)}}
+	return []Object{
+		&rbacv1.ClusterRole{
+			ObjectMeta: objectMeta(mpc, name, ""),
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{proxyv1alpha1.GroupVersion.Group},
+				Resources: []string{"clusterproxystatuses"}, Verbs: []string{"get", "list", "watch"}}},
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: objectMeta(mpc, name, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects:   subjects,
+		},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: objectMeta(mpc, name+":auth-delegator", ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+			Subjects:   subjects,
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: objectMeta(mpc, name+":authentication-reader", "kube-system"),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+			Subjects:   subjects,
+		},
 	}
 }
 
@@ -306,8 +338,9 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: serverPodLabels(mpc)},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           ServerServiceAccountName,
-					AutomountServiceAccountToken: ptr.To(false),
+					ServiceAccountName: ServerServiceAccountName,
+					// The hub API: TokenReviews and SubjectAccessReviews of user-server callers, the aggregated API.
+					AutomountServiceAccountToken: ptr.To(true),
 					NodeSelector:                 np.NodeSelector,
 					Tolerations:                  np.Tolerations,
 					SecurityContext: &corev1.PodSecurityContext{
@@ -335,6 +368,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							{Name: "proxy-server", MountPath: serverCertMount, ReadOnly: true},
 							{Name: "agent-server", MountPath: agentServerMount, ReadOnly: true},
 							{Name: "user-server", MountPath: userServerMount, ReadOnly: true},
+							{Name: "impersonator", MountPath: impersonatorMount, ReadOnly: true},
 							{Name: "tls-profile", MountPath: contract.TLSProfileMount, ReadOnly: true},
 							// The client certificate a new replica asks its peers with (peerWait).
 							{Name: "proxy-client", MountPath: proxyClientMount, ReadOnly: true},
@@ -345,6 +379,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 						secretVolume("proxy-server", secrets.ProxyServer),
 						secretVolume("agent-server", secrets.AgentServer),
 						secretVolume("user-server", secrets.UserServer),
+						secretVolume("impersonator", proxyv1alpha1.ImpersonatorSecretName),
 						secretVolume("proxy-client", secrets.ProxyClient),
 						{Name: "tls-profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: TLSProfileConfigMapName(mpc)},

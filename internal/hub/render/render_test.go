@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
@@ -71,13 +72,33 @@ func TestAllowedServiceArgs(t *testing.T) {
 	g.Expect(ServerArgs(m)).To(ContainElements(want))
 }
 
-func TestAgentHubTokenReviewBinding(t *testing.T) {
+func TestServerHubRBACGrantsReviewsTheFrontProxyCAAndStatusesToTheServersOnly(t *testing.T) {
 	g := NewWithT(t)
-	b := AgentHubTokenReviewBinding(mpc(nil))
-	g.Expect(b.RoleRef.Name).To(Equal("system:auth-delegator"))
-	g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")))
-	g.Expect(b.Namespace).To(BeEmpty())
-	g.Expect(b.OwnerReferences).To(HaveLen(1))
+	m := mpc(nil)
+	m.Spec.ProxyServer.Namespace = "hub"
+	objs := ServerHubRBAC(m)
+	g.Expect(objs).To(HaveLen(4))
+	server := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ServerServiceAccountName, Namespace: "hub"}
+	roles := map[string]bool{}
+	for _, o := range objs {
+		g.Expect(o.GetOwnerReferences()).To(HaveLen(1))
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			g.Expect(b.Subjects).To(Equal([]rbacv1.Subject{server}))
+			roles[b.RoleRef.Name] = true
+		case *rbacv1.RoleBinding:
+			g.Expect(b.Namespace).To(Equal("kube-system"))
+			g.Expect(b.Subjects).To(Equal([]rbacv1.Subject{server}))
+			roles[b.RoleRef.Name] = true
+		case *rbacv1.ClusterRole:
+			g.Expect(b.Rules).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{"proxy.open-cluster-management.io"},
+				Resources: []string{"clusterproxystatuses"}, Verbs: []string{"get", "list", "watch"}}}), "read-only")
+		}
+	}
+	g.Expect(roles).To(HaveKey("system:auth-delegator"))
+	g.Expect(roles).To(HaveKey("extension-apiserver-authentication-reader"))
+	g.Expect(ServerDeployment(m).Spec.Template.Spec.AutomountServiceAccountToken).To(HaveValue(BeTrue()))
+	g.Expect(ServerServiceAccount(m).AutomountServiceAccountToken).To(HaveValue(BeFalse()), "only the pods that need it mount the token")
 }
 
 func TestSplitSANs(t *testing.T) {
@@ -98,7 +119,12 @@ func TestHubCertificates(t *testing.T) {
 		byName[hc.Certificate.Spec.SecretName] = hc.Certificate
 		g.Expect(hc.Certificate.Spec.IssuerRef.Name).To(Equal("cluster-proxy"))
 	}
-	g.Expect(byName).To(HaveLen(4))
+	g.Expect(byName).To(HaveLen(5))
+	impersonator := byName["cluster-proxy-impersonator"].Spec
+	g.Expect(impersonator.CommonName).To(Equal(contract.ImpersonatorCommonName))
+	g.Expect(impersonator.Usages).To(Equal([]proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageClientAuth}))
+	g.Expect(impersonator.DNSNames).To(BeEmpty())
+	g.Expect(ServerArgs(m)).To(ContainElements("--impersonator-cert=/etc/impersonator-pki/tls.crt", "--impersonator-key=/etc/impersonator-pki/tls.key"))
 	server := byName["agent-server"].Spec
 	g.Expect(server.DNSNames).To(ConsistOf("proxy-entrypoint", "proxy-entrypoint.hub", "proxy-entrypoint.hub.svc", "localhost", "extra.example.com"))
 	g.Expect(server.IPAddresses).To(ConsistOf("127.0.0.1", "203.0.113.5"))
