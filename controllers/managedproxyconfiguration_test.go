@@ -91,8 +91,10 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 				volumeConfigMaps = append(volumeConfigMaps, v.ConfigMap.Name)
 			}
 		}
-		// proxy-client: the certificate a new replica asks its peers with.
-		Expect(volumeSecrets).To(ConsistOf("proxy-server-ca", "proxy-server", "agent-server", "cluster-proxy-user-serving-cert", "proxy-client"))
+		// proxy-client: the certificate a new replica asks its peers with; the impersonator: the one hub users are sent
+		// to agents with.
+		Expect(volumeSecrets).To(ConsistOf("proxy-server-ca", "proxy-server", "agent-server", "cluster-proxy-user-serving-cert",
+			"proxy-client", "cluster-proxy-impersonator"))
 		Expect(volumeConfigMaps).To(ConsistOf(mpc.Name + "-tls-profile"))
 
 		bundle := get(g, &corev1.Secret{}, ns, "proxy-server-ca")

@@ -24,6 +24,10 @@ type ManagedProxyConfigurationSpec struct {
 	// userServer configures the HTTPS user-server that routes https://<user-server>/<cluster>/... to managed clusters.
 	// +optional
 	UserServer *ManagedProxyConfigurationUserServer `json:"userServer,omitempty"`
+	// hubUsers says how hub users are named on the managed clusters they reach through the hub's aggregated API or
+	// the user-server. They arrive there as impersonation, never with their hub credential.
+	// +optional
+	HubUsers *HubUsers `json:"hubUsers,omitempty"`
 	// networkPolicies, when enabled, adds NetworkPolicies that admit to the proxy-server pods only the ports they serve,
 	// and to each agent only its health port, with egress limited to DNS, the kube-apiserver, the entrypoint and the
 	// forward proxy (any egress while the user-server is on: the service-proxy reaches the allowed services). They take
@@ -349,6 +353,36 @@ type ManagedProxyConfigurationUserServer struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	AllowedServices []AllowedService `json:"allowedServices,omitempty"`
+	// hubAuthorization decides whether the hub's RBAC is asked before a hub user's request goes on to a cluster:
+	// SubjectAccessReview (the default) requires the verb (from the HTTP method) on clusters/proxy of group
+	// gateway.proxy.open-cluster-management.io with the cluster's name, as the hub's aggregated API does; None
+	// leaves the decision to the managed cluster's RBAC alone, as the existing add-on did. Tokens of the managed
+	// cluster itself are never checked on the hub.
+	// +optional
+	// +kubebuilder:default=SubjectAccessReview
+	HubAuthorization HubAuthorization `json:"hubAuthorization,omitempty"`
+}
+
+// HubAuthorization is how the user-server checks a hub user's right to reach a cluster.
+// +kubebuilder:validation:Enum=SubjectAccessReview;None
+type HubAuthorization string
+
+const (
+	HubAuthorizationSubjectAccessReview HubAuthorization = "SubjectAccessReview"
+	HubAuthorizationNone                HubAuthorization = "None"
+)
+
+// HubUsers says how hub users and groups are named on the managed clusters.
+type HubUsers struct {
+	// prefix, when set, goes in front of every hub user and group name on the managed clusters (for example "hub:"
+	// makes hub user alice hub:alice and group team hub:team), so no hub identity can be taken for one of the
+	// cluster's own. Unset, the existing add-on's names apply: a hub ServiceAccount becomes
+	// cluster:hub:system:serviceaccount:<namespace>:<name>, every other user and every group keeps its name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9._:-]*:$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('system:')",message="prefix must not start with system:, which would name the managed cluster's own system users and groups"
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // AllowedService is a managed-cluster service the user-server may reach.

@@ -18,13 +18,18 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/go-logr/logr"
+
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
 
@@ -51,6 +56,10 @@ type config struct {
 	clusterCACert, clusterCert        string
 	clusterKey                        string
 	userServerCert, userServerKey     string
+	impersonatorCert, impersonatorKey string
+	hubKubeconfig                     string
+	hubAuthorization                  string
+	hubUserPrefix                     string
 	tlsProfileFile                    string
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
@@ -85,6 +94,16 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.clusterKey, "cluster-key", "", "agent endpoint serving key")
 	fs.StringVar(&c.userServerCert, "user-server-cert", "", "user-server serving certificate")
 	fs.StringVar(&c.userServerKey, "user-server-key", "", "user-server serving key")
+	fs.StringVar(&c.impersonatorCert, "impersonator-cert", "", "client certificate presented to agents' service-proxies "+
+		"when a hub user is sent on as impersonation; without it hub users are answered 503")
+	fs.StringVar(&c.impersonatorKey, "impersonator-key", "", "key of --impersonator-cert")
+	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub, where callers' tokens are reviewed and "+
+		"their RBAC is checked; empty: the pod's own ServiceAccount when in a cluster, else hub tokens are not reviewed")
+	fs.StringVar(&c.hubAuthorization, "hub-authorization", "SubjectAccessReview", "SubjectAccessReview: a hub user "+
+		"needs the verb on clusters/proxy (gateway.proxy.open-cluster-management.io) of the cluster in the hub's RBAC; "+
+		"None: only the managed cluster's RBAC decides, as in the existing add-on")
+	fs.StringVar(&c.hubUserPrefix, "hub-user-prefix", "", "put this in front of every hub user and group name on the "+
+		"managed clusters; empty: hub ServiceAccounts get cluster:hub:, other names stay")
 	fs.DurationVar(&c.agentWarmup, "agent-warmup", defaultAgentWarmup, "for this long after start, the user-server answers a "+
 		"cluster no agent has reached here yet with 503 and Retry-After (client-go retries it on a new connection) "+
 		"instead of 404; 0 turns it off")
@@ -146,6 +165,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	if c.userServerPort != 0 && (c.userServerCert == "" || c.userServerKey == "") {
 		missing = append(missing, "--user-server-cert and --user-server-key (or --user-server-port=0)")
 	}
+	if (c.impersonatorCert == "") != (c.impersonatorKey == "") {
+		missing = append(missing, "both --impersonator-cert and --impersonator-key, or neither")
+	}
+	if c.hubAuthorization != "SubjectAccessReview" && c.hubAuthorization != "None" {
+		return nil, fmt.Errorf("--hub-authorization=%s: want SubjectAccessReview or None", c.hubAuthorization)
+	}
 	if c.peerAddress != "" {
 		if _, _, err := net.SplitHostPort(c.peerAddress); err != nil {
 			return nil, fmt.Errorf("--peer-address=%s: want host:port: %w", c.peerAddress, err)
@@ -188,12 +213,37 @@ func (c *config) options() server.Options {
 		ServerCert:      c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,
 		ClusterCert: c.clusterCert, ClusterKey: c.clusterKey, ClusterCACert: c.clusterCACert,
 		UserServerCert: c.userServerCert, UserServerKey: c.userServerKey,
+		ImpersonatorCert: c.impersonatorCert, ImpersonatorKey: c.impersonatorKey,
 		TLSProfileFile:     c.tlsProfileFile,
 		ShutdownTimeout:    drainTimeout,
 		LameDuck:           minDrainDuration,
 		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive,
 		PeerWait: c.peerWait,
 	}
+}
+
+// hubReviewer reviews callers on the hub --hub-kubeconfig names, or the pod's cluster; nil outside a cluster without
+// a kubeconfig.
+func (c *config) hubReviewer(log logr.Logger) (userserver.HubReviewer, error) {
+	var cfg *rest.Config
+	var err error
+	if c.hubKubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.hubKubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if errors.Is(err, rest.ErrNotInCluster) {
+			log.Info("Not in a cluster and no --hub-kubeconfig: hub tokens are not reviewed, and go to the service-proxy, which refuses them")
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hub client configuration: %w", err)
+	}
+	r, err := hubidentity.NewReviewer(cfg, hubidentity.ReviewerOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func main() {
@@ -233,16 +283,25 @@ func main() {
 		log.Error(err, "Unable to set up the proxy-server")
 		os.Exit(1)
 	}
+	hub, err := c.hubReviewer(log)
+	if err != nil {
+		log.Error(err, "Unable to reach the hub")
+		os.Exit(1)
+	}
 	var user server.UserServer
 	if opts.UserServerAddr != "" {
 		user = userserver.New(userserver.Options{
-			Dialer:           srv,
-			Clusters:         srv.Agents(),
-			ServiceProxyPort: c.serviceProxyPort,
-			Allowed:          c.allowed,
-			DrainTimeout:     drainTimeout,
-			MinDrainDuration: minDrainDuration,
-			AgentWarmup:      c.agentWarmup,
+			Dialer:               srv,
+			Clusters:             srv.Agents(),
+			Hub:                  hub,
+			SkipHubAuthorization: c.hubAuthorization == "None",
+			Mapping:              hubidentity.Mapping{Prefix: c.hubUserPrefix},
+			ImpersonatorTLS:      srv.ImpersonatorTLS(),
+			ServiceProxyPort:     c.serviceProxyPort,
+			Allowed:              c.allowed,
+			DrainTimeout:         drainTimeout,
+			MinDrainDuration:     minDrainDuration,
+			AgentWarmup:          c.agentWarmup,
 		})
 	}
 

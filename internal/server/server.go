@@ -27,6 +27,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
 // Defaults, as ANP's proxy-server binary has them where it has them.
@@ -63,6 +64,9 @@ type Options struct {
 	ClusterCert, ClusterKey, ClusterCACert string
 	// User-server serving certificate (no client certificates).
 	UserServerCert, UserServerKey string
+	// The impersonator certificate, presented to agents' service-proxies when a hub user is sent on
+	// (ImpersonatorTLS); "" sends no hub users.
+	ImpersonatorCert, ImpersonatorKey string
 	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of every TLS listener, re-read every
 	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
 	TLSProfileFile string
@@ -140,6 +144,7 @@ type Server struct {
 	tunnels *tunnelReports
 
 	frontendTLS, agentTLS, userTLS *tlsreload.Source
+	impersonatorTLS                *tlsreload.Source // nil without an impersonator certificate
 	tlsProfile                     *tlsreload.Profile
 
 	frontend, agentEndpoint    *grpc.Server
@@ -192,6 +197,13 @@ func New(opts Options) (*Server, error) {
 		s.userTLS.WithProfile(s.tlsProfile)
 	}
 
+	if opts.ImpersonatorCert != "" {
+		// Agents' certificates are checked against the agent endpoint's CA bundle.
+		if s.impersonatorTLS, err = tlsreload.New(opts.ImpersonatorCert, opts.ImpersonatorKey, opts.ClusterCACert); err != nil {
+			return nil, fmt.Errorf("impersonator certificate: %w", err)
+		}
+	}
+
 	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, s.log)
 
 	s.frontend = grpc.NewServer(
@@ -238,6 +250,19 @@ func New(opts Options) (*Server, error) {
 
 // mutualTLS serves the source's current certificate and requires client certificates verified against its current
 // CA; nextProto is the one ALPN protocol the listener speaks.
+// ImpersonatorTLS is the TLS client side of the tunnels that carry hub users to cluster's service-proxy
+// (hubidentity.ImpersonatorTLSConfig with the impersonator certificate and the agents' CA bundle), nil without an
+// impersonator certificate.
+func (s *Server) ImpersonatorTLS() func(cluster string) *tls.Config {
+	src := s.impersonatorTLS
+	if src == nil {
+		return nil
+	}
+	return func(cluster string) *tls.Config {
+		return hubidentity.ImpersonatorTLSConfig(cluster, src.Certificate, src.CAPool)
+	}
+}
+
 func mutualTLS(src *tlsreload.Source, nextProto string, verify func(tls.ConnectionState) error) *tls.Config {
 	cfg := src.ServerConfig()
 	// The per-handshake configs are clones of this one, so these settings reach every handshake.
@@ -348,7 +373,7 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 
 	reloadCtx, stopReload := context.WithCancel(context.Background())
 	defer stopReload()
-	for _, src := range []*tlsreload.Source{s.frontendTLS, s.agentTLS, s.userTLS} {
+	for _, src := range []*tlsreload.Source{s.frontendTLS, s.agentTLS, s.userTLS, s.impersonatorTLS} {
 		if src != nil {
 			go src.Run(reloadCtx, s.opts.ReloadInterval, log)
 		}

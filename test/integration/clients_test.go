@@ -14,12 +14,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // hubClientTLS is what a hub program holds: the proxy-client certificate and the CA bundle.
@@ -79,6 +82,29 @@ func (w *harness) grpcGet(ctx context.Context, path string) (int, string, error)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// serviceProxyGet sends a plain-HTTP GET of path with headers (name, value pairs) straight to the agent's
+// service-proxy, through a tunnel of the gRPC frontend opened with the proxy-client certificate.
+func (w *harness) serviceProxyGet(path string, headers ...string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, context.Background(), addr(w.ports.frontend),
+		grpc.WithTransportCredentials(credentials.NewTLS(w.hubClientTLS())))
+	Expect(err).NotTo(HaveOccurred())
+	transport := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return tunnel.DialContext(ctx, "tcp", net.JoinHostPort(clusterName, strconv.Itoa(contract.ServiceProxyPort)))
+	}}
+	defer transport.CloseIdleConnections()
+	req := must(http.NewRequestWithContext(ctx, http.MethodGet, "http://"+clusterName+path, nil))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body := must(io.ReadAll(resp.Body))
+	return resp.StatusCode, string(body)
 }
 
 // curl runs the curl binary with args and returns its stdout.

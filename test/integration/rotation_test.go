@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )
 
@@ -58,6 +59,8 @@ var _ = Describe("Certificate rotation under load", Ordered, func() {
 		By("re-issuing the agent's and the hub client's certificates under the new CA")
 		world.writeAgentCertificate("agent", clusterName, render.DefaultAgentNamespace, newCA)
 		world.writePair("proxy-client", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: "proxy-client",
+			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, time.Now())))
+		world.writePair("impersonator", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName,
 			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, time.Now())))
 		world.ca = newCA
 
@@ -121,16 +124,18 @@ func startLoad() *load {
 			}
 		}()
 	}
-	run("user-server", func() error {
-		code, body, err := world.userServerDo(clusterName, "/api", world.managedToken)
-		if err != nil {
-			return err
-		}
-		if code != 200 {
-			return fmt.Errorf("status %d: %s", code, body)
-		}
-		return nil
-	})
+	for name, token := range map[string]string{"user-server": world.managedToken, "user-server as a hub user": world.hubToken} {
+		run(name, func() error {
+			code, body, err := world.userServerDo(clusterName, "/api", token)
+			if err != nil {
+				return err
+			}
+			if code != 200 {
+				return fmt.Errorf("status %d: %s", code, body)
+			}
+			return nil
+		})
+	}
 	run("grpc", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

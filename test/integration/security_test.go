@@ -8,7 +8,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
@@ -60,16 +64,50 @@ var _ = Describe("Security", Ordered, func() {
 		Expect(out).To(ContainSubstring("namespace/default"))
 	})
 
-	It("gives a forged Impersonate-User no more rights than the token", func() {
-		hub := world.userKubeconfig("hub-user", world.hubToken)
-		out, err := kubeclient.Kubectl(hub, "auth", "whoami", "--as=system:admin", "-o", "jsonpath={.status.userInfo.username}")
+	It("answers a hub user the hub's RBAC does not let reach the cluster with 403, and sends nothing to the agent", func() {
+		dials := func() float64 {
+			return metric(world.agentMetrics(), `cluster_proxy_agent_dials_total{destination="service-proxy"`)
+		}
+		before := dials()
+		code, body := world.userServerGet("/api/v1/namespaces", world.hubNobodyToken)
+		Expect(code).To(Equal(403), body)
+		Expect(statusOf(body)).To(HaveKeyWithValue("message", ContainSubstring(`cannot get resource "clusters/proxy"`)))
+		Expect(statusOf(body)).To(HaveKeyWithValue("message", ContainSubstring("system:serviceaccount:team:nobody")))
+		code, body = world.userServerGetCluster("another-cluster", "/api/v1/namespaces", world.hubToken)
+		Expect(code).To(Equal(403), "hub-user may reach %s only: %s", clusterName, body)
+		Expect(dials()).To(Equal(before), "no tunnel was opened to the service-proxy")
+	})
+
+	It("never sends a hub token to the managed cluster, and leaves the agents no right to review one", func() {
+		// The service-proxy does not know hub tokens at all: sent straight to it through the tunnel, one is refused.
+		code, body := world.serviceProxyGet("/api/v1/namespaces", "Authorization", "Bearer "+world.hubToken)
+		Expect(code).To(Equal(401), body)
+		// The agent's hub identity may not create TokenReviews on the hub.
+		hub := must(kubernetes.NewForConfig(world.hubConfig))
+		review, err := hub.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
+			Spec: authzv1.SubjectAccessReviewSpec{
+				User:   "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
+				Groups: []string{csrreview.AllAgentsGroup},
+				ResourceAttributes: &authzv1.ResourceAttributes{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"},
+			}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(out).To(Equal("cluster:hub:system:serviceaccount:team:hub-user"), "the forged header was dropped")
-		_, err = kubeclient.Kubectl(hub, "get", "secrets", "-A", "--as=system:admin")
-		Expect(err).To(MatchError(ContainSubstring("Forbidden")))
+		Expect(review.Status.Allowed).To(BeFalse())
+	})
+
+	It("refuses Impersonate-* headers from anyone but the hub's impersonator certificate", func() {
+		hub := world.userKubeconfig("hub-user", world.hubToken)
+		_, err := kubeclient.Kubectl(hub, "get", "secrets", "-A", "--as=system:admin")
+		Expect(err).To(MatchError(ContainSubstring("aggregated API")), "the user-server refuses them with a hub token")
 
 		viewer := world.userKubeconfig("viewer", world.managedToken)
 		_, err = kubeclient.Kubectl(viewer, "get", "secrets", "-A", "--as=system:admin")
-		Expect(err).To(MatchError(ContainSubstring("cannot impersonate")), "a managed token without impersonation rights cannot impersonate")
+		Expect(err).To(MatchError(ContainSubstring("impersonator certificate")), "the service-proxy refuses them with a cluster token")
+
+		// A hub program with the proxy-client certificate, straight to the service-proxy through the tunnel.
+		code, body := world.serviceProxyGet("/api/v1/namespaces/kube-system/secrets",
+			"Authorization", "Bearer "+world.managedToken, "Impersonate-User", "system:admin", "Impersonate-Group", "system:masters")
+		Expect(code).To(Equal(403), body)
+		Expect(body).To(ContainSubstring("impersonator certificate"))
 	})
+
 })

@@ -74,6 +74,7 @@ type harness struct {
 	clientCert, clientKey string
 	// Tokens: a managed-cluster user allowed to list namespaces, and a hub ServiceAccount.
 	managedToken, hubToken string
+	hubNobodyToken         string // a hub user the hub's RBAC lets reach no cluster
 }
 
 var world *harness
@@ -183,6 +184,8 @@ func (w *harness) issueCertificates() {
 	}
 	client := must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: "proxy-client", Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, now))
 	w.clientCert, w.clientKey = w.writePair("proxy-client", client)
+	w.writePair("impersonator", must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName,
+		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, now)))
 	w.writeAgentCertificate("agent", clusterName, render.DefaultAgentNamespace, w.ca)
 }
 
@@ -247,24 +250,49 @@ func withEntrypoint(mpc *proxyv1alpha1.ManagedProxyConfiguration) *proxyv1alpha1
 	return out
 }
 
-// hubServiceAccountToken is a hub user's token: ServiceAccount team/hub-user.
+// hubServiceAccountToken is a hub user's token: ServiceAccount team/hub-user, whom the hub's RBAC lets reach this
+// run's cluster (clusters/proxy with its name, every verb). team/nobody gets no such right.
 func (w *harness) hubServiceAccountToken() string {
 	hubClient := must(client.New(w.hubConfig, client.Options{}))
 	mustCreate(hubClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
-	mustCreate(hubClient, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hub-user"}})
-	return serviceAccountToken(must(kubernetes.NewForConfig(w.hubConfig)), "team", "hub-user")
+	for _, name := range []string{"hub-user", "nobody"} {
+		mustCreate(hubClient, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name}})
+	}
+	mustCreate(hubClient, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "reach-" + clusterName},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"gateway.proxy.open-cluster-management.io"}, Resources: []string{"clusters/proxy"},
+			ResourceNames: []string{clusterName}, Verbs: []string{"*"}}}})
+	mustCreate(hubClient, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "reach-" + clusterName},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reach-" + clusterName},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "team", Name: "hub-user"}}})
+	cs := must(kubernetes.NewForConfig(w.hubConfig))
+	w.hubNobodyToken = serviceAccountToken(cs, "team", "nobody")
+	return serviceAccountToken(cs, "team", "hub-user")
 }
 
-// agentHubKubeconfig is the add-on's hub identity: a user bound to system:auth-delegator, as the operator's
-// ClusterRoleBinding does for every agent's hub group.
+// agentHubKubeconfig is the add-on's hub identity. It holds no right on the hub: no hub token ever reaches an agent.
 func (w *harness) agentHubKubeconfig() string {
-	hubClient := must(client.New(w.hubConfig, client.Options{}))
 	user := must(w.hub.AddUser(envtest.User{Name: "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
 		Groups: []string{csrreview.AllAgentsGroup}}, rest.CopyConfig(w.hubConfig)))
-	binding := render.AgentHubTokenReviewBinding(&proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
-	binding.OwnerReferences = nil
-	mustCreate(hubClient, binding)
 	return writeFile("agent/hub-kubeconfig", must(user.KubeConfig()))
+}
+
+// serverHubKubeconfig is the proxy-server's hub identity, with the rights the operator binds to the proxy-servers'
+// ServiceAccount (render.ServerHubRBAC); here a user, as the process runs outside a pod.
+func (w *harness) serverHubKubeconfig(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	hubClient := must(client.New(w.hubConfig, client.Options{}))
+	const name = "proxy-server"
+	user := must(w.hub.AddUser(envtest.User{Name: name}, rest.CopyConfig(w.hubConfig)))
+	for _, o := range render.ServerHubRBAC(mpc) {
+		o.SetOwnerReferences(nil)
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			b.Subjects = []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}
+		case *rbacv1.RoleBinding:
+			b.Subjects = []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}
+		}
+		mustCreate(hubClient, o.(client.Object))
+	}
+	return writeFile("kubeconfigs/proxy-server-hub", must(user.KubeConfig()))
 }
 
 // agentManagedKubeconfig stands in for the pod's in-cluster config: the agent ServiceAccount's token and the
@@ -299,6 +327,7 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 		"--server-cert": "pki/proxy-server/tls.crt", "--server-key": "pki/proxy-server/tls.key",
 		"--cluster-cert": "pki/agent-server/tls.crt", "--cluster-key": "pki/agent-server/tls.key",
 		"--user-server-cert": "pki/user-server/tls.crt", "--user-server-key": "pki/user-server/tls.key",
+		"--impersonator-cert": "pki/impersonator/tls.crt", "--impersonator-key": "pki/impersonator/tls.key",
 		// The profile ConfigMap the operator renders, as the pod mounts it.
 		"--tls-profile-file": writeFile("tls-profile/"+contract.TLSProfileKey,
 			[]byte(must(render.TLSProfileConfigMap(mpc, contract.TLSProfile{})).Data[contract.TLSProfileKey])),
@@ -307,7 +336,8 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
 	// The steady state: a cluster no agent has reached is unknown at once. A new replica's warm-up, when it is a
 	// retryable 503 instead, is tested in internal/server/userserver.
-	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1", "--agent-warmup=0s")
+	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1", "--agent-warmup=0s",
+		"--hub-kubeconfig="+w.serverHubKubeconfig(mpc))
 }
 
 // agentCommandLine is the rendered agent container's command line with the secret mounts replaced by this run's

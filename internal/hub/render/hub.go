@@ -239,6 +239,12 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		)
 	}
 	args = append(args, AllowedServiceArgs(mpc)...)
+	if us := mpc.Spec.UserServer; us != nil && us.HubAuthorization == proxyv1alpha1.HubAuthorizationNone {
+		args = append(args, "--hub-authorization="+string(proxyv1alpha1.HubAuthorizationNone))
+	}
+	if hu := mpc.Spec.HubUsers; hu != nil && hu.Prefix != "" {
+		args = append(args, "--hub-user-prefix="+hu.Prefix)
+	}
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
 }
 

@@ -121,8 +121,14 @@ func newEnv(t *testing.T, backend http.Handler, opts Options, connected ...strin
 	t.Helper()
 	sp := httptest.NewServer(backend)
 	t.Cleanup(sp.Close)
+	return newEnvAt(t, sp.Listener.Addr().String(), opts, connected...)
+}
+
+// newEnvAt is newEnv with the service-proxy stand-in at addr.
+func newEnvAt(t *testing.T, addr string, opts Options, connected ...string) *env {
+	t.Helper()
 	e := &env{
-		dialer:   &fakeDialer{addr: sp.Listener.Addr().String(), closes: make(chan struct{}, 1024)},
+		dialer:   &fakeDialer{addr: addr, closes: make(chan struct{}, 1024)},
 		clusters: newFakeClusters(connected...),
 	}
 	opts.Dialer, opts.Clusters = e.dialer, e.clusters

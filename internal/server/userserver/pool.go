@@ -2,6 +2,7 @@ package userserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
 // Buffers of the pooled connections; larger than net/http's 4 KiB so a bulk body crosses the tunnel in fewer packets.
@@ -27,6 +30,8 @@ const (
 // that route's tunnels, any other to the service-proxy of the cluster its host names.
 type pool struct {
 	dialer          Dialer
+	impersonatorTLS func(cluster string) *tls.Config // nil: no hub users
+	mapping         hubidentity.Mapping
 	port            int
 	maxIdle         int
 	maxConns        int
@@ -42,7 +47,12 @@ type pool struct {
 type clusterPool struct {
 	name  string
 	proxy *http.Transport
-	slots chan struct{} // one per open tunnel of any of the cluster's transports
+	// hub carries hub users to the service-proxy: its tunnels are TLS with the impersonator certificate inside, and
+	// its requests carry the user as Impersonate-* headers. Made on the cluster's first such request.
+	hubMu    sync.Mutex
+	hub      *http.Transport
+	hubUsers http.RoundTripper
+	slots    chan struct{} // one per open tunnel of any of the cluster's transports
 
 	mu       sync.RWMutex // every service request reads services; only a service's first request writes
 	services map[ServiceRef]*serviceRoute
@@ -56,7 +66,11 @@ type clusterPool struct {
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	r, ok := req.Context().Value(routeKey{}).(*serviceRoute)
 	if !ok {
-		return p.cluster(req.URL.Hostname()).proxy.RoundTrip(req)
+		c := p.cluster(req.URL.Hostname())
+		if req.Context().Value(impersonatedKey{}) != nil {
+			return p.hubUsers(c).RoundTrip(req)
+		}
+		return c.proxy.RoundTrip(req)
 	}
 	// The transport closes the body of a round trip that fails, also when it failed to open the tunnel and read none
 	// of it. held keeps that body for the per-request form.
@@ -173,6 +187,28 @@ func loadOrCreate[K comparable, V any](mu *sync.RWMutex, m map[K]V, key K, creat
 	return v
 }
 
+// hubUsers is c's transport for hub users.
+func (p *pool) hubUsers(c *clusterPool) http.RoundTripper {
+	c.hubMu.Lock()
+	defer c.hubMu.Unlock()
+	if c.hubUsers == nil {
+		c.hub = p.newTransport(func(ctx context.Context) (net.Conn, error) {
+			conn, err := p.dial(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			tlsConn := tls.Client(conn, p.impersonatorTLS(c.name))
+			if err := tlsConn.HandshakeContext(ctx); err != nil {
+				_ = conn.Close()
+				return nil, fmt.Errorf("TLS with the service-proxy of cluster %s: %w", c.name, err)
+			}
+			return tlsConn, nil
+		})
+		c.hubUsers = hubidentity.Impersonate(p.mapping, c.hub)
+	}
+	return c.hubUsers
+}
+
 func (p *pool) newTransport(dial func(context.Context) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
 		Proxy:       nil, // the tunnel is the only way to the cluster; no environment proxy applies
@@ -255,11 +291,21 @@ func (p *pool) closeIdle() {
 
 func (c *clusterPool) closeIdle() {
 	c.proxy.CloseIdleConnections()
+	if hub := c.hubTransport(); hub != nil {
+		hub.CloseIdleConnections()
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for _, r := range c.services {
 		r.closeIdle()
 	}
+}
+
+// hubTransport is the transport for hub users once one was made, else nil.
+func (c *clusterPool) hubTransport() *http.Transport {
+	c.hubMu.Lock()
+	defer c.hubMu.Unlock()
+	return c.hub
 }
 
 // countedConn keeps cluster_proxy_user_server_tunnels_open and the cluster's slots right however often it is closed.

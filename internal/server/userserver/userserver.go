@@ -1,17 +1,25 @@
 // Package userserver is the user-server: an HTTPS endpoint on the hub where https://<user-server>/<cluster>/... reaches
 // that cluster's kube-apiserver, and .../api/v1/namespaces/<ns>/services/<[proto:]name[:port]>/proxy-service/...
-// reaches an allow-listed service. Requests go as plain HTTP/1.1 to the agent's service-proxy through tunnels that
-// are pooled per cluster; the tunnel is the mTLS hop and the service-proxy authenticates the caller's token.
+// reaches an allow-listed service. Requests go as HTTP/1.1 to the agent's service-proxy through tunnels that are
+// pooled per cluster; the tunnel is the mTLS hop.
+//
+// A caller's token is first reviewed on the hub. A hub token stops here: the hub's RBAC is asked whether its user may
+// reach the cluster (clusters/proxy), and the request goes on without it, as impersonation of that user over a tunnel
+// on which the proxy-server presents the impersonator certificate. Any other token (the cluster's own, an OIDC ID
+// token) goes to the service-proxy, which authenticates it. The aggregated API comes in through ServeHubIdentity with
+// a user the hub kube-apiserver already authenticated and authorized.
 package userserver
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +34,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
 // Dialer opens a tunnel to a port of a cluster's agent.
@@ -39,10 +48,29 @@ type Clusters interface {
 	Known(cluster string) bool
 }
 
+// HubReviewer answers who a token belongs to on the hub and whether a hub user may reach a cluster
+// (*hubidentity.Reviewer).
+type HubReviewer interface {
+	Authenticate(ctx context.Context, token string) (hubidentity.Identity, bool, error)
+	Authorize(ctx context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error)
+}
+
 // Options configure a Server. Dialer and Clusters are required; zero values of the others take the defaults.
 type Options struct {
 	Dialer   Dialer
 	Clusters Clusters
+	// Hub reviews callers' tokens on the hub; nil sends every token to the service-proxy as it came, which accepts
+	// only the cluster's own and OIDC tokens.
+	Hub HubReviewer
+	// SkipHubAuthorization serves every hub user the hub authenticates, without asking the hub's RBAC about
+	// clusters/proxy: the existing add-on's behaviour, where only the managed cluster's RBAC decides.
+	SkipHubAuthorization bool
+	// Mapping names hub users and groups on the managed clusters.
+	Mapping hubidentity.Mapping
+	// ImpersonatorTLS is the TLS client side of the tunnels that carry hub users to a cluster's service-proxy: the
+	// impersonator certificate, and the check that the agent answering is the cluster's (ImpersonatorTLSConfig). Hub
+	// users are answered 503 without it.
+	ImpersonatorTLS func(cluster string) *tls.Config
 	// ServiceProxyPort is the tunnel port of the agent's service-proxy, default 7443.
 	ServiceProxyPort int
 	// Allowed lists the services reachable through the service form; the kube-apiserver is not subject to it.
@@ -127,6 +155,8 @@ func New(opts Options) *Server {
 		started: opts.Clock.Now(),
 		pool: &pool{
 			dialer:          opts.Dialer,
+			impersonatorTLS: opts.ImpersonatorTLS,
+			mapping:         opts.Mapping,
 			port:            opts.ServiceProxyPort,
 			maxIdle:         opts.MaxIdleConnsPerCluster,
 			maxConns:        opts.MaxConnsPerCluster,
@@ -152,11 +182,35 @@ func New(opts Options) *Server {
 // Ready is true while Serve accepts requests and is not draining.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
+// The ways into a cluster, as the metrics and the access log name them.
+const (
+	viaUserServer = "user-server"
+	viaAggregated = "aggregated"
+)
+
 // ServeHTTP answers with a Kubernetes Status itself when the request cannot go to the cluster, and proxies it
 // otherwise.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r)}
-	s.serve(rec, r)
+	s.serveAndRecord(w, r, r.URL.EscapedPath(), viaUserServer, nil)
+}
+
+// ServeHubIdentity sends r to cluster as id, a hub user the hub kube-apiserver authenticated and authorized for
+// clusters/proxy of cluster (the aggregated API). escapedPath is what follows proxy/ in the aggregated path, with its
+// leading slash: a kube-apiserver path, or the service form. r's own credential headers are not sent on.
+func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity) {
+	s.serveAndRecord(w, r, "/"+url.PathEscape(cluster)+escapedPath, viaAggregated, &id)
+}
+
+// served is what the access log and the metrics say of a request.
+type served struct {
+	cluster string
+	user    string // the hub user; "" for a token the service-proxy authenticates
+}
+
+func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, via string, id *hubidentity.Identity) {
+	start := s.opts.Clock.Now()
+	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r), clock: s.opts.Clock}
+	info := s.serve(rec, r, path, id)
 	code := rec.code
 	switch {
 	case code == 0 && r.Context().Err() != nil:
@@ -164,25 +218,59 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case code == 0:
 		code = http.StatusOK
 	}
-	requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+	if via == viaUserServer {
+		requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+	verb := hubidentity.Verb(r.Method)
+	answered := rec.answeredAt
+	if answered.IsZero() {
+		answered = s.opts.Clock.Now()
+	}
+	if info.cluster != "" {
+		clusterRequests.WithLabelValues(info.cluster, via, verb, strconv.Itoa(code)).Inc()
+		clusterRequestSeconds.WithLabelValues(info.cluster, via, verb).Observe(answered.Sub(start).Seconds())
+	}
+	user := info.user
+	if user == "" {
+		user = "-"
+	}
+	// The path without its query, which may carry anything; never a header.
+	klog.FromContext(r.Context()).Info("Access", "via", via, "cluster", info.cluster, "user", user, "verb", verb,
+		"method", r.Method, "path", path, "code", code, "seconds", answered.Sub(start).Seconds())
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	t, err := ParsePath(r.URL.EscapedPath())
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *hubidentity.Identity) served {
+	t, err := ParsePath(path)
 	if err != nil {
 		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
-		return
+		return served{}
 	}
-	// The service-proxy authenticates the token; refusing a request without one here saves opening a tunnel.
-	if proxyhttp.BearerToken(r.Header) == "" {
-		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
-			`a bearer token is required: set the header "Authorization: Bearer <token>"`)
-		return
+	info := served{cluster: t.Cluster}
+	ctx := r.Context()
+	if id == nil {
+		var ok bool
+		if id, ok = s.authenticate(w, r, t); !ok {
+			if id != nil {
+				info.user = id.User
+			}
+			return info
+		}
+	}
+	if id != nil {
+		info.user = id.User
+		if s.opts.ImpersonatorTLS == nil {
+			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				"this proxy-server has no impersonator certificate, so it cannot send hub users on")
+			return info
+		}
+		// What proved who the user is stays on the hub.
+		r.Header.Del("Authorization")
+		ctx = hubidentity.WithIdentity(ctx, *id)
 	}
 	if svc := t.Service; svc != nil && !s.opts.Allowed.Allows(svc.Namespace, svc.Name, svc.Port) {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			fmt.Sprintf("service %s/%s port %d is not in the user-server's allow-list", svc.Namespace, svc.Name, svc.Port))
-		return
+		return info
 	}
 	if !s.opts.Clusters.Known(t.Cluster) {
 		if s.opts.Clock.Since(s.started) < s.opts.AgentWarmup {
@@ -191,28 +279,105 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 				fmt.Sprintf("no agent of cluster %q has reached this proxy-server yet, which started %s ago; retry",
 					t.Cluster, s.opts.Clock.Since(s.started).Round(time.Second)))
-			return
+			return info
 		}
-		proxyhttp.WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", t.Cluster))
-		return
+		writeNotFound(w, t.Cluster)
+		return info
 	}
 	if !s.opts.Clusters.Connected(t.Cluster) {
 		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("the agent of cluster %q is not connected", t.Cluster))
-		return
+		return info
 	}
-	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	ctx = context.WithValue(ctx, targetKey{}, t)
 	if t.Service != nil {
 		route, err := s.pool.serviceRoute(ctx, t)
 		if err != nil {
 			s.proxyError(w, r.WithContext(ctx), err)
-			return
+			return info
 		}
 		if route != nil {
 			ctx = context.WithValue(ctx, routeKey{}, route)
 		}
+	} else if id != nil {
+		ctx = context.WithValue(ctx, impersonatedKey{}, true)
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
+	return info
+}
+
+// writeNotFound answers a cluster this proxy-server has no agent of, as the API server answers a missing object.
+func writeNotFound(w http.ResponseWriter, cluster string) {
+	proxyhttp.WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("cluster %q not found", cluster))
+}
+
+// authenticate checks the caller's token. A hub token yields its user (id), once the hub's RBAC lets them reach the
+// cluster unless SkipHubAuthorization; any other token yields a nil id and goes to the service-proxy. ok is false
+// when the request was answered here (id is then the hub user, when one was known).
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) (id *hubidentity.Identity, ok bool) {
+	token := proxyhttp.BearerToken(r.Header)
+	// Refusing a request without one here saves opening a tunnel.
+	if token == "" {
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			`a bearer token is required: set the header "Authorization: Bearer <token>"`)
+		return nil, false
+	}
+	if s.opts.Hub == nil {
+		return nil, true
+	}
+	log := klog.FromContext(r.Context())
+	hubID, isHub, err := s.opts.Hub.Authenticate(r.Context(), token)
+	if err != nil {
+		// The token may be a hub token: it must not go to the cluster unreviewed.
+		log.Error(err, "Cannot review a token on the hub", "cluster", t.Cluster)
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"cannot authenticate the request with the hub; try again later")
+		return nil, false
+	}
+	if !isHub {
+		return nil, true
+	}
+	if hasHeaderPrefix(r.Header, "Impersonate-") {
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			"Impersonate-* headers are not served with a hub token on the user-server; use the hub's aggregated API "+
+				"(/apis/"+hubidentity.Group+"/v1alpha1/clusters/<cluster>/proxy), where the hub applies them")
+		return &hubID, false
+	}
+	if s.opts.SkipHubAuthorization {
+		return &hubID, true
+	}
+	verb := hubidentity.Verb(r.Method)
+	decision, err := s.opts.Hub.Authorize(r.Context(), hubID, t.Cluster, verb)
+	if err != nil {
+		log.Error(err, "Cannot ask the hub's RBAC", "cluster", t.Cluster, "user", hubID.User)
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"cannot authorize the request with the hub; try again later")
+		return &hubID, false
+	}
+	if !decision.Allowed {
+		msg := fmt.Sprintf("User %q cannot %s resource \"%s/%s\" in API group %q for cluster %q on the hub",
+			hubID.User, verb, hubidentity.Resource, hubidentity.Subresource, hubidentity.Group, t.Cluster)
+		if decision.Reason != "" {
+			msg += ": " + decision.Reason
+		}
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, msg)
+		return &hubID, false
+	}
+	return &hubID, true
+}
+
+// impersonatedKey marks a request that goes to the cluster's kube-apiserver as a hub user: through the tunnels on
+// which the proxy-server presents the impersonator certificate.
+type impersonatedKey struct{}
+
+// hasHeaderPrefix reports whether h has a header whose name starts with prefix, ignoring case.
+func hasHeaderPrefix(h http.Header, prefix string) bool {
+	for k := range h {
+		if len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 type targetKey struct{}
@@ -336,26 +501,33 @@ func (s *Server) sweepLoop(ctx context.Context) {
 	}
 }
 
-// recorder remembers the status code for the metric and tracks a hijacked connection so the drain can end it.
-// Flush and the rest reach the underlying writer through Unwrap (http.ResponseController).
+// recorder remembers the status code and when the answer began for the metrics, and tracks a hijacked connection so
+// the drain can end it. Flush and the rest reach the underlying writer through Unwrap (http.ResponseController).
 type recorder struct {
 	http.ResponseWriter
-	hijacked *hijackedConns
-	code     int
-	batch    *tlsbatch.Conn // beneath an HTTP/1 connection's TLS, or nil
+	hijacked   *hijackedConns
+	code       int
+	answeredAt time.Time
+	clock      clock.PassiveClock
+	batch      *tlsbatch.Conn // beneath an HTTP/1 connection's TLS, or nil
+}
+
+func (w *recorder) answered(code int) {
+	if w.code == 0 {
+		w.code = code
+		w.answeredAt = w.clock.Now()
+	}
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.code == 0 && code >= http.StatusOK { // 1xx are informational, the final code comes later
-		w.code = code
+	if code >= http.StatusOK { // 1xx are informational, the final code comes later
+		w.answered(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
+	w.answered(http.StatusOK)
 	// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
 	return w.batch.BatchedWrite(w.ResponseWriter, b)
 }
@@ -367,7 +539,7 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w.code = http.StatusSwitchingProtocols
+	w.answered(http.StatusSwitchingProtocols)
 	return w.hijacked.track(c), brw, nil
 }
 

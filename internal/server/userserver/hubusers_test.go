@@ -1,0 +1,288 @@
+package userserver
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+)
+
+const hubToken = "Bearer hub-alice"
+
+// fakeHub knows one hub token, alice's, and lets alice reach the clusters in allowed.
+type fakeHub struct {
+	allowed map[string]bool
+	err     error // when set, every review fails with it
+
+	mu              sync.Mutex
+	authentications int
+	authorizations  []string // "<cluster> <verb>"
+}
+
+var alice = hubidentity.Identity{User: "system:serviceaccount:team:alice", UID: "a-1",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated"},
+	Extra:  map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=7"}}}
+
+func (h *fakeHub) Authenticate(_ context.Context, token string) (hubidentity.Identity, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.authentications++
+	if h.err != nil {
+		return hubidentity.Identity{}, false, h.err
+	}
+	return alice, "Bearer "+token == hubToken, nil
+}
+
+func (h *fakeHub) Authorize(_ context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.authorizations = append(h.authorizations, cluster+" "+verb)
+	return hubidentity.Decision{Allowed: id.User == alice.User && h.allowed[cluster], Reason: "no RBAC rule"}, nil
+}
+
+func (h *fakeHub) asked() (int, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.authentications, append([]string(nil), h.authorizations...)
+}
+
+// pki is a signer CA with the impersonator's certificate and agent certificates.
+type pki struct {
+	ca           *certs.KeyPair
+	impersonator tls.Certificate
+	foreign      tls.Certificate // the impersonator's name from another CA
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	g := NewWithT(t)
+	now := time.Now()
+	ca, err := certs.NewCA("signer", time.Hour, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	p := &pki{ca: ca, impersonator: pair(t, ca, contract.ImpersonatorCommonName)}
+	other, err := certs.NewCA("other", time.Hour, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	p.foreign = pair(t, other, contract.ImpersonatorCommonName)
+	return p
+}
+
+func pair(t *testing.T, ca *certs.KeyPair, cn string) tls.Certificate {
+	t.Helper()
+	kp, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: cn, Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *pki) pool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca.Cert)
+	return pool
+}
+
+// hubEnv is a user-server whose service-proxy stand-in serves TLS as the agent of agentCluster does: its agent
+// certificate, and client certificates of the signer verified when sent. seen records what reached it and the client
+// certificate's common name.
+type hubEnv struct {
+	*env
+	seen      *seen
+	clientCNs chan string
+}
+
+func newHubEnv(t *testing.T, p *pki, hub *fakeHub, agentCluster string, opts Options, impersonator tls.Certificate) *hubEnv {
+	t.Helper()
+	h := &hubEnv{seen: &seen{}, clientCNs: make(chan string, 64)}
+	sp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cn := ""
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			cn = r.TLS.VerifiedChains[0][0].Subject.CommonName
+		}
+		h.clientCNs <- cn
+		h.seen.handler(w, r)
+	}))
+	sp.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair(t, p.ca, contract.AgentCommonNamePrefix+agentCluster)},
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: p.pool()}
+	sp.StartTLS()
+	t.Cleanup(sp.Close)
+	opts.Hub = hub
+	opts.ImpersonatorTLS = func(cluster string) *tls.Config {
+		return hubidentity.ImpersonatorTLSConfig(cluster, func() *tls.Certificate { return &impersonator }, p.pool)
+	}
+	h.env = newEnvAt(t, sp.Listener.Addr().String(), opts, "cluster1", "cluster2")
+	return h
+}
+
+func (h *hubEnv) send(t *testing.T, method, path, token string, header http.Header) (int, metav1.Status) {
+	t.Helper()
+	if header == nil {
+		header = http.Header{}
+	}
+	header.Set("Authorization", token)
+	resp, err := h.frontend.Client().Do(h.request(t, method, path, header))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st metav1.Status
+	if resp.StatusCode != http.StatusOK {
+		st = decodeStatus(t, string(body))
+	}
+	return resp.StatusCode, st
+}
+
+func TestHubUserGoesOnAsImpersonationOverTheImpersonatorCertificateWithoutTheirToken(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{allowed: map[string]bool{"cluster1": true}}
+	h := newHubEnv(t, p, hub, "cluster1", Options{}, p.impersonator)
+
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	got := h.seen.last()
+	g.Expect(got.Header.Get("Authorization")).To(BeEmpty(), "the hub token stays on the hub")
+	g.Expect(got.Header.Get("Impersonate-User")).To(Equal("cluster:hub:system:serviceaccount:team:alice"))
+	g.Expect(got.Header.Values("Impersonate-Group")).To(Equal([]string{"system:serviceaccounts", "system:serviceaccounts:team"}))
+	g.Expect(got.Header.Get("Impersonate-Uid")).To(Equal("a-1"))
+	g.Expect(got.Header.Get("Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id")).To(Equal("JTI=7"))
+	g.Expect(<-h.clientCNs).To(Equal(contract.ImpersonatorCommonName))
+	_, authz := hub.asked()
+	g.Expect(authz).To(Equal([]string{"cluster1 get"}))
+
+	// A POST is authorized as create.
+	code, _ = h.send(t, http.MethodPost, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusOK))
+	_, authz = hub.asked()
+	g.Expect(authz).To(Equal([]string{"cluster1 get", "cluster1 create"}))
+}
+
+func TestHubUserWithoutTheHubsPermissionIs403AndNothingReachesTheCluster(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{allowed: map[string]bool{"cluster1": true}}
+	h := newHubEnv(t, p, hub, "cluster2", Options{}, p.impersonator)
+
+	code, st := h.send(t, http.MethodGet, "/cluster2/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(st.Reason).To(Equal(metav1.StatusReasonForbidden))
+	g.Expect(st.Message).To(ContainSubstring(`cannot get resource "clusters/proxy" in API group "gateway.proxy.open-cluster-management.io" for cluster "cluster2"`))
+	g.Expect(st.Message).To(ContainSubstring("system:serviceaccount:team:alice"))
+	_, _, dialed := h.dialer.stats()
+	g.Expect(dialed).To(BeEmpty(), "no tunnel for a refused request")
+	g.Expect(h.seen.last()).To(BeNil())
+}
+
+func TestSkippingHubAuthorizationLeavesTheDecisionToTheCluster(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{} // allows nothing
+	h := newHubEnv(t, p, hub, "cluster2", Options{SkipHubAuthorization: true}, p.impersonator)
+
+	code, st := h.send(t, http.MethodGet, "/cluster2/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	_, authz := hub.asked()
+	g.Expect(authz).To(BeEmpty())
+	g.Expect(h.seen.last().Header.Get("Impersonate-User")).To(Equal("cluster:hub:system:serviceaccount:team:alice"))
+}
+
+func TestAPrefixNamesEveryHubUserAndGroup(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{allowed: map[string]bool{"cluster1": true}}
+	h := newHubEnv(t, p, hub, "cluster1", Options{Mapping: hubidentity.Mapping{Prefix: "hub:"}}, p.impersonator)
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	got := h.seen.last()
+	g.Expect(got.Header.Get("Impersonate-User")).To(Equal("hub:system:serviceaccount:team:alice"))
+	g.Expect(got.Header.Values("Impersonate-Group")).To(Equal([]string{"hub:system:serviceaccounts", "hub:system:serviceaccounts:team"}))
+}
+
+func TestATokenTheHubDoesNotKnowGoesToTheServiceProxyAsItCame(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	hub := &fakeHub{}
+	e := newEnv(t, http.HandlerFunc(s.handler), Options{Hub: hub}, "cluster1")
+	code, _ := e.get(t, "/cluster1/api/v1/namespaces")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(s.last().Header.Get("Authorization")).To(Equal(testToken))
+	g.Expect(s.last().Header.Get("Impersonate-User")).To(BeEmpty())
+	authn, authz := hub.asked()
+	g.Expect(authn).To(Equal(1), "reviewed on the hub first")
+	g.Expect(authz).To(BeEmpty())
+}
+
+func TestAHubThatCannotBeAskedIs503AndTheTokenGoesNowhere(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	e := newEnv(t, http.HandlerFunc(s.handler), Options{Hub: &fakeHub{err: errors.New("connection refused")}}, "cluster1")
+	code, body := e.get(t, "/cluster1/api/v1/namespaces")
+	g.Expect(code).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(decodeStatus(t, body).Message).To(ContainSubstring("cannot authenticate the request with the hub"))
+	g.Expect(s.last()).To(BeNil())
+	_, _, dialed := e.dialer.stats()
+	g.Expect(dialed).To(BeEmpty())
+}
+
+func TestAHubTokenWithImpersonateHeadersIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster1", Options{}, p.impersonator)
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, http.Header{"impersonate-user": {"system:admin"}})
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(st.Message).To(ContainSubstring("aggregated API"))
+	g.Expect(h.seen.last()).To(BeNil())
+}
+
+func TestHubUsersGoOnlyToTheAgentOfTheClusterTheyAskedFor(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	// The tunnel to cluster1 reaches an agent with cluster2's certificate.
+	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster2", Options{}, p.impersonator)
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusBadGateway), st.Message)
+	g.Expect(h.seen.last()).To(BeNil(), "no request reached the wrong agent")
+}
+
+func TestAnImpersonatorOfAnotherCAIsNotServedAsOne(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster1", Options{}, p.foreign)
+	code, _ := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusBadGateway), "the service-proxy ends the handshake")
+	g.Expect(h.seen.last()).To(BeNil())
+}
+
+func TestCountsRequestsPerClusterVerbAndCode(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster1", Options{}, p.impersonator)
+	ok := clusterRequests.WithLabelValues("cluster1", viaUserServer, "get", "200")
+	denied := clusterRequests.WithLabelValues("cluster2", viaUserServer, "delete", "403")
+	before, beforeDenied := metricValue(t, ok), metricValue(t, denied)
+	for range 3 {
+		code, _ := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+		g.Expect(code).To(Equal(http.StatusOK))
+	}
+	code, _ := h.send(t, http.MethodDelete, "/cluster2/api/v1/namespaces/x", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(metricValue(t, ok) - before).To(Equal(3.0))
+	g.Expect(metricValue(t, denied) - beforeDenied).To(Equal(1.0))
+}
