@@ -9,6 +9,7 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 # The newest kustomize the Go proxy serves that builds with this Go (v5.8.3 needs go >= 1.27).
 KUSTOMIZE_VERSION ?= v5.8.2
 CONTROLLER_GEN := $(BIN_DIR)/controller-gen
+OPENAPI_GEN := $(BIN_DIR)/openapi-gen
 GOLANGCI_LINT := $(BIN_DIR)/golangci-lint
 KUSTOMIZE := $(BIN_DIR)/kustomize
 HELM_VERSION ?= v3.19.5
@@ -40,8 +41,12 @@ helm-crds: ## Copy the generated CRDs, the manager ClusterRole and the leader-el
 	cp config/rbac/leader_election_role.yaml $(CHART_DIR)/files/leader-election-role.yaml
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
+generate: $(CONTROLLER_GEN) $(OPENAPI_GEN) ## Generate deepcopy code and the aggregated API's OpenAPI definitions.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	$(OPENAPI_GEN) --go-header-file hack/boilerplate.go.txt --output-dir internal/server/gateway/openapi \
+		--output-pkg $(shell go list -m)/internal/server/gateway/openapi --output-file zz_generated.openapi.go \
+		--report-filename /dev/null k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime \
+		k8s.io/apimachinery/pkg/version ./api/gateway/v1alpha1
 
 .PHONY: fmt
 fmt: ## gofmt the code.
@@ -66,9 +71,9 @@ api-docs: manifests ## Generate the API reference docs/api.md from the CRDs (hac
 
 .PHONY: verify-generated
 verify-generated: manifests generate bundle api-docs tidy ## Fail when generated files (go.mod and go.sum included) are stale.
-	@if [ -n "$$(git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md)" ]; then \
+	@if [ -n "$$(git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md internal/server/gateway/openapi)" ]; then \
 		echo "Generated files are stale; run 'make manifests generate bundle api-docs tidy' and commit:"; \
-		git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; git --no-pager diff --stat -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md; exit 1; fi
+		git status --porcelain -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md internal/server/gateway/openapi; git --no-pager diff --stat -- go.mod go.sum api config $(CHART_DIR) bundle bundle.Dockerfile docs/api.md internal/server/gateway/openapi; exit 1; fi
 
 .PHONY: tidy
 tidy: ## go mod tidy of the operator's module (hack/olm and hack/registry are tools' modules of their own).
@@ -183,6 +188,10 @@ curl: ## Install curl (a client of make e2e) when it is missing.
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN_DIR) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+# openapi-gen at the kube-openapi version the module requires, so the definitions match the library that serves them.
+$(OPENAPI_GEN): go.mod
+	GOBIN=$(BIN_DIR) go install k8s.io/kube-openapi/cmd/openapi-gen@$$(go list -m -f '{{.Version}}' k8s.io/kube-openapi)
 
 .PHONY: helm
 helm: ## Install bin/helm (HELM_VERSION, used by the chart tests in test/helm); reinstalled when bin/helm is another version.

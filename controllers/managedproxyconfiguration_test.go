@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,7 +65,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 			HaveField("Port", int32(8090)), HaveField("Port", int32(8091)), HaveField("Port", int32(8094))))
 		Expect(svc.Spec.Selector).To(HaveKeyWithValue(proxyv1alpha1.ComponentLabel, proxyv1alpha1.ComponentProxyServer))
 		user := get(g, &corev1.Service{}, ns, "cluster-proxy-addon-user")
-		Expect(user.Spec.Ports).To(ConsistOf(HaveField("Port", int32(9092))))
+		Expect(user.Spec.Ports).To(ConsistOf(HaveField("Port", int32(9092)), HaveField("Port", int32(9443))), "the user-server and the aggregated API")
 
 		dep := get(g, &appsv1.Deployment{}, ns, mpc.Name)
 		Expect(*dep.Spec.Replicas).To(Equal(int32(2)))
@@ -517,6 +518,7 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
 			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: serverRole + ":authentication-reader"}},
+			&apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.GatewayAPIServiceName}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-entrypoint"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-addon-user"}},
@@ -532,6 +534,9 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 		for _, o := range owned {
 			Expect(k8s.Get(ctx(), client.ObjectKeyFromObject(o), o)).To(Succeed(), "%T %s", o, o.GetName())
 		}
+		apiService := owned[5].(*apiregistrationv1.APIService)
+		Expect(apiService.Spec.CABundle).To(Equal(get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]),
+			"the APIService trusts the published bundle")
 		Expect(k8s.Delete(ctx(), mpc)).To(Succeed())
 		for _, o := range owned {
 			expectGone(o)

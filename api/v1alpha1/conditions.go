@@ -92,6 +92,11 @@ const (
 	UserServerServiceName = "cluster-proxy-addon-user"
 	// UserServerPort is the HTTPS port of the user-server.
 	UserServerPort = 9092
+	// GatewayPort is the HTTPS port of the hub's aggregated API (gateway.proxy.open-cluster-management.io), on the
+	// user-server's Service, which the APIService names.
+	GatewayPort = 9443
+	// GatewayAPIServiceName registers the aggregated API with the hub kube-apiserver.
+	GatewayAPIServiceName = "v1alpha1.gateway.proxy.open-cluster-management.io"
 
 	// ComponentLabel labels the pods of each component; its value is ComponentProxyServer for the proxy servers.
 	ComponentLabel       = "proxy.open-cluster-management.io/component-name"

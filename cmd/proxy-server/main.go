@@ -29,6 +29,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
@@ -60,6 +61,8 @@ type config struct {
 	hubKubeconfig                     string
 	hubAuthorization                  string
 	hubUserPrefix                     string
+	gatewayPort                       int
+	gatewayCert, gatewayKey           string
 	tlsProfileFile                    string
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
@@ -104,6 +107,10 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		"None: only the managed cluster's RBAC decides, as in the existing add-on")
 	fs.StringVar(&c.hubUserPrefix, "hub-user-prefix", "", "put this in front of every hub user and group name on the "+
 		"managed clusters; empty: hub ServiceAccounts get cluster:hub:, other names stay")
+	fs.IntVar(&c.gatewayPort, "gateway-port", 0, "HTTPS port of the hub's aggregated API (gateway.proxy.open-cluster-management.io), "+
+		"behind the hub kube-apiserver; 0 turns it off")
+	fs.StringVar(&c.gatewayCert, "gateway-cert", "", "serving certificate of the aggregated API; it must name the Service its APIService names")
+	fs.StringVar(&c.gatewayKey, "gateway-key", "", "key of --gateway-cert")
 	fs.DurationVar(&c.agentWarmup, "agent-warmup", defaultAgentWarmup, "for this long after start, the user-server answers a "+
 		"cluster no agent has reached here yet with 503 and Retry-After (client-go retries it on a new connection) "+
 		"instead of 404; 0 turns it off")
@@ -148,7 +155,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 			return nil, fmt.Errorf("--%s=%d: want a port from 1 to 65535", name, p)
 		}
 	}
-	for name, p := range map[string]int{"http-connect-port": c.httpConnectPort, "user-server-port": c.userServerPort} {
+	for name, p := range map[string]int{"http-connect-port": c.httpConnectPort, "user-server-port": c.userServerPort, "gateway-port": c.gatewayPort} {
 		if p < 0 || p > 65535 {
 			return nil, fmt.Errorf("--%s=%d: want a port from 1 to 65535, or 0 for off", name, p)
 		}
@@ -164,6 +171,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	}
 	if c.userServerPort != 0 && (c.userServerCert == "" || c.userServerKey == "") {
 		missing = append(missing, "--user-server-cert and --user-server-key (or --user-server-port=0)")
+	}
+	if c.gatewayPort != 0 && (c.gatewayCert == "" || c.gatewayKey == "" || c.userServerPort == 0) {
+		missing = append(missing, "--gateway-cert, --gateway-key and the user-server (or --gateway-port=0)")
 	}
 	if (c.impersonatorCert == "") != (c.impersonatorKey == "") {
 		missing = append(missing, "both --impersonator-cert and --impersonator-key, or neither")
@@ -307,6 +317,20 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if c.gatewayPort != 0 {
+		gw, err := gateway.New(gateway.Options{BindAddress: c.bindAddress, Port: c.gatewayPort, CertFile: c.gatewayCert,
+			KeyFile: c.gatewayKey, HubKubeconfig: c.hubKubeconfig, Forward: user.(*userserver.Server), ShutdownDelay: minDrainDuration})
+		if err != nil {
+			log.Error(err, "Unable to set up the aggregated API")
+			os.Exit(1)
+		}
+		go func() {
+			// The tunnels serve on without it; the hub's APIService then reports it unavailable.
+			if err := gw.Run(ctx); err != nil {
+				log.Error(err, "The aggregated API stopped")
+			}
+		}()
+	}
 	if err := srv.Run(ctx, user); err != nil {
 		log.Error(err, "The proxy-server stopped with an error")
 		os.Exit(1)

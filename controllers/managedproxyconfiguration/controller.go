@@ -54,6 +54,7 @@ type scope struct {
 	status    *proxyv1alpha1.ManagedProxyConfigurationStatus
 	ca        *certs.KeyPair // nil when the signer is not usable
 	entryHost string         // "" while unknown
+	bundle    []byte         // the published CA bundle (PEM), once the signer is ready
 }
 
 type phase func(context.Context, *scope) (ctrl.Result, error)
@@ -71,6 +72,7 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,resourceNames=extension-apiserver-authentication-reader,verbs=bind
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch

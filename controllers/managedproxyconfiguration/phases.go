@@ -154,7 +154,7 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// reconcileAddOn registers the add-on with OCM, and deletes the hub TokenReview right agents had before hub users
+// reconcileAddOn registers the add-on with OCM and the aggregated API with the hub kube-apiserver, and deletes the hub TokenReview right agents had before hub users
 // reached them as impersonation. Only the default configuration (cluster-proxy) owns it, because OCM knows one add-on
 // named cluster-proxy.
 func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -167,6 +167,12 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	if _, err := apply.Ensure(ctx, r.Client, render.ClusterManagementAddOn(s.mpc), opts...); err != nil {
 		return ctrl.Result{}, err
+	}
+	// One APIService names one Service, so the default configuration's proxy-servers serve the aggregated API.
+	if len(s.bundle) > 0 {
+		if _, err := apply.Ensure(ctx, r.Client, render.GatewayAPIService(s.mpc, s.bundle)); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return ctrl.Result{}, r.deleteOwned(ctx, render.RetiredAgentTokenReviewBinding(s.mpc))
 }

@@ -75,7 +75,8 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 		}
 	}
 	bundle := append([]*x509.Certificate{s.ca.Cert}, retained...)
-	if _, err := apply.Ensure(ctx, r.Client, render.CABundleSecret(mpc, certs.EncodeBundle(bundle...))); err != nil {
+	s.bundle = certs.EncodeBundle(bundle...)
+	if _, err := apply.Ensure(ctx, r.Client, render.CABundleSecret(mpc, s.bundle)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if finish {

@@ -10,6 +10,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 	workv1 "open-cluster-management.io/api/work/v1"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -20,7 +21,7 @@ func New() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, proxyv1alpha1.AddToScheme, addonv1alpha1.Install, clusterv1.Install, clusterv1beta1.Install, workv1.Install,
-		cpv1alpha1.AddToScheme,
+		cpv1alpha1.AddToScheme, apiregistrationv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only on a programming error: the kinds are compiled in

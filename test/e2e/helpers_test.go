@@ -143,11 +143,41 @@ func viewerToken(cluster string) string {
 	return token(must(kubernetes.NewForConfig(managedConfig(cluster))), "default", "viewer")
 }
 
-// hubUserToken is a hub ServiceAccount's token (team/hub-user).
+// hubUserToken is the token of hub ServiceAccount team/hub-user, whom the hub lets reach every cluster.
 func hubUserToken() string {
+	return hubServiceAccountToken("hub-user", []string{})
+}
+
+// hubServiceAccountToken is the token of hub ServiceAccount team/<name>; when clusters is not nil, the hub's RBAC lets
+// it reach those clusters (every verb on clusters/proxy with their names; an empty list: every cluster).
+func hubServiceAccountToken(name string, clusters []string) string {
 	createOrExists(sys.HubClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
-	createOrExists(sys.HubClient, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "hub-user"}})
-	return token(must(kubernetes.NewForConfig(sys.Hub.Config)), "team", "hub-user")
+	createOrExists(sys.HubClient, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name}})
+	if clusters != nil {
+		role := "reach-clusters:" + name
+		createOrExists(sys.HubClient, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{gatewayGroup}, Resources: []string{"clusters/proxy"}, ResourceNames: clusters, Verbs: []string{"*"}}}})
+		createOrExists(sys.HubClient, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "team", Name: name}}})
+	}
+	return token(must(kubernetes.NewForConfig(sys.Hub.Config)), "team", name)
+}
+
+// gatewayGroup is the hub's aggregated API.
+const gatewayGroup = "gateway.proxy.open-cluster-management.io"
+
+// viaHubKubeconfig is a kubeconfig whose server is cluster's proxy path on the hub's own API, with the hub's CA and
+// tok (or the hub admin's certificate when tok is ""): what a user gets from kubectl-cluster_proxy kubeconfig --via-hub.
+func viaHubKubeconfig(cluster, name, tok string) string {
+	cfg := rest.CopyConfig(sys.Hub.Config)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/" + gatewayGroup + "/v1alpha1/clusters/" + cluster + "/proxy"
+	if tok != "" {
+		cfg.CertData, cfg.KeyData, cfg.BearerToken = nil, nil, tok
+	}
+	path := filepath.Join(workDir, "kubeconfigs", "via-hub-"+cluster+"-"+name)
+	Expect(kubeclient.WriteKubeconfig(path, cluster, cfg, "", nil)).To(Succeed())
+	return path
 }
 
 func token(cs kubernetes.Interface, ns, name string) string {

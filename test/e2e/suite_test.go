@@ -80,6 +80,7 @@ var _ = BeforeSuite(func() {
 var _ = Describe("The product on real clusters", Ordered, func() {
 	install()
 	tunnelsAndClients()
+	hubAccess()
 	clusterProfiles()
 	forwardProxy()
 	highAvailability()

@@ -4,5 +4,6 @@
 // kube-apiserver (an APIService); nothing of it is stored, so it has no CRD.
 // +kubebuilder:object:generate=true
 // +kubebuilder:skip
+// +k8s:openapi-gen=true
 // +groupName=gateway.proxy.open-cluster-management.io
 package v1alpha1

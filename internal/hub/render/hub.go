@@ -15,9 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 
+	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
@@ -146,14 +148,18 @@ func InClusterService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Serv
 	}
 }
 
-// UserServerService is how hub clients reach the user-server: https://cluster-proxy-addon-user.<ns>.svc:9092/<cluster>.
+// UserServerService is how hub clients reach the user-server: https://cluster-proxy-addon-user.<ns>.svc:9092/<cluster>;
+// the hub kube-apiserver reaches the aggregated API on its gateway port.
 func UserServerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: objectMeta(mpc, proxyv1alpha1.UserServerServiceName, contract.Namespace(mpc)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: serverPodLabels(mpc),
-			Ports:    []corev1.ServicePort{servicePort("user-server", proxyv1alpha1.UserServerPort, proxyv1alpha1.UserServerPort)},
+			Ports: []corev1.ServicePort{
+				servicePort("user-server", proxyv1alpha1.UserServerPort, proxyv1alpha1.UserServerPort),
+				servicePort("gateway", proxyv1alpha1.GatewayPort, proxyv1alpha1.GatewayPort),
+			},
 		},
 	}
 }
@@ -229,6 +235,10 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 		"--impersonator-cert=" + impersonatorMount + "/tls.crt",
 		"--impersonator-key=" + impersonatorMount + "/tls.key",
 		fmt.Sprintf("--user-server-port=%d", proxyv1alpha1.UserServerPort),
+		// The aggregated API serves with the user-server's certificate, which names the Service the APIService uses.
+		fmt.Sprintf("--gateway-port=%d", proxyv1alpha1.GatewayPort),
+		"--gateway-cert=" + userServerMount + "/tls.crt",
+		"--gateway-key=" + userServerMount + "/tls.key",
 		"--tls-profile-file=" + contract.TLSProfileMount + "/" + contract.TLSProfileKey,
 	}
 	if peerWait(mpc) {
@@ -365,6 +375,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 							containerPort("health", p.HealthServer),
 							containerPort("http-connect", p.HTTPConnectServer),
 							containerPort("user-server", proxyv1alpha1.UserServerPort),
+							containerPort("gateway", proxyv1alpha1.GatewayPort),
 						},
 						LivenessProbe:   httpProbe("/healthz", p.HealthServer),
 						ReadinessProbe:  httpProbe("/readyz", p.HealthServer),
@@ -415,6 +426,27 @@ func TLSProfileConfigMap(mpc *proxyv1alpha1.ManagedProxyConfiguration, profile c
 		ObjectMeta: objectMeta(mpc, TLSProfileConfigMapName(mpc), contract.Namespace(mpc)),
 		Data:       map[string]string{contract.TLSProfileKey: string(raw)},
 	}, nil
+}
+
+// GatewayAPIService registers the proxy-servers' aggregated API (gateway.proxy.open-cluster-management.io/v1alpha1)
+// with the hub kube-apiserver, which checks their serving certificate (the user-server's) against caBundle: the
+// published CA bundle, so during a CA rollover both CAs are trusted.
+func GatewayAPIService(mpc *proxyv1alpha1.ManagedProxyConfiguration, caBundle []byte) *apiregistrationv1.APIService {
+	return &apiregistrationv1.APIService{
+		ObjectMeta: objectMeta(mpc, proxyv1alpha1.GatewayAPIServiceName, ""),
+		Spec: apiregistrationv1.APIServiceSpec{
+			Group:   gatewayv1alpha1.GroupVersion.Group,
+			Version: gatewayv1alpha1.GroupVersion.Version,
+			Service: &apiregistrationv1.ServiceReference{
+				Namespace: contract.Namespace(mpc),
+				Name:      proxyv1alpha1.UserServerServiceName,
+				Port:      ptr.To(int32(proxyv1alpha1.GatewayPort)),
+			},
+			CABundle:             caBundle,
+			GroupPriorityMinimum: 1000,
+			VersionPriority:      15,
+		},
+	}
 }
 
 // CABundleSecret publishes the CA bundle every proxy client and agent trusts.

@@ -101,6 +101,22 @@ func TestServerHubRBACGrantsReviewsTheFrontProxyCAAndStatusesToTheServersOnly(t 
 	g.Expect(ServerServiceAccount(m).AutomountServiceAccountToken).To(HaveValue(BeFalse()), "only the pods that need it mount the token")
 }
 
+func TestGatewayAPIServiceNamesTheUserServerServiceAndTrustsTheBundle(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	m.Spec.ProxyServer.Namespace = "hub"
+	a := GatewayAPIService(m, []byte("bundle"))
+	g.Expect(a.Name).To(Equal("v1alpha1.gateway.proxy.open-cluster-management.io"))
+	g.Expect(a.Spec.Group).To(Equal("gateway.proxy.open-cluster-management.io"))
+	g.Expect(a.Spec.Service.Namespace).To(Equal("hub"))
+	g.Expect(a.Spec.Service.Name).To(Equal(proxyv1alpha1.UserServerServiceName))
+	g.Expect(*a.Spec.Service.Port).To(Equal(int32(9443)))
+	g.Expect(a.Spec.CABundle).To(Equal([]byte("bundle")))
+	g.Expect(UserServerService(m).Spec.Ports).To(ContainElement(And(HaveField("Name", "gateway"), HaveField("Port", int32(9443)))))
+	g.Expect(ServerArgs(m)).To(ContainElements("--gateway-port=9443", "--gateway-cert=/etc/user-server-pki/tls.crt",
+		"--gateway-key=/etc/user-server-pki/tls.key"), "served with the certificate that names the user-server Service")
+}
+
 func TestSplitSANs(t *testing.T) {
 	dns, ips := SplitSANs("b.example.com", "10.0.0.1", "", "a.example.com", "::1", "b.example.com")
 	g := NewWithT(t)

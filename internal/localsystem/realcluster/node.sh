@@ -90,6 +90,25 @@ start etcd "$BIN/etcd" --name node --data-dir "$DIR/etcd" \
 
 start containerd containerd --config "$DIR/config/containerd.toml"
 
+# The audit log records who did what, as a production control plane's does: every request at Metadata level (user,
+# impersonated user, verb, resource, name, response code), without the components' own chatter. On the hub it shows
+# who reached which managed cluster through the aggregated API; on a managed cluster, as whom.
+cat >"$DIR/config/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: [system:nodes]
+- level: None
+  users: [system:kube-proxy, system:kube-scheduler, system:kube-controller-manager, system:apiserver]
+- level: None
+  resources: [{group: coordination.k8s.io, resources: [leases]}, {group: "", resources: [events]}, {group: events.k8s.io}]
+- level: None
+  nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version", "/openapi*", "/api", "/apis", "/metrics"]
+- level: Metadata
+POLICY
+
 # Tokens signed before a change of issuer, and in-cluster clients' expectations, keep the default issuer valid.
 issuers=(--service-account-issuer "$SA_ISSUER")
 default_issuer=https://kubernetes.default.svc.cluster.local
@@ -108,6 +127,8 @@ start kube-apiserver "$BIN/kube-apiserver" \
   "${issuers[@]}" \
   --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
   --authorization-mode Node,RBAC --allow-privileged=true --profiling=false \
+  --audit-policy-file "$DIR/config/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log" \
+  --audit-log-maxsize 200 --audit-log-maxbackup 2 \
   --kubelet-preferred-address-types InternalIP \
   --enable-admission-plugins NodeRestriction
 

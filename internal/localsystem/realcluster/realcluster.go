@@ -110,6 +110,9 @@ func (c *Cluster) Name() string { return c.opts.Name }
 // Dir is the cluster's work folder: logs/ holds every daemon's log.
 func (c *Cluster) Dir() string { return c.opts.Dir }
 
+// AuditLog is the kube-apiserver's audit log (JSON lines, Metadata level, the components' own requests left out).
+func (c *Cluster) AuditLog() string { return filepath.Join(c.opts.Dir, "logs", "audit.log") }
+
 // NetNS is the path of the cluster's network namespace, for nsenter --net.
 func (c *Cluster) NetNS() string { return "/run/netns/" + c.name }
 

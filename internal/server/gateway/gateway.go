@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -33,6 +35,7 @@ import (
 	"k8s.io/component-base/compatibility"
 
 	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway/openapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
@@ -54,6 +57,12 @@ type Options struct {
 	HubKubeconfig string
 	// Forward sends proxied requests on.
 	Forward Forwarder
+	// ShutdownDelay is how long the server keeps serving after Run's context ends, while the Service's endpoints
+	// stop sending to it.
+	ShutdownDelay time.Duration
+
+	// requestTimeout replaces the 60s timeout of requests that are not long-running, in tests.
+	requestTimeout time.Duration
 }
 
 // Server is the aggregated API server.
@@ -100,12 +109,22 @@ func New(opts Options) (*Server, error) {
 
 	config := genericapiserver.NewRecommendedConfig(codecs)
 	config.EffectiveVersion = compatibility.NewEffectiveVersionFromString("1.37", "", "")
+	// The hub kube-apiserver publishes the group's schema from these (kubectl explain, server-side field checks).
+	namer := openapinamer.NewDefinitionNamer(scheme)
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIConfig.Info.Title = "cluster-proxy gateway"
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIV3Config.Info.Title = "cluster-proxy gateway"
 	if err := recommended.ApplyTo(config); err != nil {
 		return nil, fmt.Errorf("gateway configuration: %w", err)
 	}
 	// A proxied request lasts as long as the cluster's answer: watches, logs -f, exec, port-forward. The default
 	// timeout would cut them (after 60s).
 	config.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"), sets.NewString(gatewayv1alpha1.ProxySubresource))
+	config.ShutdownDelayDuration = opts.ShutdownDelay
+	if opts.requestTimeout > 0 {
+		config.RequestTimeout = opts.requestTimeout
+	}
 	generic, err := config.Complete().New("cluster-proxy-gateway", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("gateway server: %w", err)
@@ -114,7 +133,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{generic: generic, hub: newClusterSet(), opts: opts}
 	group := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupVersion.Group, scheme, runtime.NewParameterCodec(scheme), codecs)
 	group.VersionedResourcesStorageMap[gatewayv1alpha1.GroupVersion.Version] = map[string]rest.Storage{
-		gatewayv1alpha1.Resource:                                          newClusterStorage(s.hub),
+		gatewayv1alpha1.Resource: newClusterStorage(s.hub),
 		gatewayv1alpha1.Resource + "/" + gatewayv1alpha1.ProxySubresource: &proxyStorage{clusters: s.hub, forward: opts.Forward},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
