@@ -38,11 +38,11 @@ func TestSniffListenerServesPlainAndTLSOnOnePort(t *testing.T) {
 	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.TLS == nil:
-			fmt.Fprint(w, "plain")
+			_, _ = fmt.Fprint(w, "plain")
 		case len(r.TLS.VerifiedChains) > 0:
-			fmt.Fprint(w, "tls:"+r.TLS.VerifiedChains[0][0].Subject.CommonName)
+			_, _ = fmt.Fprint(w, "tls:"+r.TLS.VerifiedChains[0][0].Subject.CommonName)
 		default:
-			fmt.Fprint(w, "tls")
+			_, _ = fmt.Fprint(w, "tls")
 		}
 	})}
 	go func() { _ = srv.Serve(ln) }()

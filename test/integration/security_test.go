@@ -86,8 +86,8 @@ var _ = Describe("Security", Ordered, func() {
 		hub := must(kubernetes.NewForConfig(world.hubConfig))
 		review, err := hub.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
 			Spec: authzv1.SubjectAccessReviewSpec{
-				User:   "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
-				Groups: []string{csrreview.AllAgentsGroup},
+				User:               "system:open-cluster-management:cluster:" + clusterName + ":addon:cluster-proxy:agent:proxy-agent",
+				Groups:             []string{csrreview.AllAgentsGroup},
 				ResourceAttributes: &authzv1.ResourceAttributes{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"},
 			}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
