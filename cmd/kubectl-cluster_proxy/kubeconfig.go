@@ -24,6 +24,7 @@ import (
 type kubeconfigCommand struct {
 	globals
 	cluster, output, token, userServerURL string
+	viaHub                                bool
 }
 
 func (k *kubeconfigCommand) register(fs *flag.FlagSet) {
@@ -31,6 +32,8 @@ func (k *kubeconfigCommand) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.output, "output", "", "same as -o")
 	fs.StringVar(&k.token, "token", "", "bearer token of the kubeconfig: one valid on the managed cluster, or a hub token, "+
 		"which the user-server maps to an impersonated user (default the hub kubeconfig's token)")
+	fs.BoolVar(&k.viaHub, "via-hub", false, "a context on the hub's own server and the current hub user instead: the hub "+
+		"authenticates you as it always does, its RBAC decides per cluster (clusters/proxy), no new credential is written")
 	fs.StringVar(&k.userServerURL, "user-server-url", "", "the user-server's URL as the kubeconfig reaches it "+
 		"(default https://cluster-proxy-addon-user.<namespace>.svc:9092)")
 }
@@ -49,6 +52,20 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 			return fmt.Errorf("managed cluster %q not found on the hub at %s (kubectl get managedclusters)", k.cluster, hub.config.Host)
 		}
 		return hubError(hub.config, fmt.Errorf("read managed cluster %s: %w", k.cluster, err))
+	}
+	if k.viaHub {
+		if k.token != "" || k.userServerURL != "" {
+			return fmt.Errorf("%w: --via-hub uses the hub kubeconfig's own user and server: drop --token and --user-server-url", errUsage)
+		}
+		raw, err := k.rawHubConfig()
+		if err != nil {
+			return err
+		}
+		cfg, err := clusterproxy.KubeconfigViaHub(raw, k.context, k.cluster)
+		if err != nil {
+			return fmt.Errorf("the hub kubeconfig: %w", err)
+		}
+		return k.write(cfg, stdout)
 	}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := hub.client.Get(ctx, client.ObjectKey{Name: k.configuration}, mpc); err != nil {
@@ -74,7 +91,11 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := userServerKubeconfig(k.cluster, server, serverName, bundle.Data["ca.crt"], token)
+	return k.write(userServerKubeconfig(k.cluster, server, serverName, bundle.Data["ca.crt"], token), stdout)
+}
+
+// write writes cfg to -o, or to stdout.
+func (k *kubeconfigCommand) write(cfg *clientcmdapi.Config, stdout io.Writer) error {
 	if k.output == "" {
 		out, err := clientcmd.Write(*cfg)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,6 +41,9 @@ const usage = `Usage:
       tunnel, now) and LATENCY.
   kubectl cluster-proxy kubeconfig <cluster> [-o file] [--token token] [--user-server-url url] [flags]
       Write a kubeconfig whose server is the user-server URL of <cluster>, trusting the hub's proxy CA.
+  kubectl cluster-proxy kubeconfig <cluster> --via-hub [-o file] [flags]
+      Write a context <cluster>-via-hub on the hub's own server (/apis/gateway.proxy.open-cluster-management.io/
+      v1alpha1/clusters/<cluster>/proxy) with the current hub user: no new credential, the hub's RBAC per cluster.
   kubectl-cluster_proxy credential [--token token | --token-file file] [flags]
       An exec credential plugin (client.authentication.k8s.io v1 and v1beta1) for the user-server: name it in a
       kubeconfig's exec or in the provider file of a ClusterProfile consumer (provider open-cluster-management).
@@ -192,6 +196,20 @@ func (g *globals) hubConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// rawHubConfig is the hub kubeconfig as its files say (paths made absolute), for writing contexts from it.
+func (g *globals) rawHubConfig() (*clientcmdapi.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.kubeconfig
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context}).RawConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
+	}
+	if len(raw.Contexts) == 0 {
+		return nil, errors.New("--via-hub needs a hub kubeconfig with a context (--kubeconfig, $KUBECONFIG or ~/.kube/config)")
+	}
+	return &raw, nil
 }
 
 func (g *globals) hub() (*hub, error) {

@@ -166,6 +166,31 @@ func TestPluginAgainstAHubAndTunnels(t *testing.T) {
 		g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)), "the file holds a token")
 	})
 
+	t.Run("kubeconfig --via-hub writes a context on the hub's server with the hub user, and refuses user-server flags", func(t *testing.T) {
+		g := NewWithT(t)
+		code, out, errOut := plugin("kubeconfig", "c1", "--via-hub", "--kubeconfig", f.kubeconfig)
+		g.Expect(code).To(Equal(0), errOut)
+		cfg, err := clientcmd.Load([]byte(out))
+		g.Expect(err).NotTo(HaveOccurred())
+		hub, err := clientcmd.LoadFromFile(f.kubeconfig)
+		g.Expect(err).NotTo(HaveOccurred())
+		hubContext := hub.Contexts[hub.CurrentContext]
+		g.Expect(cfg.CurrentContext).To(Equal("c1-via-hub"))
+		g.Expect(cfg.Clusters["c1-via-hub"].Server).To(Equal(strings.TrimSuffix(hub.Clusters[hubContext.Cluster].Server, "/") +
+			"/apis/gateway.proxy.open-cluster-management.io/v1alpha1/clusters/c1/proxy"))
+		user, hubUser := cfg.AuthInfos[hubContext.AuthInfo], hub.AuthInfos[hubContext.AuthInfo]
+		g.Expect(user).NotTo(BeNil())
+		g.Expect(user.ClientCertificateData).To(Equal(hubUser.ClientCertificateData), "the hub user as it is")
+		g.Expect(user.ClientKeyData).To(Equal(hubUser.ClientKeyData))
+
+		code, _, errOut = plugin("kubeconfig", "c1", "--via-hub", "--token", "t", "--kubeconfig", f.kubeconfig)
+		g.Expect(code).To(Equal(2))
+		g.Expect(errOut).To(ContainSubstring("drop --token"))
+		code, _, errOut = plugin("kubeconfig", "nope", "--via-hub", "--kubeconfig", f.kubeconfig)
+		g.Expect(code).To(Equal(1))
+		g.Expect(errOut).To(ContainSubstring(`managed cluster "nope" not found`))
+	})
+
 	t.Run("kubeconfig follows --resolve and --user-server-url, and writes to stdout without -o", func(t *testing.T) {
 		g := NewWithT(t)
 		code, out, errOut := plugin("--kubeconfig", f.kubeconfig, "kubeconfig", "3rd", "--token", "t",
