@@ -55,7 +55,48 @@ func providersOf(g Gomega, profile *cpv1alpha1.ClusterProfile) map[string]cpv1al
 	return out
 }
 
+// hubServer is the hub URL the suite's manager publishes in the hub providers, as a chart user sets it.
+const hubServer = "https://hub.example.com:6443"
+
 var _ = Describe("ClusterProfile access providers", func() {
+	It("publishes the hub's own path to each cluster of the default configuration, for consumers with their own hub identity", func() {
+		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) { m.Name = proxyv1alpha1.DefaultConfigurationName })
+		createMPC(mpc)
+		expectReady(mpc)
+		cluster := "c-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster, mpcConfig(mpc.Name))
+		profile := newProfile(cluster, "open-cluster-management", nil)
+
+		server := hubServer + "/apis/gateway.proxy.open-cluster-management.io/v1alpha1/clusters/" + cluster + "/proxy"
+		Eventually(func(g Gomega) {
+			providers := providersOf(g, profile)
+			g.Expect(providers).To(HaveKey("another-product"))
+			g.Expect(providers).NotTo(HaveKey("open-cluster-management"), "the configuration has no user-server")
+			hub, ok := providers["open-cluster-management-hub"]
+			g.Expect(ok).To(BeTrue())
+			g.Expect(hub.Cluster.Server).To(Equal(server))
+			g.Expect(hub.Cluster.CertificateAuthorityData).To(Equal(env.Config.CAData), "the hub kube-apiserver's CA")
+		}, timeout, interval).Should(Succeed())
+
+		By("a consumer that names only the hub provider gets the hub's path and its own credential plugin")
+		file := filepath.Join(GinkgoT().TempDir(), "providers.json")
+		Expect(os.WriteFile(file, []byte(`{"providers":[{"name":"open-cluster-management-hub","execConfig":{
+			"apiVersion":"client.authentication.k8s.io/v1","command":"kubectl-cluster_proxy","args":["credential"]}}]}`), 0o600)).To(Succeed())
+		providers, err := access.NewFromFile(file)
+		Expect(err).NotTo(HaveOccurred())
+		rc, err := providers.BuildConfigFromCP(get(Default, &cpv1alpha1.ClusterProfile{}, profile.Namespace, profile.Name))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rc.Host).To(Equal(server))
+
+		By("the add-on leaving takes the provider with it")
+		addOn := get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, proxyv1alpha1.AddonName)
+		Expect(k8s.Delete(ctx(), addOn)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(providersOf(g, profile)).NotTo(HaveKey("open-cluster-management-hub"))
+		}, timeout, interval).Should(Succeed())
+	})
+
 	It("publishes the user-server of each cluster's configuration, follows a CA rotation, and leaves with the add-on", func() {
 		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
 			m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}

@@ -8,6 +8,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"os"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -80,6 +83,23 @@ type Options struct {
 	// TLSProfileNamespace is where OCM's ocm-tls-profile ConfigMap is read from (the manager's namespace); "" reads
 	// none.
 	TLSProfileNamespace string
+	// HubServer is the hub kube-apiserver's URL as ClusterProfile consumers reach it (the hub provider's server);
+	// "" is clusterprofile.DefaultHubServer.
+	HubServer string
+}
+
+// hubCA is the CA of the manager's own connection to the hub: its pod's ServiceAccount CA file, read again on every
+// call since the kubelet renews it.
+func hubCA(cfg *rest.Config) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		if len(cfg.CAData) > 0 {
+			return cfg.CAData, nil
+		}
+		if cfg.CAFile == "" {
+			return nil, errors.New("the manager's hub configuration has no CA")
+		}
+		return os.ReadFile(cfg.CAFile)
+	}
 }
 
 // Setup registers the field indexes and every reconciler with mgr.
@@ -131,7 +151,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	if profiles {
-		reconcilers = append(reconcilers, &clusterprofile.Reconciler{Client: mgr.GetClient(), Recorder: recorder})
+		reconcilers = append(reconcilers, &clusterprofile.Reconciler{Client: mgr.GetClient(), Recorder: recorder,
+			HubServer: opts.HubServer, HubCA: hubCA(mgr.GetConfig())})
 	} else {
 		ctrl.Log.WithName("setup").Info("The hub does not serve ClusterProfiles (multicluster.x-k8s.io/v1alpha1): no access " +
 			"providers are published. Turn on OCM's ClusterProfile feature, then restart the manager.")

@@ -16,6 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusterprofile"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
@@ -55,6 +56,9 @@ func main() {
 	var tlsProfileNamespace string
 	flag.StringVar(&tlsProfileNamespace, "tls-profile-namespace", inClusterNamespace(), "the namespace of OCM's ocm-tls-profile "+
 		"ConfigMap, the TLS profile of configurations without spec.tlsProfile (default the manager's own); empty reads none")
+	var hubServer string
+	flag.StringVar(&hubServer, "hub-server", clusterprofile.DefaultHubServer, "the hub kube-apiserver's URL as ClusterProfile "+
+		"consumers reach it: the server of the open-cluster-management-hub access provider")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -94,7 +98,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace}
+	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,12 +37,19 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 const (
 	// ProviderName names the access provider this package publishes, as OCM's cluster-proxy add-on names it, so a
 	// consumer's provider file written for OCM keeps working.
 	ProviderName = "open-cluster-management"
+	// HubProviderName names the access provider through the hub's own API: its server is the hub kube-apiserver's
+	// path to the cluster (gateway.proxy.open-cluster-management.io clusters/<cluster>/proxy), and a consumer reaches
+	// the cluster with its own hub credentials, under the hub's RBAC for that cluster.
+	HubProviderName = "open-cluster-management-hub"
+	// DefaultHubServer is the hub kube-apiserver as pods of the hub reach it.
+	DefaultHubServer = "https://kubernetes.default.svc"
 	// ClusterManagerName is the cluster manager of the ClusterProfiles OCM keeps (spec.clusterManager.name).
 	ClusterManagerName = "open-cluster-management"
 	// ClusterNameLabel names the managed cluster of a ClusterProfile; without it, the profile's name does.
@@ -64,17 +72,23 @@ func Served(mapper meta.RESTMapper) (bool, error) {
 	return err == nil, err
 }
 
-// Reconciler keeps this product's entry in the status.accessProviders of one ClusterProfile.
+// Reconciler keeps this product's entries in the status.accessProviders of one ClusterProfile.
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// HubServer is the hub kube-apiserver's URL as consumers reach it, default DefaultHubServer.
+	HubServer string
+	// HubCA is the CA bundle that verifies HubServer (the manager's own: its pod's ServiceAccount CA); nil publishes
+	// no hub provider.
+	HubCA func() ([]byte, error)
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=clusterprofiles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=clusterprofiles/status,verbs=get;update;patch
 
-// Reconcile puts the access provider in place, brings it up to date, or removes it when the cluster has no add-on
-// whose configuration serves the user-server. Other providers stay as they are.
+// Reconcile puts the access providers in place, brings them up to date, or removes them: the user-server's when the
+// cluster has no add-on whose configuration serves the user-server, the hub's when the cluster has no add-on of the
+// default configuration (whose proxy-servers serve the hub's aggregated API). Other providers stay as they are.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	profile := &cpv1alpha1.ClusterProfile{}
 	if err := r.Client.Get(ctx, req.NamespacedName, profile); err != nil {
@@ -83,11 +97,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if profile.Spec.ClusterManager.Name != ClusterManagerName || !profile.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	want, err := r.provider(ctx, profile)
+	want, hub, err := r.providers(ctx, profile)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	next := WithProvider(profile.Status.AccessProviders, want)
+	next := WithProvider(WithProvider(profile.Status.AccessProviders, ProviderName, want), HubProviderName, hub)
 	if equality.Semantic.DeepEqual(next, profile.Status.AccessProviders) {
 		return ctrl.Result{}, nil
 	}
@@ -96,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := apply.UpdateStatus(ctx, r.Client, before, profile); err != nil {
 		return ctrl.Result{}, err
 	}
-	if want != nil && !equality.Semantic.DeepEqual(profile.Status.AccessProviders, next) {
+	if (want != nil || hub != nil) && !equality.Semantic.DeepEqual(profile.Status.AccessProviders, next) {
 		// The server pruned what it was given: a ClusterProfile CRD older than status.accessProviders.
 		r.Recorder.Eventf(profile, nil, corev1.EventTypeWarning, proxyv1alpha1.ReasonAccessProvidersNotStored, "PublishAccessProvider",
 			"the hub's ClusterProfile CRD does not keep status.accessProviders: install the CRD of "+
@@ -113,11 +127,43 @@ func ClusterOf(profile *cpv1alpha1.ClusterProfile) (cluster, field string) {
 	return profile.Name, "metadata.name"
 }
 
-// provider is the access provider of the profile's cluster, nil when it has none. Why it has none is logged at V(1):
-// a provider that goes away says which object was missing.
-func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterProfile) (*cpv1alpha1.AccessProvider, error) {
+// providers are the access providers of the profile's cluster through the user-server and through the hub, nil for
+// one it does not have. Why one is missing is logged at V(1): a provider that goes away says which object was missing.
+func (r *Reconciler) providers(ctx context.Context, profile *cpv1alpha1.ClusterProfile) (userServer, hub *cpv1alpha1.AccessProvider, err error) {
+	mpc, err := r.configuration(ctx, profile)
+	if mpc == nil || err != nil {
+		return nil, nil, err
+	}
+	cluster, _ := ClusterOf(profile)
+	if mpc.Name == proxyv1alpha1.DefaultConfigurationName {
+		if hub, err = r.hubProvider(cluster); err != nil {
+			return nil, nil, err
+		}
+	}
+	userServer, err = r.userServerProvider(ctx, cluster, mpc)
+	return userServer, hub, err
+}
+
+// hubProvider is the access provider of cluster through the hub's own API; nil without a hub CA.
+func (r *Reconciler) hubProvider(cluster string) (*cpv1alpha1.AccessProvider, error) {
+	if r.HubCA == nil {
+		return nil, nil
+	}
+	ca, err := r.HubCA()
+	if err != nil {
+		return nil, fmt.Errorf("the hub's CA: %w", err)
+	}
+	server := r.HubServer
+	if server == "" {
+		server = DefaultHubServer
+	}
+	return HubProvider(cluster, server, ca)
+}
+
+// configuration is the ManagedProxyConfiguration of the add-on of the profile's cluster, nil when there is none.
+func (r *Reconciler) configuration(ctx context.Context, profile *cpv1alpha1.ClusterProfile) (*proxyv1alpha1.ManagedProxyConfiguration, error) {
 	cluster, field := ClusterOf(profile)
-	none := func(why string, keysAndValues ...any) (*cpv1alpha1.AccessProvider, error) {
+	none := func(why string, keysAndValues ...any) (*proxyv1alpha1.ManagedProxyConfiguration, error) {
 		log.FromContext(ctx).V(1).Info("No access provider: "+why, append([]any{"cluster", cluster}, keysAndValues...)...)
 		return nil, nil
 	}
@@ -147,6 +193,15 @@ func (r *Reconciler) provider(ctx context.Context, profile *cpv1alpha1.ClusterPr
 			return nil, err
 		}
 		return none("the add-on's configuration does not exist", "configuration", addonconfig.ConfigurationOf(addOn))
+	}
+	return mpc, nil
+}
+
+// userServerProvider is the access provider of cluster through mpc's user-server, nil when it has none.
+func (r *Reconciler) userServerProvider(ctx context.Context, cluster string, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*cpv1alpha1.AccessProvider, error) {
+	none := func(why string, keysAndValues ...any) (*cpv1alpha1.AccessProvider, error) {
+		log.FromContext(ctx).V(1).Info("No user-server access provider: "+why, append([]any{"cluster", cluster}, keysAndValues...)...)
+		return nil, nil
 	}
 	if mpc.Spec.UserServer == nil {
 		return none("no user-server to reach the cluster through", "configuration", mpc.Name)
@@ -178,13 +233,27 @@ func Provider(cluster, address string, ca []byte) (*cpv1alpha1.AccessProvider, e
 	}}, nil
 }
 
-// WithProvider returns providers with this product's entry replaced by want, added (last) when missing, or removed
+// HubProvider is the access provider of cluster through the hub kube-apiserver at server (its aggregated API),
+// trusting ca. It carries no credential: a consumer's provider file names the plugin that hands over its own.
+func HubProvider(cluster, server string, ca []byte) (*cpv1alpha1.AccessProvider, error) {
+	ext, err := json.Marshal(map[string]string{"clusterName": cluster})
+	if err != nil {
+		return nil, err
+	}
+	return &cpv1alpha1.AccessProvider{Name: HubProviderName, Cluster: clientcmdv1.Cluster{
+		Server:                   strings.TrimSuffix(server, "/") + clusterproxy.ViaHubPath(cluster),
+		CertificateAuthorityData: ca,
+		Extensions:               []clientcmdv1.NamedExtension{{Name: ExecExtension, Extension: runtime.RawExtension{Raw: ext}}},
+	}}, nil
+}
+
+// WithProvider returns providers with the entry called name replaced by want, added (last) when missing, or removed
 // when want is nil. The other entries keep their order.
-func WithProvider(providers []cpv1alpha1.AccessProvider, want *cpv1alpha1.AccessProvider) []cpv1alpha1.AccessProvider {
+func WithProvider(providers []cpv1alpha1.AccessProvider, name string, want *cpv1alpha1.AccessProvider) []cpv1alpha1.AccessProvider {
 	out := make([]cpv1alpha1.AccessProvider, 0, len(providers)+1)
 	placed := false
 	for _, p := range providers {
-		if p.Name != ProviderName {
+		if p.Name != name {
 			out = append(out, p)
 			continue
 		}

@@ -34,17 +34,31 @@ func TestWithProviderTouchesOnlyItsOwnEntry(t *testing.T) {
 	stale := *ours
 	stale.Cluster.CertificateAuthorityData = []byte("old ca")
 
-	g.Expect(WithProvider(nil, nil)).To(BeNil())
-	g.Expect(WithProvider(nil, ours)).To(Equal([]cpv1alpha1.AccessProvider{*ours}))
-	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), other("b")}, ours)).To(
+	g.Expect(WithProvider(nil, ProviderName, nil)).To(BeNil())
+	g.Expect(WithProvider(nil, ProviderName, ours)).To(Equal([]cpv1alpha1.AccessProvider{*ours}))
+	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), other("b")}, ProviderName, ours)).To(
 		Equal([]cpv1alpha1.AccessProvider{other("a"), other("b"), *ours}), "added last")
-	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), stale, other("b")}, ours)).To(
+	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), stale, other("b")}, ProviderName, ours)).To(
 		Equal([]cpv1alpha1.AccessProvider{other("a"), *ours, other("b")}), "replaced in place")
-	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{stale, *ours}, ours)).To(
+	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{stale, *ours}, ProviderName, ours)).To(
 		Equal([]cpv1alpha1.AccessProvider{*ours}), "a duplicate of its own goes")
-	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), stale}, nil)).To(
+	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{other("a"), stale}, ProviderName, nil)).To(
 		Equal([]cpv1alpha1.AccessProvider{other("a")}), "removed")
-	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{stale}, nil)).To(BeNil())
+	g.Expect(WithProvider([]cpv1alpha1.AccessProvider{stale}, ProviderName, nil)).To(BeNil())
+}
+
+func TestHubProviderIsTheHubsPathToTheCluster(t *testing.T) {
+	g := NewWithT(t)
+	p, err := HubProvider("c1", "https://hub.example:6443/", []byte("hub ca"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Name).To(Equal("open-cluster-management-hub"))
+	g.Expect(p.Cluster.Server).To(Equal("https://hub.example:6443/apis/gateway.proxy.open-cluster-management.io/v1alpha1/clusters/c1/proxy"))
+	g.Expect(p.Cluster.CertificateAuthorityData).To(Equal([]byte("hub ca")))
+	userServer, err := Provider("c1", "user.ns.svc:9092", []byte("ca"))
+	g.Expect(err).NotTo(HaveOccurred())
+	both := WithProvider(WithProvider(nil, ProviderName, userServer), HubProviderName, p)
+	g.Expect(both).To(Equal([]cpv1alpha1.AccessProvider{*userServer, *p}))
+	g.Expect(WithProvider(both, HubProviderName, nil)).To(Equal([]cpv1alpha1.AccessProvider{*userServer}), "each name is its own entry")
 }
 
 func TestClusterOfPrefersTheClusterNameLabel(t *testing.T) {

@@ -55,7 +55,7 @@ func CreateAll(ctx context.Context, c client.Client, objs ...client.Object) erro
 	return nil
 }
 
-// Kubeconfig renders cfg (client certificate authentication) as a kubeconfig whose cluster, user and context are all
+// Kubeconfig renders cfg (a client certificate, or a bearer token) as a kubeconfig whose cluster, user and context are all
 // called name. proxyURL, when set, is the cluster's proxy-url; proxyCA, when set, follows the server's CA in
 // certificate-authority-data, which is how a client trusts an HTTPS proxy too.
 func Kubeconfig(name string, cfg *rest.Config, proxyURL string, proxyCA []byte) ([]byte, error) {
@@ -65,7 +65,7 @@ func Kubeconfig(name string, cfg *rest.Config, proxyURL string, proxyCA []byte) 
 		caData = proxyenv.TrustBundle(cfg.CAData, proxyenv.Settings{HTTPSProxy: proxyURL, CABundle: proxyCA})
 	}
 	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: caData, ProxyURL: proxyURL}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	kc.CurrentContext = name
 	data, err := clientcmd.Write(*kc)

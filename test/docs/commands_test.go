@@ -44,6 +44,14 @@ var exercised = map[string][]runBy{
 		{file: "test/e2e/uninstall_test.go", text: `"uninstall", "-n", localsystem.Namespace, "cluster-proxy"`}},
 	"kubectl-cluster_proxy kubeconfig cluster1 -o cluster1.kubeconfig --token \"$TOKEN\"": {
 		{file: "test/e2e/helpers_test.go", text: `plugin("kubeconfig", cluster, "-o", path, "--token", tok)`}},
+	"kubectl get clusters.gateway.proxy.open-cluster-management.io": {
+		{file: "test/e2e/hubaccess_test.go", text: `kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "clusters."+gatewayGroup)`}},
+	"kubectl get --raw /apis/gateway.proxy.open-cluster-management.io/v1alpha1/clusters/cluster1/proxy/api/v1/namespaces": {
+		{file: "test/e2e/hubaccess_test.go", text: `kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "--raw", proxyPath(cluster, "/api/v1/namespaces"))`}},
+	"kubectl-cluster_proxy kubeconfig cluster1 --via-hub -o cluster1-via-hub.kubeconfig": {
+		{file: "test/e2e/helpers_test.go", text: `plugin("kubeconfig", cluster, "--via-hub", "-o", path, "--kubeconfig", hub)`}},
+	"kubectl --kubeconfig cluster1-via-hub.kubeconfig get pods -A": {
+		{file: "test/e2e/hubaccess_test.go", text: `kubeclient.Kubectl(kc, "get", "pods", "-A")`}},
 	"kubectl --kubeconfig cluster1.kubeconfig get namespaces": {
 		{file: "test/e2e/clients_test.go", text: `kubeclient.Kubectl(viewer, "get", "namespaces"`}},
 	"curl --proxytunnel -x https://proxy-entrypoint.<ns>.svc:8094 --proxy-cacert ca.crt --proxy-cert tls.crt --proxy-key tls.key -k https://<cluster>:443/healthz": {

@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -63,6 +65,42 @@ func clusterProfiles() {
 					}
 					g.Expect(names).To(ContainElement("open-cluster-management-agent"), "the managed cluster's namespaces, not the hub's")
 				}).Should(Succeed())
+			}
+		})
+
+		It("lets a ClusterProfile consumer reach a cluster through the hub provider with its own hub identity, under the hub's RBAC per cluster", func() {
+			// No token of ours and no user-server: the consumer's own hub ServiceAccount token, handed over by the
+			// credential plugin, and a hub RBAC rule naming one cluster.
+			tokenFile := filepath.Join(workDir, "profile-consumer.token")
+			Expect(os.WriteFile(tokenFile, []byte(hubServiceAccountToken("profile-consumer", []string{localsystem.ProxiedCluster})), 0o600)).To(Succeed())
+			providerFile := filepath.Join(workDir, "clusterprofile-hub-providers.json")
+			Expect(os.WriteFile(providerFile, []byte(fmt.Sprintf(`{"providers":[{"name":"open-cluster-management-hub","execConfig":{
+				"apiVersion":"client.authentication.k8s.io/v1","command":%q,"args":["credential","--token-file",%q]}}]}`,
+				binary("kubectl-cluster_proxy"), tokenFile)), 0o600)).To(Succeed())
+			providers := must(access.NewFromFile(providerFile))
+			hub := must(url.Parse(sys.Hub.APIServer()))
+			for _, cluster := range clusterNames() {
+				By(cluster)
+				profile := &cpv1alpha1.ClusterProfile{}
+				Eventually(func(g Gomega) {
+					g.Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Namespace: localsystem.ClusterProfileNamespace, Name: cluster}, profile)).To(Succeed())
+					g.Expect(profile.Status.AccessProviders).To(ContainElement(HaveField("Name", "open-cluster-management-hub")))
+				}).Should(Succeed())
+				cfg := must(providers.BuildConfigFromCP(profile))
+				Expect(cfg.Host).To(Equal("https://kubernetes.default.svc" + clusterproxy.ViaHubPath(cluster)))
+				// Beside the hub, not in it: the hub's in-cluster name goes to its kube-apiserver, whose certificate names it.
+				cfg.Dial = func(c context.Context, network, addr string) (net.Conn, error) {
+					if addr == "kubernetes.default.svc:443" {
+						addr = hub.Host
+					}
+					return (&net.Dialer{}).DialContext(c, network, addr)
+				}
+				_, err := must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{})
+				if cluster == localsystem.ProxiedCluster {
+					Expect(err).NotTo(HaveOccurred())
+				} else {
+					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the hub's RBAC names %s only: %v", localsystem.ProxiedCluster, err)
+				}
 			}
 		})
 	})

@@ -167,16 +167,19 @@ func hubServiceAccountToken(name string, clusters []string) string {
 // gatewayGroup is the hub's aggregated API.
 const gatewayGroup = "gateway.proxy.open-cluster-management.io"
 
-// viaHubKubeconfig is a kubeconfig whose server is cluster's proxy path on the hub's own API, with the hub's CA and
-// tok (or the hub admin's certificate when tok is ""): what a user gets from kubectl-cluster_proxy kubeconfig --via-hub.
+// viaHubKubeconfig is what kubectl-cluster_proxy kubeconfig --via-hub writes from a hub kubeconfig: the hub admin's
+// when tok is "", else one of a hub user with tok.
 func viaHubKubeconfig(cluster, name, tok string) string {
-	cfg := rest.CopyConfig(sys.Hub.Config)
-	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/" + gatewayGroup + "/v1alpha1/clusters/" + cluster + "/proxy"
+	hub := sys.Hub.Kubeconfig
 	if tok != "" {
+		cfg := rest.CopyConfig(sys.Hub.Config)
 		cfg.CertData, cfg.KeyData, cfg.BearerToken = nil, nil, tok
+		hub = filepath.Join(workDir, "kubeconfigs", "hub-"+name)
+		Expect(kubeclient.WriteKubeconfig(hub, "hub", cfg, "", nil)).To(Succeed())
 	}
 	path := filepath.Join(workDir, "kubeconfigs", "via-hub-"+cluster+"-"+name)
-	Expect(kubeclient.WriteKubeconfig(path, cluster, cfg, "", nil)).To(Succeed())
+	out, err := plugin("kubeconfig", cluster, "--via-hub", "-o", path, "--kubeconfig", hub)
+	Expect(err).NotTo(HaveOccurred(), out)
 	return path
 }
 

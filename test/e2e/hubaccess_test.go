@@ -56,6 +56,9 @@ func hubAccess() {
 				out, err := kubeclient.Kubectl(kc, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
 				Expect(err).NotTo(HaveOccurred())
 				Expect(out).To(Equal("kubernetes-admin"), "the hub admin, by name, as impersonation")
+				out, err = kubeclient.Kubectl(kc, "get", "pods", "-A")
+				Expect(err).NotTo(HaveOccurred())
+				Expect(out).To(ContainSubstring("probe-"), "the cluster's pods")
 
 				mc := managedClient(cluster)
 				create := func(c context.Context, name string) error {
