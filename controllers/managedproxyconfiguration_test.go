@@ -128,7 +128,7 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 
 		pcs := &proxyv1alpha1.ProxyCertificateList{}
 		Expect(k8s.List(ctx(), pcs, client.InNamespace(ns))).To(Succeed())
-		Expect(pcs.Items).To(HaveLen(4))
+		Expect(pcs.Items).To(HaveLen(5), "proxy-server, agent-server, proxy-client, the user-server and the impersonator")
 		for _, pc := range pcs.Items {
 			Expect(pc.Status.IssuerFingerprint).To(Equal(certs.Fingerprint(bundleCerts[0])))
 			Expect(pc.Status.SerialNumber).NotTo(BeEmpty())
