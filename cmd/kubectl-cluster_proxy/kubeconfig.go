@@ -48,10 +48,14 @@ func (k *kubeconfigCommand) run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	if err := hub.client.Get(ctx, client.ObjectKey{Name: k.cluster}, &clusterv1.ManagedCluster{}); err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case k.viaHub && apierrors.IsForbidden(err):
+			// A user the hub lets reach clusters need not read ManagedClusters: the context is written unchecked.
+		case apierrors.IsNotFound(err):
 			return fmt.Errorf("managed cluster %q not found on the hub at %s (kubectl get managedclusters)", k.cluster, hub.config.Host)
+		default:
+			return hubError(hub.config, fmt.Errorf("read managed cluster %s: %w", k.cluster, err))
 		}
-		return hubError(hub.config, fmt.Errorf("read managed cluster %s: %w", k.cluster, err))
 	}
 	if k.viaHub {
 		if k.token != "" || k.userServerURL != "" {

@@ -35,6 +35,7 @@ func plugin(args ...string) (code int, stdout, stderr string) {
 // hubFixture is an envtest hub holding what the operator would have put there, and a data plane on 127.0.0.1.
 type hubFixture struct {
 	kubeconfig string // an admin of the hub, with a client certificate (no token)
+	nobody     string // a hub user without any right
 	client     client.Client
 	data       *tunneltest.Hub
 	resolve    []string
@@ -61,8 +62,18 @@ func startHub(t *testing.T) *hubFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &hubFixture{kubeconfig: filepath.Join(t.TempDir(), "hub.kubeconfig")}
+	f := &hubFixture{kubeconfig: filepath.Join(t.TempDir(), "hub.kubeconfig"), nobody: filepath.Join(t.TempDir(), "nobody.kubeconfig")}
 	if err := os.WriteFile(f.kubeconfig, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nobody, err := env.AddUser(envtest.User{Name: "nobody"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = nobody.KubeConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.nobody, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h, err := (&globals{kubeconfig: f.kubeconfig}).hub()
@@ -170,6 +181,10 @@ func TestPluginAgainstAHubAndTunnels(t *testing.T) {
 		g := NewWithT(t)
 		code, out, errOut := plugin("kubeconfig", "c1", "--via-hub", "--kubeconfig", f.kubeconfig)
 		g.Expect(code).To(Equal(0), errOut)
+		// A user who may reach clusters but not read ManagedClusters gets the context all the same.
+		code, nobodyOut, errOut := plugin("kubeconfig", "c1", "--via-hub", "--kubeconfig", f.nobody)
+		g.Expect(code).To(Equal(0), errOut)
+		g.Expect(nobodyOut).To(ContainSubstring("c1-via-hub"))
 		cfg, err := clientcmd.Load([]byte(out))
 		g.Expect(err).NotTo(HaveOccurred())
 		hub, err := clientcmd.LoadFromFile(f.kubeconfig)

@@ -30,6 +30,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/agent"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
 // report writes a loop's figures to the spec's output.
@@ -41,8 +42,9 @@ func report(what string, ok int, failures []requestloop.Failure) {
 	}
 }
 
-// haLoops are request loops to every managed cluster through every way in: the user-server Service, and the
-// proxy-servers' gRPC frontend (pkg/clusterproxy) and HTTP-CONNECT frontend.
+// haLoops are request loops to every managed cluster through every way in: the hub's aggregated API (the hub
+// kube-apiserver in front, as the hub admin), the user-server Service, and the proxy-servers' gRPC frontend
+// (pkg/clusterproxy) and HTTP-CONNECT frontend.
 type haLoops struct {
 	requests map[string]*requestloop.Loop
 	// streams are the long-lived streams of the case, by way in: a watch of a namespace on every cluster through every
@@ -64,6 +66,7 @@ func startHALoops() haLoops {
 			"user-server":           userRESTConfig(userKubeconfig(cluster, "viewer", viewerToken(cluster))),
 			"gRPC frontend":         must(p.RESTConfig(cluster, base)),
 			"HTTP-CONNECT frontend": httpConnectConfig(cluster, base),
+			"hub's aggregated API":  must(clusterproxy.RESTConfigViaHub(rest.CopyConfig(sys.Hub.Config), cluster)),
 		} {
 			name := cluster + " through the " + way
 			l := must(requestloop.Start(cfg, 100*time.Millisecond))

@@ -75,6 +75,8 @@ func rotation() {
 			kubeconfigs := map[string]string{}
 			for _, cluster := range clusterNames() {
 				kubeconfigs[cluster] = userKubeconfig(cluster, "loop", viewerToken(cluster))
+				// The hub's aggregated API: its APIService trusts the proxy-servers through the published bundle.
+				kubeconfigs[cluster+" via the hub"] = viaHubKubeconfig(cluster, "loop", "")
 				Eventually(func() (string, error) { return grpcHealthz(cluster) }).Should(Equal("ok"), "%s is up before the rotation", cluster)
 			}
 			oldCA := currentCA()
@@ -113,7 +115,7 @@ func rotation() {
 				for _, cluster := range clusterNames() {
 					g.Expect(agentCertificate(g, cluster).CheckSignatureFrom(newCA)).To(Succeed(), "%s's agent certificate", cluster)
 				}
-				for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+				for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert", "cluster-proxy-impersonator"} {
 					s := &corev1.Secret{}
 					g.Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, name), s)).To(Succeed())
 					leaf := must(certs.ParseCertificates(s.Data["tls.crt"]))[0]
