@@ -187,11 +187,16 @@ type hub struct {
 	client client.Client
 }
 
-// hubConfig loads the hub's rest.Config: --kubeconfig, $KUBECONFIG, ~/.kube/config, else the pod's service account.
-func (g *globals) hubConfig() (*rest.Config, error) {
+// hubClientConfig is the hub kubeconfig: --kubeconfig, $KUBECONFIG, ~/.kube/config, with --context.
+func (g *globals) hubClientConfig() clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = g.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context}).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context})
+}
+
+// hubConfig loads the hub's rest.Config: --kubeconfig, $KUBECONFIG, ~/.kube/config, else the pod's service account.
+func (g *globals) hubConfig() (*rest.Config, error) {
+	cfg, err := g.hubClientConfig().ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
 	}
@@ -200,9 +205,7 @@ func (g *globals) hubConfig() (*rest.Config, error) {
 
 // rawHubConfig is the hub kubeconfig as its files say (paths made absolute), for writing contexts from it.
 func (g *globals) rawHubConfig() (*clientcmdapi.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.kubeconfig
-	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.context}).RawConfig()
+	raw, err := g.hubClientConfig().RawConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load the hub kubeconfig: %w", err)
 	}

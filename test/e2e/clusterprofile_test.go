@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -95,11 +96,16 @@ func clusterProfiles() {
 					}
 					return (&net.Dialer{}).DialContext(c, network, addr)
 				}
-				_, err := must(kubernetes.NewForConfig(cfg)).CoreV1().Namespaces().Get(ctx(), "open-cluster-management-agent", metav1.GetOptions{})
+				// Who the cluster sees: any authenticated user may ask.
+				review, err := must(kubernetes.NewForConfig(cfg)).AuthenticationV1().SelfSubjectReviews().Create(ctx(),
+					&authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 				if cluster == localsystem.ProxiedCluster {
 					Expect(err).NotTo(HaveOccurred())
+					Expect(review.Status.UserInfo.Username).To(Equal("cluster:hub:system:serviceaccount:team:profile-consumer"),
+						"the consumer's own hub identity, as impersonation")
 				} else {
 					Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the hub's RBAC names %s only: %v", localsystem.ProxiedCluster, err)
+					Expect(err.Error()).To(ContainSubstring("clusters/proxy"), "refused by the hub, not the cluster")
 				}
 			}
 		})
