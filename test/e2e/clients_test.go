@@ -6,8 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,12 +89,9 @@ func tunnelsAndClients() {
 					By(cluster + ": exec and port-forward over " + transport)
 					Expect(goExec(cfg, pod, transport == "websocket", "/probe", "echo", "through", "the", "tunnel")).To(Equal("through the tunnel\n"))
 					port, stop := goPortForward(cfg, pod, transport == "websocket", 8080)
-					resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-					Expect(err).NotTo(HaveOccurred())
-					body := must(io.ReadAll(resp.Body))
-					resp.Body.Close()
+					body := forwardedHealthz(port)
 					stop()
-					Expect(string(body)).To(Equal("ok\n"))
+					Expect(body).To(Equal("ok\n"))
 				}
 			}
 
@@ -170,11 +165,7 @@ func tunnelsAndClients() {
 					for _, websockets := range []string{"true", "false"} {
 						By(cluster + " KUBECTL_PORT_FORWARD_WEBSOCKETS=" + websockets)
 						port := must(portForward(kc, []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=" + websockets}, workloadNamespace, "deploy/probe", 8080))
-						resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-						Expect(err).NotTo(HaveOccurred())
-						body := must(io.ReadAll(resp.Body))
-						resp.Body.Close()
-						Expect(string(body)).To(Equal("ok\n"))
+						Expect(forwardedHealthz(port)).To(Equal("ok\n"))
 					}
 				}
 			})

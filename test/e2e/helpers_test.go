@@ -164,6 +164,15 @@ func hubServiceAccountToken(name string, clusters []string) string {
 	return token(must(kubernetes.NewForConfig(sys.Hub.Config)), "team", name)
 }
 
+// forwardedHealthz GETs /healthz of the probe through a local forwarded port.
+func forwardedHealthz(port int) string {
+	GinkgoHelper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	return string(must(io.ReadAll(resp.Body)))
+}
+
 // gatewayGroup is the hub's aggregated API.
 const gatewayGroup = "gateway.proxy.open-cluster-management.io"
 

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,11 +79,7 @@ func hubAccess() {
 						"exec", "-n", workloadNamespace, "deploy/probe", "--", "/probe", "echo", "through", "the", "hub")
 					Expect(process.Output(cmd, "kubectl exec")).To(Equal("through the hub\n"))
 					port := must(portForward(kc, []string{"KUBECTL_PORT_FORWARD_WEBSOCKETS=" + websockets}, workloadNamespace, "deploy/probe", 8080))
-					resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-					Expect(err).NotTo(HaveOccurred())
-					body := must(io.ReadAll(resp.Body))
-					resp.Body.Close()
-					Expect(string(body)).To(Equal("ok\n"))
+					Expect(forwardedHealthz(port)).To(Equal("ok\n"))
 				}
 			}
 		})
