@@ -328,12 +328,15 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 		"--cluster-cert": "pki/agent-server/tls.crt", "--cluster-key": "pki/agent-server/tls.key",
 		"--user-server-cert": "pki/user-server/tls.crt", "--user-server-key": "pki/user-server/tls.key",
 		"--impersonator-cert": "pki/impersonator/tls.crt", "--impersonator-key": "pki/impersonator/tls.key",
+		"--gateway-cert": "pki/user-server/tls.crt", "--gateway-key": "pki/user-server/tls.key",
 		// The profile ConfigMap the operator renders, as the pod mounts it.
 		"--tls-profile-file": writeFile("tls-profile/"+contract.TLSProfileKey,
 			[]byte(must(render.TLSProfileConfigMap(mpc, contract.TLSProfile{})).Data[contract.TLSProfileKey])),
 	}
 	args := replaceFiles(render.ServerArgs(mpc), files)
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
+	// The aggregated API needs a kube-apiserver in front of it: internal/server/gateway and make e2e run it there.
+	args = replaceFlag(args, "--gateway-port", "0")
 	// The steady state: a cluster no agent has reached is unknown at once. A new replica's warm-up, when it is a
 	// retryable 503 instead, is tested in internal/server/userserver.
 	return append(args, "--bind-address=127.0.0.1", "--server-id=server-1", "--agent-warmup=0s",
