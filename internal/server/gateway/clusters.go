@@ -65,6 +65,14 @@ func (s *clusterSet) markSynced() {
 	s.synced = true
 }
 
+// has reports whether the cluster exists, without copying it: every proxied request asks.
+func (s *clusterSet) has(name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.clusters[name]
+	return ok
+}
+
 func (s *clusterSet) get(name string) (*gatewayv1alpha1.Cluster, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -180,7 +180,7 @@ func (p *proxyStorage) Connect(ctx context.Context, name string, _ runtime.Objec
 	if !ok {
 		return nil, apierrors.NewUnauthorized("no user in the request")
 	}
-	if _, ok := p.clusters.get(name); !ok {
+	if !p.clusters.has(name) {
 		return nil, apierrors.NewNotFound(resource, name)
 	}
 	id := hubidentity.Identity{User: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}

@@ -51,8 +51,8 @@ type clusterPool struct {
 	// its requests carry the user as Impersonate-* headers. Made on the cluster's first such request.
 	hubMu    sync.Mutex
 	hub      *http.Transport
-	hubUsers http.RoundTripper
-	slots    chan struct{} // one per open tunnel of any of the cluster's transports
+	hubUsers atomic.Pointer[http.RoundTripper] // read by every hub user's request; written once, under hubMu
+	slots    chan struct{}                     // one per open tunnel of any of the cluster's transports
 
 	mu       sync.RWMutex // every service request reads services; only a service's first request writes
 	services map[ServiceRef]*serviceRoute
@@ -189,9 +189,12 @@ func loadOrCreate[K comparable, V any](mu *sync.RWMutex, m map[K]V, key K, creat
 
 // hubUsers is c's transport for hub users.
 func (p *pool) hubUsers(c *clusterPool) http.RoundTripper {
+	if rt := c.hubUsers.Load(); rt != nil {
+		return *rt
+	}
 	c.hubMu.Lock()
 	defer c.hubMu.Unlock()
-	if c.hubUsers == nil {
+	if rt := c.hubUsers.Load(); rt == nil {
 		c.hub = p.newTransport(func(ctx context.Context) (net.Conn, error) {
 			conn, err := p.dial(ctx, c)
 			if err != nil {
@@ -204,9 +207,10 @@ func (p *pool) hubUsers(c *clusterPool) http.RoundTripper {
 			}
 			return tlsConn, nil
 		})
-		c.hubUsers = hubidentity.Impersonate(p.mapping, c.hub)
+		rt := hubidentity.Impersonate(p.mapping, c.hub)
+		c.hubUsers.Store(&rt)
 	}
-	return c.hubUsers
+	return *c.hubUsers.Load()
 }
 
 func (p *pool) newTransport(dial func(context.Context) (net.Conn, error)) *http.Transport {
