@@ -222,12 +222,18 @@ func (r *Reconciler) userServerProvider(ctx context.Context, cluster string, mpc
 
 // Provider is the access provider of cluster through the user-server at address (host:port), trusting ca.
 func Provider(cluster, address string, ca []byte) (*cpv1alpha1.AccessProvider, error) {
+	return accessProvider(ProviderName, cluster, fmt.Sprintf("https://%s/%s", address, cluster), ca)
+}
+
+// accessProvider is provider name's entry for cluster at server, trusting ca, with the cluster's name in the exec
+// extension a credential plugin receives.
+func accessProvider(name, cluster, server string, ca []byte) (*cpv1alpha1.AccessProvider, error) {
 	ext, err := json.Marshal(map[string]string{"clusterName": cluster})
 	if err != nil {
 		return nil, err
 	}
-	return &cpv1alpha1.AccessProvider{Name: ProviderName, Cluster: clientcmdv1.Cluster{
-		Server:                   fmt.Sprintf("https://%s/%s", address, cluster),
+	return &cpv1alpha1.AccessProvider{Name: name, Cluster: clientcmdv1.Cluster{
+		Server:                   server,
 		CertificateAuthorityData: ca,
 		Extensions:               []clientcmdv1.NamedExtension{{Name: ExecExtension, Extension: runtime.RawExtension{Raw: ext}}},
 	}}, nil
@@ -236,15 +242,7 @@ func Provider(cluster, address string, ca []byte) (*cpv1alpha1.AccessProvider, e
 // HubProvider is the access provider of cluster through the hub kube-apiserver at server (its aggregated API),
 // trusting ca. It carries no credential: a consumer's provider file names the plugin that hands over its own.
 func HubProvider(cluster, server string, ca []byte) (*cpv1alpha1.AccessProvider, error) {
-	ext, err := json.Marshal(map[string]string{"clusterName": cluster})
-	if err != nil {
-		return nil, err
-	}
-	return &cpv1alpha1.AccessProvider{Name: HubProviderName, Cluster: clientcmdv1.Cluster{
-		Server:                   strings.TrimSuffix(server, "/") + clusterproxy.ViaHubPath(cluster),
-		CertificateAuthorityData: ca,
-		Extensions:               []clientcmdv1.NamedExtension{{Name: ExecExtension, Extension: runtime.RawExtension{Raw: ext}}},
-	}}, nil
+	return accessProvider(HubProviderName, cluster, strings.TrimSuffix(server, "/")+clusterproxy.ViaHubPath(cluster), ca)
 }
 
 // WithProvider returns providers with the entry called name replaced by want, added (last) when missing, or removed

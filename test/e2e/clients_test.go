@@ -24,7 +24,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // tunnelsAndClients: every way in to a managed cluster, with real clients: konnectivity-client, curl, kubectl through
@@ -47,11 +46,7 @@ func tunnelsAndClients() {
 				Expect(err).NotTo(HaveOccurred())
 				Expect(out).To(ContainSubstring("namespace/open-cluster-management-agent"), "the managed cluster, not the hub")
 
-				mc := managedClient(cluster)
-				create := func(c context.Context, name string) error {
-					return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-				}
-				Expect(testenv.WatchSeesNamespace(ctx(), viewer, create, 3*time.Second, timeout)).To(Succeed())
+				expectWatchSeesNewNamespace(cluster, viewer)
 
 				hub := userKubeconfig(cluster, "hub-user", hubToken)
 				out, err = kubeclient.Kubectl(hub, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")

@@ -164,6 +164,17 @@ func hubServiceAccountToken(name string, clusters []string) string {
 	return token(must(kubernetes.NewForConfig(sys.Hub.Config)), "team", name)
 }
 
+// expectWatchSeesNewNamespace runs kubectl get namespaces --watch-only with kubeconfig and checks that it sees a
+// namespace created on cluster meanwhile.
+func expectWatchSeesNewNamespace(cluster, kubeconfig string) {
+	GinkgoHelper()
+	mc := managedClient(cluster)
+	create := func(c context.Context, name string) error {
+		return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	Expect(testenv.WatchSeesNamespace(ctx(), kubeconfig, create, 3*time.Second, timeout)).To(Succeed())
+}
+
 // forwardedHealthz GETs /healthz of the probe through a local forwarded port.
 func forwardedHealthz(port int) string {
 	GinkgoHelper()

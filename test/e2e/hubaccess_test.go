@@ -3,23 +3,19 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // hubAccess is the hub's own API as the way in: the aggregated API the proxy-servers serve behind the hub
@@ -58,11 +54,7 @@ func hubAccess() {
 				Expect(err).NotTo(HaveOccurred())
 				Expect(out).To(ContainSubstring("probe-"), "the cluster's pods")
 
-				mc := managedClient(cluster)
-				create := func(c context.Context, name string) error {
-					return mc.Create(c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-				}
-				Expect(testenv.WatchSeesNamespace(ctx(), kc, create, 3*time.Second, timeout)).To(Succeed())
+				expectWatchSeesNewNamespace(cluster, kc)
 
 				manifest := filepath.Join(workDir, "via-hub-configmap.yaml")
 				Expect(os.WriteFile(manifest, []byte(fmt.Sprintf(
@@ -70,7 +62,7 @@ func hubAccess() {
 				_, err = kubeclient.Kubectl(kc, "apply", "--server-side", "-f", manifest)
 				Expect(err).NotTo(HaveOccurred())
 				cm := &corev1.ConfigMap{}
-				Expect(mc.Get(ctx(), types(workloadNamespace, "via-hub"), cm)).To(Succeed())
+				Expect(managedClient(cluster).Get(ctx(), types(workloadNamespace, "via-hub"), cm)).To(Succeed())
 				Expect(cm.Data).To(HaveKeyWithValue("k", "v"))
 
 				for _, websockets := range []string{"true", "false"} {

@@ -2,7 +2,8 @@ package serviceproxy
 
 import (
 	"net/http"
-	"strings"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 )
 
 const (
@@ -20,7 +21,7 @@ type impersonation struct {
 // apply removes every Impersonate-* header the request carries, whatever its case, and its credential, then sets the
 // identity and the agent's credential.
 func (i *impersonation) apply(h http.Header) {
-	removeHeaderPrefix(h, impersonateHeaderPrefix)
+	proxyhttp.RemoveHeaderPrefix(h, impersonateHeaderPrefix)
 	h.Set("Authorization", i.authorization)
 	for k, v := range i.headers {
 		h[k] = v
@@ -37,27 +38,4 @@ func impersonatedGroups(hubGroups []string) []string {
 		}
 	}
 	return out
-}
-
-// hasHeaderPrefix reports whether h has a header whose name starts with prefix, ignoring case.
-func hasHeaderPrefix(h http.Header, prefix string) bool {
-	for k := range h {
-		if hasPrefixFold(k, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// removeHeaderPrefix deletes every header whose name starts with prefix, ignoring case.
-func removeHeaderPrefix(h http.Header, prefix string) {
-	for k := range h {
-		if hasPrefixFold(k, prefix) {
-			delete(h, k)
-		}
-	}
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }

@@ -156,7 +156,7 @@ type proxy struct {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if hasHeaderPrefix(r.Header, proxyhttp.HeaderPrefix) {
+	if proxyhttp.HasHeaderPrefix(r.Header, proxyhttp.HeaderPrefix) {
 		if r.Method == http.MethodConnect {
 			p.serveServiceTunnel(w, r)
 			return
@@ -200,7 +200,7 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		p.serveHubIdentity(w, r)
 		return
 	}
-	if hasHeaderPrefix(r.Header, impersonateHeaderPrefix) {
+	if proxyhttp.HasHeaderPrefix(r.Header, impersonateHeaderPrefix) {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			"Impersonate-* headers are accepted only from the hub's impersonator certificate")
 		return
@@ -249,7 +249,7 @@ func (p *proxy) serveHubIdentity(w http.ResponseWriter, r *http.Request) {
 	}
 	h := http.Header{}
 	for k, v := range r.Header {
-		if hasPrefixFold(k, impersonateHeaderPrefix) {
+		if proxyhttp.HasPrefixFold(k, impersonateHeaderPrefix) {
 			h[k] = v
 		}
 	}
@@ -309,7 +309,7 @@ func newReverseProxy(kind string, transport http.RoundTripper, buffers httputil.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			rt := pr.In.Context().Value(routeKey{}).(*route)
 			pr.SetURL(rt.target)
-			removeHeaderPrefix(pr.Out.Header, proxyhttp.HeaderPrefix)
+			proxyhttp.RemoveHeaderPrefix(pr.Out.Header, proxyhttp.HeaderPrefix)
 			if rt.impersonate != nil {
 				rt.impersonate.apply(pr.Out.Header)
 			}

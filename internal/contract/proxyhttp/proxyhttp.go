@@ -56,3 +56,27 @@ func WriteStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, me
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 }
+
+// HasHeaderPrefix reports whether h has a header whose name starts with prefix, ignoring case.
+func HasHeaderPrefix(h http.Header, prefix string) bool {
+	for k := range h {
+		if HasPrefixFold(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// RemoveHeaderPrefix deletes every header whose name starts with prefix, ignoring case.
+func RemoveHeaderPrefix(h http.Header, prefix string) {
+	for k := range h {
+		if HasPrefixFold(k, prefix) {
+			delete(h, k)
+		}
+	}
+}
+
+// HasPrefixFold reports whether s starts with prefix, ignoring case.
+func HasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}

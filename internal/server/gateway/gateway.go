@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"k8s.io/component-base/compatibility"
 
 	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway/openapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
@@ -187,15 +187,12 @@ func (p *proxyStorage) Connect(ctx context.Context, name string, _ runtime.Objec
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path, ok := ProxyPath(r.URL.EscapedPath(), name)
 		if !ok {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("the path %q is not under clusters/%s/proxy", r.URL.Path, name)))
+			proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+				fmt.Sprintf("the path %q is not under clusters/%s/proxy", r.URL.Path, name))
 			return
 		}
 		// The front proxy's headers named the user to this server; the cluster gets the user as impersonation only.
-		for k := range r.Header {
-			if strings.HasPrefix(strings.ToLower(k), "x-remote-") {
-				delete(r.Header, k)
-			}
-		}
+		proxyhttp.RemoveHeaderPrefix(r.Header, "X-Remote-")
 		p.forward.ServeHubIdentity(w, r, name, path, id)
 	}), nil
 }
@@ -216,12 +213,4 @@ func ProxyPath(escaped, name string) (string, bool) {
 		return "", false // clusters/<name>/proxyfoo
 	}
 	return rest, true
-}
-
-func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
-	st := err.Status()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(st.Code))
-	_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":%s,"reason":%q,"code":%s}`,
-		strconv.Quote(st.Message), st.Reason, strconv.Itoa(int(st.Code)))
 }

@@ -337,7 +337,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 	if !isHub {
 		return nil, true
 	}
-	if hasHeaderPrefix(r.Header, "Impersonate-") {
+	if proxyhttp.HasHeaderPrefix(r.Header, "Impersonate-") {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
 			"Impersonate-* headers are not served with a hub token on the user-server; use the hub's aggregated API "+
 				"(/apis/"+hubidentity.Group+"/v1alpha1/clusters/<cluster>/proxy), where the hub applies them")
@@ -369,16 +369,6 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 // impersonatedKey marks a request that goes to the cluster's kube-apiserver as a hub user: through the tunnels on
 // which the proxy-server presents the impersonator certificate.
 type impersonatedKey struct{}
-
-// hasHeaderPrefix reports whether h has a header whose name starts with prefix, ignoring case.
-func hasHeaderPrefix(h http.Header, prefix string) bool {
-	for k := range h {
-		if len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix) {
-			return true
-		}
-	}
-	return false
-}
 
 type targetKey struct{}
 
