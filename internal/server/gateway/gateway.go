@@ -118,6 +118,7 @@ func New(opts Options) (*Server, error) {
 	if err := recommended.ApplyTo(config); err != nil {
 		return nil, fmt.Errorf("gateway configuration: %w", err)
 	}
+	config.Authentication.Authenticator = withVerifiedFrontProxies(config.Authentication.Authenticator, config.Authentication.RequestHeaderConfig)
 	// A proxied request lasts as long as the cluster's answer: watches, logs -f, exec, port-forward. The default
 	// timeout would cut them (after 60s).
 	config.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"), sets.NewString(gatewayv1alpha1.ProxySubresource))

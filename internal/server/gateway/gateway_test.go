@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,8 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +31,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const group = "gateway.proxy.open-cluster-management.io"
@@ -91,8 +89,6 @@ func TestServesClustersAndProxiesAsTheHubUserBehindTheKubeAPIServer(t *testing.T
 	}
 	dir := t.TempDir()
 	now := time.Now()
-	frontCA := must(certs.NewCA("front-proxy-ca", time.Hour, now))
-	frontClient := must(certs.IssueLeaf(frontCA, certs.LeafSpec{CommonName: "front-proxy-client", Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, now))
 	servingCA := must(certs.NewCA("gateway-ca", time.Hour, now))
 	serving := must(certs.IssueLeaf(servingCA, certs.LeafSpec{CommonName: "gateway", DNSNames: []string{"gateway.test.svc"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, now))
@@ -114,13 +110,7 @@ rules:
 	g.Expect(err).NotTo(HaveOccurred())
 	env := &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	api := env.ControlPlane.GetAPIServer().Configure()
-	api.Set("requestheader-client-ca-file", write("front-proxy-ca.crt", frontCA.CertPEM))
-	api.Set("requestheader-allowed-names", "front-proxy-client")
-	api.Set("requestheader-username-headers", "X-Remote-User")
-	api.Set("requestheader-group-headers", "X-Remote-Group")
-	api.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-	api.Set("proxy-client-cert-file", write("front-proxy-client.crt", frontClient.CertPEM))
-	api.Set("proxy-client-key-file", write("front-proxy-client.key", frontClient.KeyPEM))
+	g.Expect(testenv.FrontProxy(env, dir)).To(Succeed())
 	api.Set("audit-policy-file", policy)
 	api.Set("audit-log-path", auditLog)
 	api.Set("request-timeout", "5s") // a proxied stream must outlive it
@@ -132,9 +122,7 @@ rules:
 
 	c := must(client.New(cfg, client.Options{}))
 	g.Expect(proxyv1alpha1.AddToScheme(c.Scheme())).To(Succeed())
-	for _, ns := range []string{"test", "cluster1"} {
-		g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	}
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cluster1"}})).To(Succeed())
 	cps := &proxyv1alpha1.ClusterProxyStatus{ObjectMeta: metav1.ObjectMeta{Namespace: "cluster1", Name: "cluster-proxy"},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: "cluster1"}}
 	g.Expect(c.Create(ctx, cps)).To(Succeed())
@@ -153,22 +141,7 @@ rules:
 	go func() { served <- srv.Run(ctx) }()
 
 	// Registered as the operator registers it, with a Service that leads to this test's port.
-	g.Expect(c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "test", Name: "gateway"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"}})).To(Succeed())
-	apiService := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-		"metadata": map[string]any{"name": "v1alpha1." + group},
-		"spec": map[string]any{"group": group, "version": "v1alpha1", "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
-			"service":  map[string]any{"namespace": "test", "name": "gateway", "port": int64(port)},
-			"caBundle": base64.StdEncoding.EncodeToString(servingCA.CertPEM)},
-	}}
-	g.Expect(c.Create(ctx, apiService)).To(Succeed())
-
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	g.Eventually(func() error {
-		_, err := admin.Discovery().ServerResourcesForGroupVersion(group + "/v1alpha1")
-		return err
-	}).WithTimeout(time.Minute).Should(Succeed(), "the kube-apiserver serves the group")
+	g.Expect(testenv.RegisterAPIService(ctx, c, cfg, "test", group, "v1alpha1", port, servingCA.CertPEM)).To(Succeed())
 
 	// alice may reach cluster1 only, and list clusters; bob may do nothing.
 	g.Expect(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "alice"}, Rules: []rbacv1.PolicyRule{
