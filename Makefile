@@ -229,5 +229,5 @@ bench-fleet: ## Simulated agents (the product's, own certificates, real mTLS gRP
 	go test -tags bench ./test/bench/fleet -run '^TestFleet$$' -count=1 -v -timeout 60m
 
 .PHONY: bench-data-plane
-bench-data-plane: ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1: bulk, latency, 64 clients, 1,000 streams, upload (BENCH_PHASES, BENCH_MODES narrow it; BENCH_OUT).
-	go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$$' -count=1 -v -timeout 30m
+bench-data-plane: envtest-assets ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1 (and a kube-apiserver for the hub's aggregated path): bulk, latency, 64 clients, 1,000 streams, upload (BENCH_PHASES, BENCH_MODES narrow it; BENCH_OUT).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$$' -count=1 -v -timeout 30m

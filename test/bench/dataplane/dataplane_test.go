@@ -5,7 +5,10 @@
 // and agent endpoint, its own agent, konnectivity-client tunnels) and our full path (an HTTPS client, the
 // user-server, the in-process tunnel, our proxy-server, our agent over mTLS, the in-process service-proxy, the target
 // as an allow-listed service). Our raw tunnel (konnectivity-client through our proxy-server to our agent) is shown
-// as a diagnostic. Every certificate of every mode is ECDSA P-256 from internal/certs, except one extra row of the
+// as a diagnostic. The hub modes run a hub kube-apiserver (envtest's, KUBEBUILDER_ASSETS) with its front proxy, which
+// serves the aggregated API of this process through an APIService: a hub ServiceAccount reaches the cluster's
+// kube-apiserver (an HTTPS target) as impersonation, with its token to the user-server (hub-user) and through the hub
+// kube-apiserver (aggregated), in the latency and concurrency phases. Every certificate of every mode is ECDSA P-256 from internal/certs, except one extra row of the
 // 64-client phase: the per-request baseline with RSA-2048 certificates, the key type of the anchor figures (docs/performance.md#targets).
 //
 // Phases: bulk throughput (GET 64 MiB), small-request latency (GET 100 B one after the other), 64 concurrent clients
@@ -18,7 +21,7 @@
 // flake on a shared machine. The test fails only on correctness problems: failed requests, wrong bodies, streams
 // that stall, goroutines that do not come back. Run it with 'make bench-data-plane'. BENCH_PHASES
 // (bulk,latency,concurrency,streams,upload) and BENCH_MODES (direct,direct-pool,anp,anp-pool,anp-per-request,anp-per-request-rsa,
-// ours-raw,full,links) narrow a run, e.g. for a CPU profile of one mode:
+// ours-raw,full,links,hub-user,aggregated; the hub starts only for the last two) narrow a run, e.g. for a CPU profile of one mode:
 //
 //	BENCH_PHASES=bulk BENCH_MODES=full go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$' -count=1 -v -cpuprofile /tmp/full.prof
 //
@@ -45,6 +48,9 @@ const (
 	targetLatencyP50  = 1.0  // full path p50 at most this many times a raw reused ANP tunnel's
 	targetConcurrency = 10.0 // full path requests/s with 64 clients at least this many times one tunnel per request
 	targetPooled      = 1.0  // ... and at least this many times 64 reused raw ANP tunnels'
+	// The aggregated path against the user-server path of the same hub user (the extra hop is the hub kube-apiserver).
+	targetAggregatedP50  = 1.5 // p50 at most this many times
+	targetAggregatedRate = 0.7 // requests/s with 64 clients at least this many times
 )
 
 type bench struct {
@@ -64,8 +70,14 @@ type summary struct {
 	concFull, concPerReq, concANPPool    float64
 	concPerReqRSA                        float64 // req/s of the per-request baseline with RSA-2048 certificates
 	concFullCPU, concPerReqCPU           float64 // CPU us per request
-	streams                              *streamsResult
-	phases                               []phaseCost
+	latHubUser, latAggregated            time.Duration
+	latHubHop                            time.Duration // p50 of a GET the aggregated API answers itself: the hub's hop alone
+	concHubUser, concAggregated          float64
+	// CPU us per request of the hub modes with 64 clients: this process's, and the other processes' (the hub
+	// kube-apiserver's, mostly) for the aggregated path.
+	concHubUserCPU, concAggregatedCPU, concAggregatedOtherCPU float64
+	streams                                                   *streamsResult
+	phases                                                    []phaseCost
 }
 
 type phaseCost struct {
@@ -75,8 +87,9 @@ type phaseCost struct {
 
 func TestDataPlane(t *testing.T) {
 	setup := sample()
-	w := newWorld(t)
-	b := &bench{t: t, w: w, routes: w.routes(), only: list(os.Getenv("BENCH_MODES")), out: os.Stdout,
+	only := list(os.Getenv("BENCH_MODES"))
+	w := newWorld(t, only)
+	b := &bench{t: t, w: w, routes: w.routes(), only: only, out: os.Stdout,
 		fig: figures{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU()}}
 	b.header(since(setup))
 
@@ -211,6 +224,25 @@ func (b *bench) footer() {
 	if s.concANPPool > 0 {
 		out.row("64 clients req/s vs 64 reused raw ANP tunnels", fmt.Sprintf("%.0f", s.concFull), fmt.Sprintf("%.0f", s.concANPPool),
 			ratio(s.concFull, s.concANPPool), fmt.Sprintf(">= %.0fx", targetPooled), verdict(s.concFull/s.concANPPool, targetPooled, true))
+	}
+	if s.latHubUser > 0 && s.latAggregated > 0 {
+		out.row("aggregated API small GET p50 vs the user-server's, same hub user (its column: aggregated)", us(s.latAggregated)+" us",
+			us(s.latHubUser)+" us", ratio(float64(s.latAggregated), float64(s.latHubUser)), fmt.Sprintf("<= %.1fx", targetAggregatedP50),
+			verdict(float64(s.latAggregated)/float64(s.latHubUser), targetAggregatedP50, false))
+	}
+	if s.latHubHop > 0 && s.latAggregated > 0 {
+		out.row("aggregated API small GET p50 vs the hub's hop alone: GET clusters/c1, answered from memory (no target)", us(s.latAggregated)+" us",
+			us(s.latHubHop)+" us", ratio(float64(s.latAggregated), float64(s.latHubHop)), "", "")
+	}
+	if s.concHubUser > 0 && s.concAggregated > 0 {
+		out.row("aggregated API 64 clients req/s vs the user-server's, same hub user (its column: aggregated)", fmt.Sprintf("%.0f", s.concAggregated),
+			fmt.Sprintf("%.0f", s.concHubUser), ratio(s.concAggregated, s.concHubUser), fmt.Sprintf(">= %.1fx", targetAggregatedRate),
+			verdict(s.concAggregated/s.concHubUser, targetAggregatedRate, true))
+	}
+	if s.concAggregatedCPU > 0 && s.concHubUserCPU > 0 {
+		out.row("CPU per request, 64 clients: aggregated (ours + other processes, the hub kube-apiserver mostly) vs user-server (no target)",
+			fmt.Sprintf("%.0f + %.0f us", s.concAggregatedCPU, s.concAggregatedOtherCPU), fmt.Sprintf("%.0f us", s.concHubUserCPU),
+			ratio(s.concAggregatedCPU+s.concAggregatedOtherCPU, s.concHubUserCPU), "", "")
 	}
 	if r := s.streams; r != nil {
 		ok := "PASS"

@@ -91,6 +91,8 @@ var plotNames = map[string]string{
 	keyOursRaw:    "our raw tunnel",
 	keyFull:       "full path",
 	keyLinks:      "links alone",
+	keyHubUser:    "hub user, user-server",
+	keyAggregated: "hub user, aggregated API",
 }
 
 func plotName(mode string) string {

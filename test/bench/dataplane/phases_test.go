@@ -289,7 +289,7 @@ func (b *bench) latency() {
 	ctx := context.Background()
 	var modes []*latencyMode
 	buf := make([]byte, bufferSize)
-	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull) {
+	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull, keyHubUser, keyAggregated) {
 		m := &latencyMode{r: r, rt: r.transport(1)}
 		if err := verifyBody(ctx, m.rt, r, "/small", smallBody); err != nil {
 			b.t.Errorf("latency warm-up, %s: %v", r.label, err)
@@ -337,6 +337,11 @@ func (b *bench) latency() {
 	out.flush()
 	b.sum.latFull, b.sum.latANP = p50[keyFull], p50[keyANP]
 	b.sum.latFull99, b.sum.latANP99 = p99[keyFull], p99[keyANP]
+	b.sum.latHubUser, b.sum.latAggregated = p50[keyHubUser], p50[keyAggregated]
+	if b.sum.latHubHop = b.hubHop(); b.sum.latHubHop > 0 {
+		fmt.Fprintf(b.out, "the hub kube-apiserver's hop alone (GET clusters/%s, answered by the gateway from memory, same token): p50 %s us\n",
+			cluster, us(b.sum.latHubHop))
+	}
 	fmt.Fprintf(b.out, "target: full path p50 <= %.0fx raw reused ANP tunnel's: %s %s\n", targetLatencyP50,
 		ratio(float64(p50[keyFull]), float64(p50[keyANP])), verdict(float64(p50[keyFull])/float64(p50[keyANP]), targetLatencyP50, false))
 }
@@ -393,7 +398,7 @@ func (m *concurrencyMode) run(period time.Duration) (int, []time.Duration, cost)
 // concurrency has 64 clients loop GETs of 100 bytes for a fixed period per mode.
 func (b *bench) concurrency() {
 	var modes []*concurrencyMode
-	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyANPPerRSA, keyFull) {
+	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyANPPerRSA, keyFull, keyHubUser, keyAggregated) {
 		m := &concurrencyMode{r: r}
 		if r.key != keyANPPerReq && r.key != keyANPPerRSA {
 			m.rt = r.transport(concurrentClients)
@@ -452,6 +457,14 @@ func (b *bench) concurrency() {
 	out.flush()
 	b.sum.concFull, b.sum.concPerReq, b.sum.concPerReqRSA, b.sum.concANPPool = rate[keyFull], rate[keyANPPerReq], rate[keyANPPerRSA], rate[keyANPPool]
 	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
+	b.sum.concHubUser, b.sum.concAggregated = rate[keyHubUser], rate[keyAggregated]
+	for _, m := range modes {
+		if m.r.key == keyAggregated && m.requests > 0 {
+			b.sum.concAggregatedCPU = cpuPerRequest[keyAggregated]
+			b.sum.concAggregatedOtherCPU = float64(m.cost.other.Microseconds()) / float64(m.requests)
+		}
+	}
+	b.sum.concHubUserCPU = cpuPerRequest[keyHubUser]
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of a new tunnel per request: %s %s\n", targetConcurrency,
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of 64 reused raw ANP tunnels: %s %s\n", targetPooled,

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -78,23 +79,33 @@ type world struct {
 	// streamsTarget serves the streams phase. It closes connections idle for a second, so the service-proxy's pooled
 	// upstream connections from that phase end by themselves and the goroutine count can return to its baseline.
 	streamsTarget *target
-	anp           *anpStack
-	ours          *ourStack
-	links         string // the first relay of startLinks
-	logs          *logCounter
+	// kubeTarget is the managed kube-apiserver hub users reach, at kubeTLS.
+	kubeTarget *target
+	anp        *anpStack
+	ours       *ourStack
+	hub        *hubStack // nil when BENCH_MODES asks for no hub mode
+	links      string    // the first relay of startLinks
+	logs       *logCounter
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, only map[string]bool) *world {
 	t.Helper()
 	w := &world{pki: newPKI(t), logs: &logCounter{}}
+	if needsHub(only) {
+		w.hub = startHub(t)
+	}
 	// ANP logs through klog, and so does the user-server when no logger is in its context: count, don't print.
 	klog.SetLogger(logr.New(w.logs).WithName("klog"))
 	ctrllog.SetLogger(logr.New(w.logs)) // the service-proxy's logger
-	w.target = startTarget(t, 0)
-	w.streamsTarget = startTarget(t, time.Second)
+	w.target = startTarget(t, 0, nil)
+	w.streamsTarget = startTarget(t, time.Second, nil)
+	w.kubeTarget = w.pki.kubeTLSTarget(t)
 	w.anp = startANP(t, w.pki)
-	w.ours = startOurs(t, w.pki, resolve.Resolver{kubeAPIServer: w.target.addr, webService: w.target.addr,
-		streamsService: w.streamsTarget.addr}, logr.New(w.logs))
+	w.ours = startOurs(t, w.pki, resolve.Resolver{kubeAPIServer: w.target.addr, kubeTLS: w.kubeTarget.addr, webService: w.target.addr,
+		streamsService: w.streamsTarget.addr}, w.hub, logr.New(w.logs))
+	if w.hub != nil {
+		w.hub.serveGateway(t, w.pki, w.ours.user)
+	}
 	w.links = startLinks(t, w.pki, w.target.addr)
 	return w
 }
@@ -192,7 +203,7 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// target is the plain HTTP/1.1 destination every mode reaches: /bulk (64 MiB from one buffer), /small (100 B), /slow
+// target is the HTTP/1.1 destination every mode reaches (over TLS for the hub modes, plain for the others): /bulk (64 MiB from one buffer), /small (100 B), /slow
 // (a 32-byte chunk every 250 ms until the client goes away) and /hold (100 B once holdN requests wait in /hold).
 type target struct {
 	addr string
@@ -204,10 +215,13 @@ type target struct {
 	holdRelease chan struct{}
 }
 
-func startTarget(t *testing.T, idleTimeout time.Duration) *target {
+func startTarget(t *testing.T, idleTimeout time.Duration, tlsConfig *tls.Config) *target {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
 	tg := &target{addr: ln.Addr().String()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/bulk", func(w http.ResponseWriter, _ *http.Request) {
@@ -374,9 +388,11 @@ func anpServerTLS(t *testing.T, caFile, certFile, keyFile, minVersion string) *t
 
 // ourStack is our data plane wired as cmd/proxy-server and cmd/proxy-agent wire it: the proxy-server with its
 // user-server, and an agent of cluster c1 with the in-process service-proxy; both allow default/web:80 and
-// default/streams:80.
+// default/streams:80. With a hub, the user-server reviews tokens on it and sends hub users on with the impersonator's
+// certificate, and the aggregated API serves on the user-server.
 type ourStack struct {
 	srv       *server.Server
+	user      *userserver.Server
 	addrs     server.Addrs
 	agent     *agent.Agent
 	allowed   allowlist.List
@@ -386,13 +402,14 @@ type ourStack struct {
 	log       logr.Logger
 }
 
-func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger) *ourStack {
+func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, hub *hubStack, log logr.Logger) *ourStack {
 	t.Helper()
 	allowed, err := allowlist.ParseAll([]string{"default/web:80", "default/streams:80"})
 	must(t, err)
 	frontCert, frontKey := p.serving(t, "proxy-server")
 	clusterCert, clusterKey := p.serving(t, "agent-server")
 	userCert, userKey := p.serving(t, "user-server")
+	impersonatorCert, impersonatorKey := p.impersonator(t)
 	srv, err := server.New(server.Options{
 		ServerID:       "bench-server",
 		FrontendAddr:   "127.0.0.1:0",
@@ -403,18 +420,24 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 		ServerCert:     frontCert, ServerKey: frontKey, ServerCACert: p.caFile,
 		ClusterCert: clusterCert, ClusterKey: clusterKey, ClusterCACert: p.caFile,
 		UserServerCert: userCert, UserServerKey: userKey,
+		ImpersonatorCert: impersonatorCert, ImpersonatorKey: impersonatorKey,
 		ShutdownTimeout: 5 * time.Second,
 		Log:             log.WithName("proxy-server"),
 	})
 	must(t, err)
 	must(t, srv.Listen())
-	user := userserver.New(userserver.Options{
+	userOpts := userserver.Options{
 		Dialer:           srv,
 		Clusters:         srv.Agents(),
+		ImpersonatorTLS:  srv.ImpersonatorTLS(),
 		ServiceProxyPort: contract.ServiceProxyPort,
 		Allowed:          allowed,
 		DrainTimeout:     5 * time.Second,
-	})
+	}
+	if hub != nil {
+		userOpts.Hub = hub.reviewer
+	}
+	user := userserver.New(userOpts)
 	ctx, cancel := context.WithCancel(context.Background())
 	serverDone := make(chan error, 1)
 	go func() { serverDone <- srv.Run(ctx, user) }()
@@ -423,7 +446,8 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 	source, err := tlsreload.New(agentCert, agentKey, p.caFile)
 	must(t, err)
 	services, err := serviceproxy.New(serviceproxy.Options{
-		Kube:        &rest.Config{Host: "https://" + kubeAPIServer},
+		Kube: &rest.Config{Host: "https://" + kubeTLS, BearerToken: "agent-token",
+			TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM}},
 		Allowed:     allowed,
 		DialContext: resolver.DialContext,
 	})
@@ -437,6 +461,7 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 		KubeAPIServer:    kubeAPIServer,
 		ServiceProxy:     services,
 		ServiceProxyPort: contract.ServiceProxyPort,
+		ServiceProxyTLS:  serviceproxy.ServerTLSConfig(source.Certificate, source.CAPool),
 		Log:              log.WithName("agent"),
 	})
 	must(t, err)
@@ -465,7 +490,7 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, log logr.Logger)
 	must(t, err)
 	proxyClientCert, proxyClientKey := p.client(t, "proxy-client")
 	return &ourStack{
-		srv: srv, addrs: srv.Addrs(), agent: a, allowed: allowed, userCert: pair, log: log,
+		srv: srv, user: user, addrs: srv.Addrs(), agent: a, allowed: allowed, userCert: pair, log: log,
 		userTLS:   p.clientTLS(t, "", ""),
 		clientTLS: p.clientTLS(t, proxyClientCert, proxyClientKey),
 	}
@@ -538,10 +563,11 @@ const (
 	keyLinks      = "links"
 	keyANPPool    = "anp-pool"
 	keyDirectPool = "direct-pool"
+	keyHubUser    = "hub-user"
+	keyAggregated = "aggregated"
 )
 
 func (w *world) routes() map[string]*route {
-	direct := (&net.Dialer{}).DialContext
 	plain := "http://" + w.target.addr
 	anp := func(key, label string) *route {
 		n := &atomic.Int64{}
@@ -550,7 +576,7 @@ func (w *world) routes() map[string]*route {
 	}
 	oursRaw, perReqRSA := &atomic.Int64{}, &atomic.Int64{}
 	user := w.ours.addrs.UserServer
-	return map[string]*route{
+	routes := map[string]*route{
 		keyDirect:     {key: keyDirect, label: "direct over loopback (reference)", base: plain, dial: direct},
 		keyDirectPool: {key: keyDirectPool, label: "direct over loopback, 64 kept-alive conns (reference)", base: plain, dial: direct},
 		keyANP:        anp(keyANP, "raw ANP tunnel, defaults, reused (baseline)"),
@@ -565,6 +591,8 @@ func (w *world) routes() map[string]*route {
 		keyLinks: {key: keyLinks, label: "the full path's links alone: TLS > relay > TLS > relay > TCP (floor)", base: "https://" + w.links,
 			tls: w.ours.userTLS, dial: direct},
 	}
+	maps.Copy(routes, w.hubRoutes())
+	return routes
 }
 
 // logCounter is the logr sink of our components and of klog (ANP): it counts lines and keeps the errors.
