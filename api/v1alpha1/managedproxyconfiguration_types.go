@@ -36,7 +36,7 @@ type ManagedProxyConfigurationSpec struct {
 	NetworkPolicies *ManagedProxyConfigurationNetworkPolicies `json:"networkPolicies,omitempty"`
 	// tlsProfile is the lowest TLS version and the TLS 1.2 cipher suites of every TLS listener of the proxy-servers
 	// (gRPC frontend, agent endpoint, HTTP CONNECT, user-server). A change applies to new handshakes without a
-	// restart; open tunnels stay. Unset: OCM's ocm-tls-profile ConfigMap in the manager's namespace (the manager's
+	// restart; open tunnels stay. The hub's aggregated API takes the profile its pod finds when it starts. Unset: OCM's ocm-tls-profile ConfigMap in the manager's namespace (the manager's
 	// --tls-profile-namespace), else TLS 1.2 and Go's secure cipher suites.
 	// +optional
 	TLSProfile *ManagedProxyConfigurationTLSProfile `json:"tlsProfile,omitempty"`

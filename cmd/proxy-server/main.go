@@ -319,7 +319,7 @@ func main() {
 	defer stop()
 	if c.gatewayPort != 0 {
 		gw, err := gateway.New(gateway.Options{BindAddress: c.bindAddress, Port: c.gatewayPort, CertFile: c.gatewayCert,
-			KeyFile: c.gatewayKey, HubKubeconfig: c.hubKubeconfig, Forward: user.(*userserver.Server), ShutdownDelay: minDrainDuration})
+			KeyFile: c.gatewayKey, TLSProfileFile: c.tlsProfileFile, HubKubeconfig: c.hubKubeconfig, Forward: user.(*userserver.Server), ShutdownDelay: minDrainDuration})
 		if err != nil {
 			log.Error(err, "Unable to set up the aggregated API")
 			os.Exit(1)

@@ -78,6 +78,12 @@ func (p *Profile) Run(ctx context.Context, interval time.Duration, log logr.Logg
 	}, func(err error) { log.Error(err, "Keeping the previous TLS profile") })
 }
 
+// Current is the profile in force: the lowest TLS version and the TLS 1.2 cipher suites (nil for Go's defaults).
+func (p *Profile) Current() (minVersion uint16, cipherSuites []uint16) {
+	cur := p.cur.Load()
+	return cur.minVersion, cur.cipherSuites
+}
+
 // apply sets the current profile on a handshake's config.
 func (p *Profile) apply(c *tls.Config) {
 	cur := p.cur.Load()

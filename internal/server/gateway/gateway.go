@@ -35,6 +35,7 @@ import (
 
 	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway/openapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
@@ -52,6 +53,10 @@ type Options struct {
 	// CertFile and KeyFile are its serving certificate, re-read when they change. The hub kube-apiserver checks it
 	// against the APIService's caBundle, for the name <service>.<namespace>.svc.
 	CertFile, KeyFile string
+	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of the proxy-server's listeners, "" for the
+	// default. It is read once, when the server is built: k8s.io/apiserver fixes the TLS version and cipher suites of
+	// its listener at start, so a change applies here when the proxy-server restarts.
+	TLSProfileFile string
 	// HubKubeconfig is the hub the server delegates authentication and authorization to and reads
 	// ClusterProxyStatuses from; "" is the pod's own ServiceAccount.
 	HubKubeconfig string
@@ -118,6 +123,11 @@ func New(opts Options) (*Server, error) {
 	if err := recommended.ApplyTo(config); err != nil {
 		return nil, fmt.Errorf("gateway configuration: %w", err)
 	}
+	profile, err := tlsreload.NewProfile(opts.TLSProfileFile)
+	if err != nil {
+		return nil, fmt.Errorf("gateway TLS profile: %w", err)
+	}
+	config.SecureServing.MinTLSVersion, config.SecureServing.CipherSuites = profile.Current()
 	config.Authentication.Authenticator = withVerifiedFrontProxies(config.Authentication.Authenticator, config.Authentication.RequestHeaderConfig)
 	// A proxied request lasts as long as the cluster's answer: watches, logs -f, exec, port-forward. The default
 	// timeout would cut them (after 60s).

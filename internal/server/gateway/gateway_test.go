@@ -135,13 +135,24 @@ rules:
 	port := freePort(t)
 	fwd := &recorder{}
 	srv, err := New(Options{BindAddress: "127.0.0.1", Port: port, CertFile: write("serving.crt", serving.CertPEM),
-		KeyFile: write("serving.key", serving.KeyPEM), HubKubeconfig: hubKubeconfig, Forward: fwd, requestTimeout: 5 * time.Second})
+		KeyFile: write("serving.key", serving.KeyPEM), HubKubeconfig: hubKubeconfig, Forward: fwd, requestTimeout: 5 * time.Second,
+		TLSProfileFile: write("tls-profile.json", []byte(`{"minTLSVersion":"VersionTLS13"}`))})
 	g.Expect(err).NotTo(HaveOccurred())
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx) }()
 
 	// Registered as the operator registers it, with a Service that leads to this test's port.
 	g.Expect(testenv.RegisterAPIService(ctx, c, cfg, "test", group, "v1alpha1", port, servingCA.CertPEM)).To(Succeed())
+
+	// The listener applies the proxy-server's TLS profile: TLS 1.3 only, here.
+	gatewayAddr := net.JoinHostPort("127.0.0.1", fmt.Sprint(port))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(servingCA.CertPEM)
+	_, err = tls.Dial("tcp", gatewayAddr, &tls.Config{RootCAs: roots, MaxVersion: tls.VersionTLS12})
+	g.Expect(err).To(MatchError(ContainSubstring("protocol version")), "TLS 1.2 is refused")
+	tls13 := must(tls.Dial("tcp", gatewayAddr, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}))
+	g.Expect(tls13.ConnectionState().Version).To(Equal(uint16(tls.VersionTLS13)))
+	_ = tls13.Close()
 
 	// alice may reach cluster1 only, and list clusters; bob may do nothing.
 	g.Expect(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "alice"}, Rules: []rbacv1.PolicyRule{
