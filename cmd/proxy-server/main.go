@@ -61,6 +61,7 @@ type config struct {
 	hubKubeconfig                     string
 	hubAuthorization                  string
 	hubUserPrefix                     string
+	perClusterMetrics                 bool
 	gatewayPort                       int
 	gatewayCert, gatewayKey           string
 	tlsProfileFile                    string
@@ -107,6 +108,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		"None: only the managed cluster's RBAC decides, as in the existing add-on")
 	fs.StringVar(&c.hubUserPrefix, "hub-user-prefix", "", "put this in front of every hub user and group name on the "+
 		"managed clusters; empty: hub ServiceAccounts get cluster:hub:, other names stay")
+	fs.BoolVar(&c.perClusterMetrics, "per-cluster-metrics", true, "label cluster_proxy_cluster_requests_total and "+
+		"cluster_proxy_cluster_request_duration_seconds with the cluster; false keeps one set of series for the whole fleet "+
+		"(clusters x verbs x codes may be more series than Prometheus should hold); the access log names the cluster either way")
 	fs.IntVar(&c.gatewayPort, "gateway-port", 0, "HTTPS port of the hub's aggregated API (gateway.proxy.open-cluster-management.io), "+
 		"behind the hub kube-apiserver; 0 turns it off")
 	fs.StringVar(&c.gatewayCert, "gateway-cert", "", "serving certificate of the aggregated API; it must name the Service its APIService names")
@@ -301,17 +305,18 @@ func main() {
 	var user server.UserServer
 	if opts.UserServerAddr != "" {
 		user = userserver.New(userserver.Options{
-			Dialer:               srv,
-			Clusters:             srv.Agents(),
-			Hub:                  hub,
-			SkipHubAuthorization: c.hubAuthorization == "None",
-			Mapping:              hubidentity.Mapping{Prefix: c.hubUserPrefix},
-			ImpersonatorTLS:      srv.ImpersonatorTLS(),
-			ServiceProxyPort:     c.serviceProxyPort,
-			Allowed:              c.allowed,
-			DrainTimeout:         drainTimeout,
-			MinDrainDuration:     minDrainDuration,
-			AgentWarmup:          c.agentWarmup,
+			Dialer:                srv,
+			Clusters:              srv.Agents(),
+			Hub:                   hub,
+			SkipHubAuthorization:  c.hubAuthorization == "None",
+			Mapping:               hubidentity.Mapping{Prefix: c.hubUserPrefix},
+			MetricsWithoutCluster: !c.perClusterMetrics,
+			ImpersonatorTLS:       srv.ImpersonatorTLS(),
+			ServiceProxyPort:      c.serviceProxyPort,
+			Allowed:               c.allowed,
+			DrainTimeout:          drainTimeout,
+			MinDrainDuration:      minDrainDuration,
+			AgentWarmup:           c.agentWarmup,
 		})
 	}
 

@@ -18,7 +18,8 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g := NewWithT(t)
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	mpc.Spec.ProxyServer.Replicas = 3
-	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--allowed-service=monitoring/prometheus:9090", "--allowed-service=default/web"}
+	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--allowed-service=monitoring/prometheus:9090", "--allowed-service=default/web",
+		"--per-cluster-metrics=false"}
 	args := append(render.ServerArgs(mpc), "--server-id=replica-0")
 
 	c, err := parseFlags(args, io.Discard)
@@ -26,6 +27,7 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(c.serverCount).To(Equal(3))
 	g.Expect(c.serverID).To(Equal("replica-0"))
 	g.Expect(c.allowed).To(Equal(allowlist.List{{Namespace: "monitoring", Name: "prometheus", Port: 9090}, {Namespace: "default", Name: "web"}}))
+	g.Expect(c.perClusterMetrics).To(BeFalse(), "an additional argument")
 
 	o := c.options()
 	p := contract.PortsOf(mpc)

@@ -286,3 +286,18 @@ func TestCountsRequestsPerClusterVerbAndCode(t *testing.T) {
 	g.Expect(metricValue(t, ok) - before).To(Equal(3.0))
 	g.Expect(metricValue(t, denied) - beforeDenied).To(Equal(1.0))
 }
+
+func TestCountsRequestsWithoutTheClusterWhenAskedTo(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster1", Options{MetricsWithoutCluster: true}, p.impersonator)
+	fleet := clusterRequests.WithLabelValues("", viaUserServer, "get", "200")
+	perCluster := clusterRequests.WithLabelValues("cluster1", viaUserServer, "get", "200")
+	before, beforePerCluster := metricValue(t, fleet), metricValue(t, perCluster)
+	for range 2 {
+		code, _ := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+		g.Expect(code).To(Equal(http.StatusOK))
+	}
+	g.Expect(metricValue(t, fleet) - before).To(Equal(2.0))
+	g.Expect(metricValue(t, perCluster)).To(Equal(beforePerCluster), "no series names the cluster")
+}

@@ -67,6 +67,11 @@ type Options struct {
 	SkipHubAuthorization bool
 	// Mapping names hub users and groups on the managed clusters.
 	Mapping hubidentity.Mapping
+	// MetricsWithoutCluster records cluster_proxy_cluster_requests_total and
+	// cluster_proxy_cluster_request_duration_seconds with an empty cluster label: one set of series for the whole
+	// fleet instead of one per cluster, for a Prometheus that cannot hold clusters × verbs × codes. The access log
+	// still names the cluster.
+	MetricsWithoutCluster bool
 	// ImpersonatorTLS is the TLS client side of the tunnels that carry hub users to a cluster's service-proxy: the
 	// impersonator certificate, and the check that the agent answering is the cluster's (ImpersonatorTLSConfig). Hub
 	// users are answered 503 without it.
@@ -227,8 +232,12 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 		answered = s.opts.Clock.Now()
 	}
 	if info.cluster != "" {
-		clusterRequests.WithLabelValues(info.cluster, via, verb, strconv.Itoa(code)).Inc()
-		clusterRequestSeconds.WithLabelValues(info.cluster, via, verb).Observe(answered.Sub(start).Seconds())
+		label := info.cluster
+		if s.opts.MetricsWithoutCluster {
+			label = ""
+		}
+		clusterRequests.WithLabelValues(label, via, verb, strconv.Itoa(code)).Inc()
+		clusterRequestSeconds.WithLabelValues(label, via, verb).Observe(answered.Sub(start).Seconds())
 	}
 	user := info.user
 	if user == "" {
