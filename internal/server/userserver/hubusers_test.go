@@ -301,3 +301,28 @@ func TestCountsRequestsWithoutTheClusterWhenAskedTo(t *testing.T) {
 	g.Expect(metricValue(t, fleet) - before).To(Equal(2.0))
 	g.Expect(metricValue(t, perCluster)).To(Equal(beforePerCluster), "no series names the cluster")
 }
+
+// An agent older than the proxy-server serves its tunnel port in plain HTTP only: hub users get an answer that says
+// so, and the cluster's own tokens keep working.
+func TestAnAgentWithoutTLSOnItsTunnelPortIsNamedOlderToHubUsers(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	old := &seen{}
+	sp := httptest.NewServer(http.HandlerFunc(old.handler))
+	t.Cleanup(sp.Close)
+	impersonator := p.impersonator
+	e := newEnvAt(t, sp.Listener.Addr().String(), Options{Hub: &fakeHub{allowed: map[string]bool{"cluster1": true}},
+		ImpersonatorTLS: func(cluster string) *tls.Config {
+			return hubidentity.ImpersonatorTLSConfig(cluster, func() *tls.Certificate { return &impersonator }, p.pool)
+		}}, "cluster1")
+	h := &hubEnv{env: e, seen: old}
+
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, nil)
+	g.Expect(code).To(Equal(http.StatusBadGateway))
+	g.Expect(st.Message).To(And(ContainSubstring(`cluster "cluster1"`), ContainSubstring("older")), st.Message)
+	g.Expect(old.last()).To(BeNil(), "nothing of the hub user's request was served")
+
+	code, st = h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", "Bearer cluster1-own-token", nil)
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	g.Expect(old.last().Header.Get("Authorization")).To(Equal("Bearer cluster1-own-token"))
+}

@@ -422,6 +422,14 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	log.Error(err, "Proxying to the service-proxy failed", "cluster", t.Cluster)
+	if _, hubUser := r.Context().Value(impersonatedKey{}).(bool); hubUser && errors.As(err, new(tls.RecordHeaderError)) {
+		// The service-proxy answered the impersonator's handshake in plain HTTP: an agent from before hub users went
+		// downstream as impersonation, during an upgrade.
+		proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, fmt.Sprintf(
+			"the agent of cluster %q is older than this proxy-server and does not serve hub users yet; it will once it "+
+				"is updated (the cluster's own tokens work meanwhile)", t.Cluster))
+		return
+	}
 	// Kubernetes has no reason for 502; ServiceUnavailable makes clients treat it as transient, not their fault.
 	proxyhttp.WriteStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
 		fmt.Sprintf("the agent of cluster %q could not be reached", t.Cluster))
