@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
@@ -25,6 +28,14 @@ func hubAccess() {
 		proxyPath := func(cluster, path string) string {
 			return "/apis/" + gatewayGroup + "/v1alpha1/clusters/" + cluster + "/proxy" + path
 		}
+		// kubectl logs -f through each cluster's via-hub context runs while the chapter does; its last spec checks
+		// it outlived every timeout on the way.
+		var follows []*followedLog
+		BeforeAll(func() {
+			for _, cluster := range clusterNames() {
+				follows = append(follows, followLogs(cluster, viaHubKubeconfig(cluster, "admin", "")))
+			}
+		})
 
 		It("lists the clusters and reaches each cluster's kube-apiserver with the hub admin's own kubeconfig", func() {
 			Eventually(func(g Gomega) {
@@ -98,8 +109,157 @@ func hubAccess() {
 					"the refused one")
 				g.Expect(auditEntries(audit, "system:serviceaccount:team:nobody", localsystem.ProxiedCluster, 403)).NotTo(BeEmpty())
 			}).Should(Succeed())
+			for _, c := range sys.Managed {
+				Expect(managedAuditSince(c.AuditLog(), 0, func(ev managedAuditEvent) bool {
+					return strings.HasSuffix(ev.ImpersonatedUser.Username, "team:nobody")
+				})).To(BeEmpty(), "%s: nothing of a request the hub refused reached the cluster", c.Name())
+			}
 		})
+
+		It("sends a hub user downstream by name only: the managed kube-apiserver sees the agent impersonate them and reviews no token, on both paths", func() {
+			tok := hubUserToken()
+			for _, c := range sys.Managed {
+				cluster := c.Name()
+				By(cluster)
+				viewerToken(cluster) // the cluster's RBAC for the hub user
+				from := must(os.Stat(c.AuditLog())).Size()
+				_, err := kubeclient.Kubectl(userKubeconfig(cluster, "hub-user", tok), "get", "namespaces")
+				Expect(err).NotTo(HaveOccurred(), "the user-server with the hub token")
+				_, err = kubeclient.Kubectl(viaHubKubeconfig(cluster, "hub-user", tok), "get", "namespaces")
+				Expect(err).NotTo(HaveOccurred(), "the hub's aggregated API with the same token")
+
+				var agent string
+				Eventually(func(g Gomega) { agent = "system:serviceaccount:" + agentNamespace(g, cluster) + ":" }).Should(Succeed())
+				Eventually(func(g Gomega) {
+					asHubUser := managedAuditSince(c.AuditLog(), from, func(ev managedAuditEvent) bool {
+						return ev.ImpersonatedUser.Username == hubUser && ev.ObjectRef.Resource == "namespaces" && ev.Verb == "list"
+					})
+					g.Expect(asHubUser).To(HaveLen(2), "one list per path")
+					for _, ev := range asHubUser {
+						g.Expect(ev.User.Username).To(HavePrefix(agent), "the agent's own identity carries the request")
+						g.Expect(ev.ResponseStatus.Code).To(Equal(200))
+					}
+				}).Should(Succeed())
+				Expect(managedAuditSince(c.AuditLog(), from, func(ev managedAuditEvent) bool {
+					return ev.ObjectRef.Resource == "tokenreviews" || ev.ResponseStatus.Code == 401
+				})).To(BeEmpty(), "no token reviewed, none refused: the hub token never reached the cluster")
+			}
+		})
+
+		It("keeps kubectl logs -f through the hub open past 90 s, past every request timeout on the way", func() {
+			for _, f := range follows {
+				Eventually(func() time.Duration { return time.Since(f.started) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).
+					Should(BeNumerically(">", 90*time.Second))
+				Expect(f.running()).To(BeTrue(), "%s: kubectl logs -f ended: %s", f.cluster, f.output())
+				mark := fmt.Sprintf("after-%ds", int(time.Since(f.started).Seconds()))
+				Eventually(func() string {
+					_, _ = must(kubernetes.NewForConfig(managedConfig(f.cluster))).CoreV1().Pods(workloadNamespace).
+						ProxyGet("http", f.pod, "8080", "/healthz", map[string]string{"mark": mark}).DoRaw(ctx())
+					return f.output()
+				}).Should(ContainSubstring("GET /healthz?mark="+mark), "%s: the stream still carries new lines", f.cluster)
+				f.stop()
+			}
+		})
+		It("answers 503 naming a cluster whose agent cannot reach the hub", func() {
+			// cluster1 reaches the hub only through squid: without it, its agents lose the hub. Last in the chapter: it
+			// ends cluster1's streams.
+			Expect(sys.Squid.Stop()).To(Succeed())
+			DeferCleanup(func() {
+				Expect(sys.Squid.Start()).To(Succeed())
+				Eventually(func() (string, error) { return grpcHealthz(localsystem.ProxiedCluster) }).Should(Equal("ok"))
+			})
+			Eventually(func(g Gomega) {
+				_, err := grpcHealthz(localsystem.ProxiedCluster)
+				g.Expect(err).To(HaveOccurred())
+			}).Should(Succeed())
+			var took time.Duration
+			Eventually(func(g Gomega) {
+				start := time.Now()
+				_, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "--raw", proxyPath(localsystem.ProxiedCluster, "/api"))
+				took = time.Since(start)
+				g.Expect(err).To(MatchError(And(ContainSubstring("ServiceUnavailable"),
+					ContainSubstring(fmt.Sprintf(`cluster %q is not connected`, localsystem.ProxiedCluster)))))
+			}).Should(Succeed())
+			AddReportEntry("the aggregated API's 503 for a cluster without its agent", took.Round(time.Millisecond).String())
+			Expect(took).To(BeNumerically("<", 10*time.Second), "answered at once, not after a dial timeout")
+			_, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "get", "--raw", proxyPath(localsystem.DigitCluster, "/api"))
+			Expect(err).NotTo(HaveOccurred(), "the other cluster keeps its tunnel")
+		})
+
 	})
+}
+
+// managedAuditEvent is what the specs read of a managed kube-apiserver's audit event.
+type managedAuditEvent struct {
+	Verb             string
+	User             struct{ Username string }
+	ImpersonatedUser struct{ Username string }
+	ObjectRef        struct{ Resource string }
+	ResponseStatus   struct{ Code int }
+}
+
+// managedAuditSince are the events of an audit log from byte offset on that match.
+func managedAuditSince(path string, offset int64, match func(managedAuditEvent) bool) []managedAuditEvent {
+	GinkgoHelper()
+	raw := must(os.ReadFile(path))
+	if offset > int64(len(raw)) {
+		offset = 0 // rotated meanwhile
+	}
+	var out []managedAuditEvent
+	for _, line := range strings.Split(string(raw[offset:]), "\n") {
+		var ev managedAuditEvent
+		if json.Unmarshal([]byte(line), &ev) == nil && match(ev) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// followedLog is kubectl logs -f of the probe pod through a kubeconfig, as a process of its own.
+type followedLog struct {
+	cluster, pod string
+	started      time.Time
+	cmd          *exec.Cmd
+	out          *lines
+	exited       chan struct{}
+}
+
+func followLogs(cluster, kubeconfig string) *followedLog {
+	GinkgoHelper()
+	f := &followedLog{cluster: cluster, pod: probePod(managedConfig(cluster)), out: &lines{}, exited: make(chan struct{})}
+	f.cmd = kubectl(kubeconfig, nil, "logs", "-f", "--tail=0", "-n", workloadNamespace, f.pod)
+	f.cmd.Stdout, f.cmd.Stderr = f.out, f.out
+	Expect(f.cmd.Start()).To(Succeed())
+	f.started = time.Now()
+	go func() {
+		_ = f.cmd.Wait()
+		close(f.exited)
+	}()
+	DeferCleanup(f.stop)
+	return f
+}
+
+func (f *followedLog) running() bool {
+	select {
+	case <-f.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (f *followedLog) output() string {
+	f.out.mu.Lock()
+	defer f.out.mu.Unlock()
+	return f.out.b.String()
+}
+
+// stop ends the kubectl process this spec started.
+func (f *followedLog) stop() {
+	if f.running() {
+		_ = f.cmd.Process.Kill()
+		<-f.exited
+	}
 }
 
 // auditEntries are the hub audit events of user on clusters/proxy of cluster that ended with code.
