@@ -1,13 +1,43 @@
 package server
 
 import (
+	"crypto/tls"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 )
 
 // metricsAgents is the set the connected-clusters gauge reads: the most recently built server's.
 var metricsAgents atomic.Pointer[Agents]
+
+// metricsProfile is the TLS profile the info metric reports: the most recently built server's.
+var metricsProfile atomic.Pointer[tlsreload.Profile]
+
+// tlsProfileInfo reports the TLS profile the listeners apply now, as labels of a constant 1: what a script reads to
+// see a changed profile in force, which the pod's arguments do not show.
+type tlsProfileInfo struct{ desc *prometheus.Desc }
+
+func (c tlsProfileInfo) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c tlsProfileInfo) Collect(ch chan<- prometheus.Metric) {
+	p := metricsProfile.Load()
+	if p == nil {
+		return
+	}
+	version, suites := p.Current()
+	name := "VersionTLS12"
+	if version == tls.VersionTLS13 {
+		name = "VersionTLS13"
+	}
+	names := make([]string, len(suites))
+	for i, id := range suites {
+		names[i] = tls.CipherSuiteName(id)
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, name, strings.Join(names, ","))
+}
 
 // Registered in the default registry, which /metrics serves.
 var (
@@ -46,5 +76,8 @@ func init() {
 	for _, r := range refusalReasons {
 		identityRefusals.WithLabelValues(r)
 	}
-	prometheus.MustRegister(identityRefusals, duplicateRefusals, agentStreams, established, connectedClusters)
+	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
+		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
+			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
+	prometheus.MustRegister(identityRefusals, duplicateRefusals, agentStreams, established, connectedClusters, profile)
 }

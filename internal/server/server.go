@@ -245,6 +245,7 @@ func New(opts Options) (*Server, error) {
 	s.admin = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "admin")}
 	s.tunnels = newTunnelReports(s.DialCluster, s.agents, opts.ServerID, opts.TunnelProbeConcurrency, opts.LatencyChanged)
 	metricsAgents.Store(s.agents)
+	metricsProfile.Store(s.tlsProfile)
 	return s, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var netDialer = net.Dialer{Timeout: 5 * time.Second}
@@ -25,6 +26,7 @@ func TestTLSProfileAppliesToNewHandshakesAndKeepsOpenConnections(t *testing.T) {
 	write := func(content string) { g.Expect(os.WriteFile(profile, []byte(content), 0o600)).To(Succeed()) }
 	write(`{"minTLSVersion":"VersionTLS13"}`)
 	f := startFixture(t, false, nil, func(o *Options) { o.TLSProfileFile = profile })
+	g.Expect(profileInfo(t)).To(Equal(map[string]string{"min_version": "VersionTLS13", "cipher_suites": ""}))
 	handshake := func(addr string, base *tls.Config, maxVersion uint16, suites ...uint16) error {
 		cfg := base.Clone()
 		cfg.MaxVersion, cfg.CipherSuites = maxVersion, suites
@@ -57,6 +59,9 @@ func TestTLSProfileAppliesToNewHandshakesAndKeepsOpenConnections(t *testing.T) {
 			"a cipher suite the profile leaves out, to %s", addr)
 	}
 
+	g.Expect(profileInfo(t)).To(Equal(map[string]string{"min_version": "VersionTLS12", "cipher_suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}),
+		"the metric reports the profile in force")
+
 	// The connection made under the old profile still carries requests.
 	_, err = fmt.Fprintf(open, "CONNECT unknown-cluster:443 HTTP/1.1\r\nHost: unknown-cluster:443\r\n\r\n")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -70,4 +75,29 @@ func TestTLSProfileAppliesToNewHandshakesAndKeepsOpenConnections(t *testing.T) {
 	g.Consistently(func() error {
 		return handshake(f.addrs.HTTPConnect, f.proxyTL, tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384)
 	}, 300*time.Millisecond, 50*time.Millisecond).Should(Succeed())
+	g.Expect(profileInfo(t)).To(HaveKeyWithValue("min_version", "VersionTLS12"))
+}
+
+// profileInfo is the labels of cluster_proxy_tls_profile_info, which has one series.
+func profileInfo(t *testing.T) map[string]string {
+	t.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "cluster_proxy_tls_profile_info" {
+			continue
+		}
+		if len(mf.GetMetric()) != 1 {
+			t.Fatalf("%d series of cluster_proxy_tls_profile_info", len(mf.GetMetric()))
+		}
+		labels := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		return labels
+	}
+	t.Fatal("no cluster_proxy_tls_profile_info")
+	return nil
 }
