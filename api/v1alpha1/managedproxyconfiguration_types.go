@@ -402,7 +402,24 @@ type AllowedService struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port,omitempty"`
+	// callerAuthentication is who authenticates the service's callers. BearerToken, the default: the user-server
+	// answers 401 to a request without a bearer token before it leaves the hub. Service: such a request goes on to
+	// the service, which authenticates its callers itself, as the existing add-on serves every allowed service.
+	// +optional
+	// +kubebuilder:default=BearerToken
+	CallerAuthentication CallerAuthentication `json:"callerAuthentication,omitempty"`
 }
+
+// CallerAuthentication is who authenticates the callers of an allowed service.
+// +kubebuilder:validation:Enum=BearerToken;Service
+type CallerAuthentication string
+
+const (
+	// CallerAuthenticationBearerToken requires a bearer token at the user-server.
+	CallerAuthenticationBearerToken CallerAuthentication = "BearerToken"
+	// CallerAuthenticationService lets requests without a bearer token through to the service.
+	CallerAuthenticationService CallerAuthentication = "Service"
+)
 
 // ManagedProxyConfigurationStatus is the observed state of the hub proxy servers.
 type ManagedProxyConfigurationStatus struct {

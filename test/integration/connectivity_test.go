@@ -75,6 +75,15 @@ var _ = Describe("Reaching the managed cluster", Ordered, func() {
 		Expect(statusOf(body)).To(HaveKeyWithValue("reason", "Forbidden"))
 	})
 
+	It("lets requests without a token through only to a service that authenticates its callers", func() {
+		code, body := world.userServerGet("/api/v1/namespaces/default/services/http:web:80/proxy-service/hello", "")
+		Expect(code).To(Equal(200), "web: callerAuthentication Service")
+		Expect(body).To(Equal("web saw /hello"))
+		code, body = world.userServerGet("/api/v1/namespaces/default/services/https:secure:443/proxy-service/hello", "")
+		Expect(code).To(Equal(401), "secure: a bearer token is required")
+		Expect(statusOf(body)).To(HaveKeyWithValue("reason", "Unauthorized"))
+	})
+
 	It("answers an unknown cluster with 404 and a Status body", func() {
 		code, body := world.userServerGetCluster("no-such-cluster", "/api", world.managedToken)
 		Expect(code).To(Equal(404))

@@ -160,7 +160,7 @@ func (w *harness) configuration() *proxyv1alpha1.ManagedProxyConfiguration {
 			}},
 			UserServer: &proxyv1alpha1.ManagedProxyConfigurationUserServer{
 				AllowedServices: []proxyv1alpha1.AllowedService{
-					{Namespace: "default", Name: "web", Port: 80},
+					{Namespace: "default", Name: "web", Port: 80, CallerAuthentication: proxyv1alpha1.CallerAuthenticationService},
 					{Namespace: "default", Name: "secure", Port: 443},
 					{Namespace: "default", Name: "untrusted", Port: 443},
 				},

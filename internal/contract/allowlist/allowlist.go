@@ -15,18 +15,38 @@ type Service struct {
 	Namespace string
 	Name      string
 	Port      int
+	// TokenOptional lets a request without a bearer token through to the service, which authenticates its callers
+	// itself (the existing add-on serves every allowed service so); the user-server otherwise answers it 401.
+	TokenOptional bool
 }
+
+// tokenOptional is the option of String and Parse that sets TokenOptional.
+const tokenOptional = ",token=optional"
 
 func (s Service) String() string {
-	if s.Port == 0 {
-		return s.Namespace + "/" + s.Name
+	out := s.Namespace + "/" + s.Name
+	if s.Port != 0 {
+		out += ":" + strconv.Itoa(s.Port)
 	}
-	return s.Namespace + "/" + s.Name + ":" + strconv.Itoa(s.Port)
+	if s.TokenOptional {
+		out += tokenOptional
+	}
+	return out
 }
 
-// Parse reads "namespace/name" or "namespace/name:port".
+// Parse reads "namespace/name" or "namespace/name:port", optionally followed by ",token=optional".
 func Parse(v string) (Service, error) {
-	ns, rest, ok := strings.Cut(v, "/")
+	entry, option, hasOption := strings.Cut(v, ",")
+	if hasOption && ","+option != tokenOptional {
+		return Service{}, fmt.Errorf("allowed service %q: unknown option %q; the only one is token=optional", v, option)
+	}
+	s, err := parseService(v, entry)
+	s.TokenOptional = hasOption
+	return s, err
+}
+
+func parseService(v, entry string) (Service, error) {
+	ns, rest, ok := strings.Cut(entry, "/")
 	if !ok {
 		return Service{}, fmt.Errorf("allowed service %q: want namespace/name[:port]", v)
 	}
@@ -67,9 +87,24 @@ func ParseAll(values []string) (List, error) {
 // Allows reports whether the service namespace/name on port is listed.
 func (l List) Allows(namespace, name string, port int) bool {
 	for _, s := range l {
-		if s.Namespace == namespace && s.Name == name && (s.Port == 0 || s.Port == port) {
+		if s.matches(namespace, name, port) {
 			return true
 		}
 	}
 	return false
+}
+
+// AllowsWithoutToken reports whether an entry that lists the service namespace/name on port lets requests without a
+// bearer token through.
+func (l List) AllowsWithoutToken(namespace, name string, port int) bool {
+	for _, s := range l {
+		if s.TokenOptional && s.matches(namespace, name, port) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s Service) matches(namespace, name string, port int) bool {
+	return s.Namespace == namespace && s.Name == name && (s.Port == 0 || s.Port == port)
 }

@@ -248,7 +248,7 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 			"--peer-key="+proxyClientMount+"/tls.key",
 		)
 	}
-	args = append(args, AllowedServiceArgs(mpc)...)
+	args = append(args, allowedServiceArgs(mpc, true)...)
 	if us := mpc.Spec.UserServer; us != nil && us.HubAuthorization == proxyv1alpha1.HubAuthorizationNone {
 		args = append(args, "--hub-authorization="+string(proxyv1alpha1.HubAuthorizationNone))
 	}
@@ -283,15 +283,23 @@ func serverStrategy(mpc *proxyv1alpha1.ManagedProxyConfiguration) appsv1.Deploym
 }
 
 // AllowedServiceArgs are the --allowed-service flags (namespace/name[:port]) of the configuration's user-server
-// allow-list, which the proxy-server and every agent's service-proxy enforce.
+// allow-list for every agent's service-proxy, which enforces it too.
 func AllowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
+	return allowedServiceArgs(mpc, false)
+}
+
+// allowedServiceArgs are the --allowed-service flags in the format allowlist.Parse reads back; with tokens, the
+// entries whose service authenticates its callers say so (",token=optional"), for the user-server, which alone
+// checks tokens. Agents get the entries without it, which agents of every release read.
+func allowedServiceArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration, tokens bool) []string {
 	if mpc.Spec.UserServer == nil {
 		return nil
 	}
 	args := make([]string, 0, len(mpc.Spec.UserServer.AllowedServices))
 	for _, a := range mpc.Spec.UserServer.AllowedServices {
-		// In the format allowlist.Parse reads back.
-		args = append(args, "--allowed-service="+allowlist.Service{Namespace: a.Namespace, Name: a.Name, Port: int(a.Port)}.String())
+		s := allowlist.Service{Namespace: a.Namespace, Name: a.Name, Port: int(a.Port)}
+		s.TokenOptional = tokens && a.CallerAuthentication == proxyv1alpha1.CallerAuthenticationService
+		args = append(args, "--allowed-service="+s.String())
 	}
 	return args
 }

@@ -70,6 +70,12 @@ func TestAllowedServiceArgs(t *testing.T) {
 	want := []string{"--allowed-service=default/web:8080", "--allowed-service=monitoring/prometheus"}
 	g.Expect(AllowedServiceArgs(m)).To(Equal(want))
 	g.Expect(ServerArgs(m)).To(ContainElements(want))
+
+	// A service that authenticates its callers: the user-server, which checks tokens, is told; agents are not, so
+	// agents of every release read their arguments.
+	m.Spec.UserServer.AllowedServices[1].CallerAuthentication = proxyv1alpha1.CallerAuthenticationService
+	g.Expect(AllowedServiceArgs(m)).To(Equal(want))
+	g.Expect(ServerArgs(m)).To(ContainElements("--allowed-service=default/web:8080", "--allowed-service=monitoring/prometheus,token=optional"))
 }
 
 func TestServerHubRBACGrantsReviewsTheFrontProxyCAAndStatusesToTheServersOnly(t *testing.T) {

@@ -498,3 +498,37 @@ func TestAnUnseenClusterIsRetryableDuringTheAgentWarmup(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusNotFound))
 	g.Expect(body2).To(ContainSubstring(`cluster \"c2\" not found`))
 }
+
+// A service whose entry says it authenticates its callers gets requests without a bearer token, as the existing
+// add-on serves every allowed service; any other service is answered 401 before anything leaves the hub.
+func TestServesTokenlessRequestsOnlyToServicesThatAuthenticateTheirCallers(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	allowed, err := allowlist.ParseAll([]string{"monitoring/prometheus:9090,token=optional", "monitoring/grafana:3000"})
+	g.Expect(err).NotTo(HaveOccurred())
+	e := newEnv(t, http.HandlerFunc(s.handler), Options{Allowed: allowed}, "c1")
+	noToken := func(path string) int {
+		resp, err := e.frontend.Client().Do(e.request(t, http.MethodGet, path, nil))
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	g.Expect(noToken("/c1/api/v1/namespaces/monitoring/services/http:prometheus:9090/proxy-service/metrics")).To(Equal(http.StatusOK))
+	got := s.last()
+	g.Expect(got.URL.Path).To(Equal("/metrics"))
+	g.Expect(got.Header.Get("Authorization")).To(BeEmpty())
+
+	before := e.dialer.dials.Load()
+	for _, path := range []string{
+		"/c1/api/v1/namespaces/monitoring/services/http:grafana:3000/proxy-service/",    // listed, a token required
+		"/c1/api/v1/namespaces/monitoring/services/http:prometheus:9091/proxy-service/", // another port
+		"/c1/api/v1/namespaces", // the kube-apiserver
+	} {
+		g.Expect(noToken(path)).To(Equal(http.StatusUnauthorized), path)
+	}
+	g.Expect(e.dialer.dials.Load()).To(Equal(before), "nothing was dialed for the refused requests")
+
+	code, _ := e.get(t, "/c1/api/v1/namespaces/monitoring/services/http:grafana:3000/proxy-service/")
+	g.Expect(code).To(Equal(http.StatusOK), "with a token, the other service is reached as before")
+}
