@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -23,7 +24,9 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/addontypes"
 )
 
 var _ = Describe("ManagedProxyConfiguration", func() {
@@ -254,6 +257,11 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		}, timeout, interval).Should(Succeed())
 		expectReady(mpc)
 		Expect(get(Default, &appsv1.Deployment{}, ns, mpc.Name).Spec.Template).To(Equal(template), "no rollout: the pods re-read the profile")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			g.Expect(get(g, &appsv1.Deployment{}, ns, mpc.Name).Annotations).To(HaveKeyWithValue(
+				proxyv1alpha1.ConfigurationGenerationAnnotation, strconv.FormatInt(live.Generation, 10)), "the Deployment names the generation it was applied from")
+		}, timeout, interval).Should(Succeed())
 
 		By("an unknown cipher suite is reported by its field; the published profile stays")
 		Eventually(func(g Gomega) {
@@ -382,6 +390,65 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 			g.Expect(err).NotTo(HaveOccurred())
 		}, timeout, interval).Should(Succeed())
 		expectReady(mpc)
+	})
+
+	It("keeps the settings a client of the add-on's types drops, says so, and lets them go with the annotation", func() {
+		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
+			m.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{
+				AllowedServices: []proxyv1alpha1.AllowedService{{Namespace: "monitoring", Name: "prometheus", Port: 9090}}}
+			m.Spec.TLSProfile = &proxyv1alpha1.ManagedProxyConfigurationTLSProfile{MinTLSVersion: "VersionTLS13"}
+		})
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		args := func(g Gomega) []string {
+			return get(g, &appsv1.Deployment{}, ns, mpc.Name).Spec.Template.Spec.Containers[0].Args
+		}
+		profile := func(g Gomega) string {
+			return get(g, &corev1.ConfigMap{}, ns, mpc.Name+"-tls-profile").Data["profile.json"]
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Annotations).To(HaveKey(extendedspec.Annotation))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionExtendedSettingsApplied, metav1.ConditionTrue, proxyv1alpha1.ReasonAsSpecified)
+		}, timeout, interval).Should(Succeed())
+		Expect(args(Default)).To(ContainElement("--allowed-service=monitoring/prometheus:9090"))
+		Expect(profile(Default)).To(ContainSubstring("VersionTLS13"))
+
+		By("a read-modify-write through the add-on's types, as its own tests change additionalSANs")
+		Expect(addontypes.Update(ctx(), k8s, mpc.Name, func(spec map[string]any) {
+			auth := spec["authentication"].(map[string]any)
+			signer := auth["signer"].(map[string]any)
+			signer["selfSigned"] = map[string]any{"additionalSANs": []any{"extra.example.com"}}
+		})).To(Succeed())
+		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+		Expect(live.Spec.UserServer.AllowedServices).To(BeEmpty(), "the update dropped them")
+		Expect(live.Spec.TLSProfile).To(BeNil())
+		Eventually(func(g Gomega) {
+			expectCondition(g, mpc, proxyv1alpha1.ConditionExtendedSettingsApplied, metav1.ConditionFalse, proxyv1alpha1.ReasonDroppedByUpdate,
+				"spec.userServer.allowedServices", "spec.tlsProfile", extendedspec.Annotation)
+			g.Expect(condition(g, mpc, proxyv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "the proxies work on")
+		}, timeout, interval).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(args(g)).To(ContainElement("--allowed-service=monitoring/prometheus:9090"), "the last good allow-list stays")
+			g.Expect(profile(g)).To(ContainSubstring("VersionTLS13"), "and the last good TLS profile")
+		}, 2*time.Second, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &corev1.Secret{}, ns, "proxy-server").Data["tls.crt"]).NotTo(BeEmpty())
+			g.Expect(leafOf(g, get(g, &corev1.Secret{}, ns, "proxy-server")).DNSNames).To(ContainElement("extra.example.com"),
+				"the client's own change applies")
+		}, timeout, interval).Should(Succeed())
+
+		By("removing the annotation too confirms the removal")
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			delete(live.Annotations, extendedspec.Annotation)
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			expectCondition(g, mpc, proxyv1alpha1.ConditionExtendedSettingsApplied, metav1.ConditionTrue, proxyv1alpha1.ReasonAsSpecified)
+			g.Expect(args(g)).NotTo(ContainElement(HavePrefix("--allowed-service=")))
+			g.Expect(profile(g)).NotTo(ContainSubstring("VersionTLS13"))
+		}, timeout, interval).Should(Succeed())
 	})
 
 	It("makes zero API writes at steady state", func() {

@@ -13,7 +13,12 @@ const (
 	ConditionSignerReady              = "SignerReady"
 	ConditionEntrypointReady          = "EntrypointReady"
 	ConditionTLSProfileApplied        = "TLSProfileApplied"
-	ConditionReady                    = "Ready"
+	// ConditionExtendedSettingsApplied is False while the settings this operator adds to the existing add-on's API
+	// (spec.userServer.allowedServices, spec.tlsProfile, spec.networkPolicies, ...) were all dropped at once by an
+	// update, as a client built on the add-on's Go types does: the last good ones stay in use. It does not make the
+	// configuration not Ready.
+	ConditionExtendedSettingsApplied = "ExtendedSettingsApplied"
+	ConditionReady                   = "Ready"
 )
 
 // Condition types of ProxyCertificate (Ready is shared).
@@ -71,6 +76,10 @@ const (
 
 	// ProxyCertificate Issuing=False.
 	ReasonUpToDate = "UpToDate"
+
+	// ExtendedSettingsApplied.
+	ReasonAsSpecified     = "AsSpecified"
+	ReasonDroppedByUpdate = "DroppedByUpdate"
 )
 
 // Well-known names, labels and annotations.
@@ -105,6 +114,10 @@ const (
 	// RotateCAAnnotation on a ManagedProxyConfiguration requests a CA rotation: set it to a new value (for example
 	// a timestamp) and the SelfSigned signer rotates once for that value.
 	RotateCAAnnotation = "proxy.open-cluster-management.io/rotate-ca"
+	// ConfigurationGenerationAnnotation on the proxy-servers' Deployment is the generation of the
+	// ManagedProxyConfiguration it was last applied from, as the existing add-on sets it: scripts wait for it. It is
+	// on the Deployment, not its pods, so a change that needs no restart restarts nothing.
+	ConfigurationGenerationAnnotation = "proxy.open-cluster-management.io/configuration-generation"
 )
 
 // Reasons of the ClusterProxyStatus conditions (AgentDeployed, ProxySettingsApplied, CertificateReady,

@@ -13,6 +13,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
 )
 
@@ -30,6 +31,7 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 			Message: fmt.Sprintf("ManagedProxyConfiguration %s not found: create it or fix the reference", mpcRef.Name)}
 		return nil
 	}
+	extendedspec.Restore(s.mpc) // the agents keep their settings when a client of the add-on's types dropped them
 	cma := &addonv1alpha1.ClusterManagementAddOn{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); client.IgnoreNotFound(err) != nil {
 		return err

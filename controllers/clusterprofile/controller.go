@@ -37,6 +37,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
 
@@ -194,6 +195,7 @@ func (r *Reconciler) configuration(ctx context.Context, profile *cpv1alpha1.Clus
 		}
 		return none("the add-on's configuration does not exist", "configuration", addonconfig.ConfigurationOf(addOn))
 	}
+	extendedspec.Restore(mpc)
 	return mpc, nil
 }
 

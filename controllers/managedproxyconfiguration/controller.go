@@ -5,6 +5,8 @@ package managedproxyconfiguration
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,6 +35,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
 )
 
 // Reconciler reconciles ManagedProxyConfigurations.
@@ -59,7 +62,7 @@ type scope struct {
 
 type phase func(context.Context, *scope) (ctrl.Result, error)
 
-// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch
@@ -88,7 +91,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !mpc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove what it owned
 	}
+	stored := mpc.DeepCopy()
+	dropped := extendedspec.Restore(mpc)
 	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
+	if err := r.reconcileExtendedSettings(ctx, s, stored, dropped); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates,
 		r.reconcileTLSProfile, r.reconcileServer, r.reconcileAddOn}
@@ -116,6 +124,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		err = kerrors.NewAggregate([]error{err, perr})
 	}
 	return result, err
+}
+
+// reconcileExtendedSettings records the settings beyond the existing add-on's API in the configuration's annotation,
+// or, when an update dropped them all (dropped, which Restore has put back into s.mpc), keeps the record and says so.
+func (r *Reconciler) reconcileExtendedSettings(ctx context.Context, s *scope, stored *proxyv1alpha1.ManagedProxyConfiguration, dropped []string) error {
+	gen := s.mpc.Generation
+	if len(dropped) > 0 {
+		msg := fmt.Sprintf("an update removed every setting the existing add-on's API lacks (%s), as a client built on "+
+			"that API's types does; the last good values stay in use. Set them again, or, to remove them, also remove "+
+			"the annotation %s", strings.Join(dropped, ", "), extendedspec.Annotation)
+		if c := meta.FindStatusCondition(s.status.Conditions, proxyv1alpha1.ConditionExtendedSettingsApplied); c == nil || c.Status != metav1.ConditionFalse {
+			r.Recorder.Eventf(s.mpc, nil, corev1.EventTypeWarning, proxyv1alpha1.ReasonDroppedByUpdate, "Reconcile", "%s", msg)
+		}
+		setCondition(s.status, gen, proxyv1alpha1.ConditionExtendedSettingsApplied, false, proxyv1alpha1.ReasonDroppedByUpdate, msg)
+		return nil
+	}
+	setCondition(s.status, gen, proxyv1alpha1.ConditionExtendedSettingsApplied, true, proxyv1alpha1.ReasonAsSpecified,
+		"the spec's settings apply as written")
+	want := extendedspec.Record(stored)
+	if stored.Annotations[extendedspec.Annotation] == want {
+		return nil
+	}
+	recorded := stored.DeepCopy()
+	if want == "" {
+		delete(recorded.Annotations, extendedspec.Annotation)
+	} else {
+		if recorded.Annotations == nil {
+			recorded.Annotations = map[string]string{}
+		}
+		recorded.Annotations[extendedspec.Annotation] = want
+	}
+	return r.Client.Patch(ctx, recorded, client.MergeFrom(stored))
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus) error {

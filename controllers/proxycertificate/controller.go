@@ -21,6 +21,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
@@ -72,6 +73,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 		}
 		return ctrl.Result{}, err
 	}
+	extendedspec.Restore(mpc)
 	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
 	var notReady *signer.NotReadyError
 	if errors.As(err, &notReady) {

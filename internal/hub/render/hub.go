@@ -353,8 +353,10 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 	p := contract.PortsOf(mpc)
 	secrets := contract.SecretNamesOf(mpc)
 	np := mpc.Spec.ProxyServer.NodePlacement
+	meta := objectMeta(mpc, mpc.Name, contract.Namespace(mpc))
+	meta.Annotations = map[string]string{proxyv1alpha1.ConfigurationGenerationAnnotation: strconv.FormatInt(mpc.Generation, 10)}
 	return &appsv1.Deployment{
-		ObjectMeta: objectMeta(mpc, mpc.Name, contract.Namespace(mpc)),
+		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(mpc.Spec.ProxyServer.Replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: serverPodLabels(mpc)},
