@@ -9,8 +9,8 @@
 // A user may remove such settings on purpose too. An update counts as a drop only when every recorded setting is gone
 // and either there were two or more, or the rest of the spec changed in the same update (what such a client came to
 // change), or the spec is incomplete without them (a Provided signer without its secret): removing the last setting
-// alone, as a user turning one feature off does, is a removal. A user who removes
-// the last ones together with another change removes the annotation too, or the configuration keeps them.
+// alone, as a user turning one feature off does, is a removal. A user who removes the last ones together with another
+// change removes the annotation too, or the configuration keeps them.
 package extendedspec
 
 import (
