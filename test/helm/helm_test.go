@@ -114,6 +114,31 @@ func TestTemplateGolden(t *testing.T) {
 	}
 }
 
+// The existing add-on's exposedServices value lists services that take requests without a token, after the chart's
+// own entries.
+func TestRendersTheAddonsExposedServicesAsTokenlessEntries(t *testing.T) {
+	g := NewWithT(t)
+	out, errOut, err := template(t, "--set", "userServer.enabled=true",
+		"--set", "userServer.allowedServices[0].namespace=monitoring", "--set", "userServer.allowedServices[0].name=prometheus",
+		"--set", "exposedServices[0].namespace=default", "--set", "exposedServices[0].service=hello-world",
+		"--set", "exposedServices[0].port=8000", "--set", "exposedServices[0].protocol=http",
+		"--set", "exposedServices[1].namespace=default", "--set", "exposedServices[1].service=hello-world-https")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	mpc := find(decode(t, out), "ManagedProxyConfiguration", "", "cluster-proxy")
+	g.Expect(mpc).NotTo(BeNil())
+	allowed, _, _ := unstructured.NestedSlice(mpc.Object, "spec", "userServer", "allowedServices")
+	g.Expect(allowed).To(Equal([]any{
+		map[string]any{"namespace": "monitoring", "name": "prometheus"},
+		map[string]any{"namespace": "default", "name": "hello-world", "port": int64(8000), "callerAuthentication": "Service"},
+		map[string]any{"namespace": "default", "name": "hello-world-https", "callerAuthentication": "Service"},
+	}))
+
+	out, errOut, err = template(t, "--set", "exposedServices[0].namespace=default", "--set", "exposedServices[0].service=web")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	_, hasUserServer, _ := unstructured.NestedMap(find(decode(t, out), "ManagedProxyConfiguration", "", "cluster-proxy").Object, "spec", "userServer")
+	g.Expect(hasUserServer).To(BeFalse(), "only with userServer.enabled")
+}
+
 // TestRenderedValues checks what each combination means in the rendered objects, so a golden update that
 // changes the meaning does not pass unnoticed.
 func TestRenderedValues(t *testing.T) {
@@ -365,6 +390,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"allowed service without a name", []string{"--set", "userServer.allowedServices[0].namespace=monitoring"}, "at '/userServer/allowedServices/0': missing property 'name'"},
 		{"allowed service port out of range", []string{"--set", "userServer.allowedServices[0].namespace=m", "--set", "userServer.allowedServices[0].name=p",
 			"--set", "userServer.allowedServices[0].port=0"}, "at '/userServer/allowedServices/0/port': minimum"},
+		{"addon exposed service without a service", []string{"--set", "exposedServices[0].namespace=default"}, "at '/exposedServices/0': missing property 'service'"},
+		{"addon exposed service of another protocol", []string{"--set", "exposedServices[0].namespace=default", "--set", "exposedServices[0].service=web",
+			"--set", "exposedServices[0].protocol=grpc"}, "at '/exposedServices/0/protocol'"},
 		{"zero agent replicas", []string{"--set", "proxyAgent.replicas=0"}, "at '/proxyAgent/replicas': minimum"},
 		{"unknown pull policy", []string{"--set", "image.pullPolicy=Sometimes"}, "at '/image/pullPolicy'"},
 		{"bad placement name", []string{"--set", "installByPlacement.placementName=Not_A_Name"}, "at '/installByPlacement/placementName'"},
