@@ -14,6 +14,7 @@
 package extendedspec
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -96,28 +97,24 @@ func (s Settings) Fields() []string {
 	return out
 }
 
-// applyTo puts the settings into mpc's spec.
+// applyTo writes the settings into mpc's spec, each absent one as the API server leaves it when a client drops it
+// (unset, or its default): Settings{}.applyTo clears them.
 func (s Settings) applyTo(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
 	spec := &mpc.Spec
-	spec.HubUsers, spec.TLSProfile, spec.Authentication.Signer.Provided = s.HubUsers, s.TLSProfile, s.ProvidedSigner
-	spec.ProxyAgent.AgentNodePlacements = s.AgentNodePlacements
-	if s.NetworkPolicies != nil {
-		spec.NetworkPolicies = s.NetworkPolicies
+	spec.HubUsers, spec.TLSProfile, spec.NetworkPolicies = s.HubUsers, s.TLSProfile, s.NetworkPolicies
+	spec.Authentication.Signer.Provided, spec.ProxyAgent.AgentNodePlacements = s.ProvidedSigner, s.AgentNodePlacements
+	if spec.Deploy == nil && s.HTTPConnectServer != 0 {
+		spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{}
 	}
-	if s.HTTPConnectServer != 0 {
-		if spec.Deploy == nil {
-			spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{}
-		}
-		spec.Deploy.Ports.HTTPConnectServer = s.HTTPConnectServer
+	if spec.Deploy != nil {
+		spec.Deploy.Ports.HTTPConnectServer = cmp.Or(s.HTTPConnectServer, defaultHTTPConnectServer)
 	}
-	if s.AllowedServices != nil || s.HubAuthorization != "" {
-		if spec.UserServer == nil {
-			spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
-		}
+	if spec.UserServer == nil && (s.AllowedServices != nil || s.HubAuthorization != "") {
+		spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
+	}
+	if spec.UserServer != nil {
 		spec.UserServer.AllowedServices = slices.Clone(s.AllowedServices)
-		if s.HubAuthorization != "" {
-			spec.UserServer.HubAuthorization = s.HubAuthorization
-		}
+		spec.UserServer.HubAuthorization = cmp.Or(s.HubAuthorization, defaultHubAuthorization)
 	}
 }
 
@@ -138,23 +135,10 @@ func recorded(mpc *proxyv1alpha1.ManagedProxyConfiguration) (r record, ok bool) 
 // rest is a digest of mpc's spec without the settings: the part the existing add-on's types hold.
 func rest(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
 	c := mpc.DeepCopy()
-	Settings{}.clear(c)
+	Settings{}.applyTo(c)
 	raw, _ := json.Marshal(c.Spec)
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:8])
-}
-
-// clear removes the settings' fields from mpc's spec, their defaults left in place of those that have one.
-func (Settings) clear(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
-	spec := &mpc.Spec
-	spec.HubUsers, spec.TLSProfile, spec.NetworkPolicies, spec.Authentication.Signer.Provided = nil, nil, nil, nil
-	spec.ProxyAgent.AgentNodePlacements = nil
-	if spec.Deploy != nil {
-		spec.Deploy.Ports.HTTPConnectServer = defaultHTTPConnectServer
-	}
-	if spec.UserServer != nil {
-		spec.UserServer.AllowedServices, spec.UserServer.HubAuthorization = nil, defaultHubAuthorization
-	}
 }
 
 // Restore puts the recorded settings back into mpc, the copy the caller works with, when an update dropped them (see
