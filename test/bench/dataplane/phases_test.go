@@ -422,13 +422,15 @@ func (b *bench) concurrency() {
 	})
 
 	rate := map[string]float64{}
-	cpuPerRequest := map[string]float64{} // microseconds
+	cpuPerRequest := map[string]float64{}      // microseconds, this process
+	otherCPUPerRequest := map[string]float64{} // microseconds, the other processes (the hub kube-apiserver in the hub modes)
 	for _, m := range modes {
 		if m.cost.wall > 0 {
 			rate[m.r.key] = float64(m.requests) / m.cost.wall.Seconds()
 		}
 		if m.requests > 0 {
 			cpuPerRequest[m.r.key] = float64(m.cost.self.Microseconds()) / float64(m.requests)
+			otherCPUPerRequest[m.r.key] = float64(m.cost.other.Microseconds()) / float64(m.requests)
 		}
 	}
 	out := newTable(b.out, "mode", "req/s", "(rounds)", "p50 us", "p99 us", "CPU us per request", "other procs CPU s", "tunnels opened",
@@ -458,13 +460,8 @@ func (b *bench) concurrency() {
 	b.sum.concFull, b.sum.concPerReq, b.sum.concPerReqRSA, b.sum.concANPPool = rate[keyFull], rate[keyANPPerReq], rate[keyANPPerRSA], rate[keyANPPool]
 	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
 	b.sum.concHubUser, b.sum.concAggregated = rate[keyHubUser], rate[keyAggregated]
-	for _, m := range modes {
-		if m.r.key == keyAggregated && m.requests > 0 {
-			b.sum.concAggregatedCPU = cpuPerRequest[keyAggregated]
-			b.sum.concAggregatedOtherCPU = float64(m.cost.other.Microseconds()) / float64(m.requests)
-		}
-	}
-	b.sum.concHubUserCPU = cpuPerRequest[keyHubUser]
+	b.sum.concHubUserCPU, b.sum.concAggregatedCPU = cpuPerRequest[keyHubUser], cpuPerRequest[keyAggregated]
+	b.sum.concAggregatedOtherCPU = otherCPUPerRequest[keyAggregated]
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of a new tunnel per request: %s %s\n", targetConcurrency,
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of 64 reused raw ANP tunnels: %s %s\n", targetPooled,
