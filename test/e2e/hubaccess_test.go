@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -148,16 +147,16 @@ func hubAccess() {
 
 		It("keeps kubectl logs -f through the hub open past 90 s, past every request timeout on the way", func() {
 			for _, f := range follows {
-				Eventually(func() time.Duration { return time.Since(f.started) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).
+				Eventually(func() time.Duration { return time.Since(f.StartedAt()) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).
 					Should(BeNumerically(">", 90*time.Second))
-				Expect(f.running()).To(BeTrue(), "%s: kubectl logs -f ended: %s", f.cluster, f.output())
-				mark := fmt.Sprintf("after-%ds", int(time.Since(f.started).Seconds()))
+				Expect(f.ExitDescription()).To(BeEmpty(), "%s: kubectl logs -f ended: %s", f.cluster, f.output())
+				mark := fmt.Sprintf("after-%ds", int(time.Since(f.StartedAt()).Seconds()))
 				Eventually(func() string {
 					_, _ = must(kubernetes.NewForConfig(managedConfig(f.cluster))).CoreV1().Pods(workloadNamespace).
 						ProxyGet("http", f.pod, "8080", "/healthz", map[string]string{"mark": mark}).DoRaw(ctx())
 					return f.output()
 				}).Should(ContainSubstring("GET /healthz?mark="+mark), "%s: the stream still carries new lines", f.cluster)
-				f.stop()
+				f.Stop()
 			}
 		})
 		It("answers 503 naming a cluster whose agent cannot reach the hub", func() {
@@ -215,52 +214,24 @@ func managedAuditSince(path string, offset int64, match func(managedAuditEvent) 
 	return out
 }
 
-// followedLog is kubectl logs -f of the probe pod through a kubeconfig, as a process of its own.
+// followedLog is kubectl logs -f of the probe pod through a kubeconfig, as a process of its own (its output in its
+// log file).
 type followedLog struct {
 	cluster, pod string
-	started      time.Time
-	cmd          *exec.Cmd
-	out          *lines
-	exited       chan struct{}
+	*process.Process
 }
 
 func followLogs(cluster, kubeconfig string) *followedLog {
 	GinkgoHelper()
-	f := &followedLog{cluster: cluster, pod: probePod(managedConfig(cluster)), out: &lines{}, exited: make(chan struct{})}
-	f.cmd = kubectl(kubeconfig, nil, "logs", "-f", "--tail=0", "-n", workloadNamespace, f.pod)
-	f.cmd.Stdout, f.cmd.Stderr = f.out, f.out
-	Expect(f.cmd.Start()).To(Succeed())
-	f.started = time.Now()
-	go func() {
-		_ = f.cmd.Wait()
-		close(f.exited)
-	}()
-	DeferCleanup(f.stop)
+	f := &followedLog{cluster: cluster, pod: probePod(managedConfig(cluster))}
+	cmd := kubectl(kubeconfig, nil, "logs", "-f", "--tail=0", "-n", workloadNamespace, f.pod)
+	f.Process = must(process.Run(process.Command{Path: cmd.Path, Args: cmd.Args[1:], Env: cmd.Env,
+		LogPath: filepath.Join(workDir, "logs-f-via-hub-"+cluster+".log")}))
+	DeferCleanup(f.Stop)
 	return f
 }
 
-func (f *followedLog) running() bool {
-	select {
-	case <-f.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (f *followedLog) output() string {
-	f.out.mu.Lock()
-	defer f.out.mu.Unlock()
-	return f.out.b.String()
-}
-
-// stop ends the kubectl process this spec started.
-func (f *followedLog) stop() {
-	if f.running() {
-		_ = f.cmd.Process.Kill()
-		<-f.exited
-	}
-}
+func (f *followedLog) output() string { return string(must(os.ReadFile(f.LogPath()))) }
 
 // auditEntries are the hub audit events of user on clusters/proxy of cluster that ended with code.
 func auditEntries(log, user, cluster string, code int) []string {
