@@ -17,6 +17,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusterprofile"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
@@ -78,9 +79,19 @@ func main() {
 	// The API server names the field manager of a write without one after the user agent: every write of the
 	// operator's is then owned by cluster-proxy-operator, not by the binary's name.
 	cfg.UserAgent = apply.FieldOwner
+	// The add-on API's version is chosen once: a hub upgraded to serve v1beta1 keeps serving v1alpha1, and the next
+	// start of the manager moves to v1beta1.
+	addOnAPI, err := addonapi.DiscoverFor(cfg)
+	if err != nil {
+		log.Error(err, "Unable to discover the hub's add-on API")
+		os.Exit(1)
+	}
+	log.Info("Speaking OCM's add-on API", "version", addOnAPI)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.New(),
 		Cache:                  controllers.CacheOptions(),
+		NewCache:               addonapi.NewCacheFunc(addOnAPI),
+		NewClient:              addonapi.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		PprofBindAddress:       pprofAddr,
 		HealthProbeBindAddress: probeAddr,
