@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds bin/ocm-local, the real Open Cluster Management v1.0.0 hub and klusterlet agent as processes, from its own Go
-# module in hack/ocm (OCM v1.0.0 needs k8s.io v0.32; the operator's module uses v0.37). Skipped when the binary is
+# Builds bin/ocm-local, the real Open Cluster Management v1.2.0 hub components and klusterlet agent, from its own Go
+# module in hack/ocm (OCM v1.2.0 needs k8s.io v0.34; the operator's module uses v0.37). Skipped when the binary is
 # newer than the module's sources. The first build takes several minutes; later ones are cached.
 set -euo pipefail
 

@@ -17,6 +17,7 @@ import (
 	"open-cluster-management.io/ocm/pkg/addon"
 	commonoptions "open-cluster-management.io/ocm/pkg/common/options"
 	"open-cluster-management.io/ocm/pkg/features"
+	placement "open-cluster-management.io/ocm/pkg/placement/controllers"
 	reghub "open-cluster-management.io/ocm/pkg/registration/hub"
 	workhub "open-cluster-management.io/ocm/pkg/work/hub"
 )
@@ -24,9 +25,10 @@ import (
 // hubNamespace is where the cluster manager's controllers would run; only recorded in their context here.
 const hubNamespace = "open-cluster-management-hub"
 
-// runHub runs what the cluster-manager operator deploys on a hub, minus the webhooks and placement: the
-// registration controllers (cluster namespaces, RBAC, leases, CSR approval only for auto-approved users), the add-on
-// manager and the work hub manager, each as the upstream command would, until ctx ends.
+// runHub runs the controllers the cluster-manager operator deploys on a hub (its webhooks run apart, see runWebhook):
+// the registration controllers (cluster namespaces, RBAC, leases, cluster sets, CSR approval only for auto-approved
+// users), the placement controller, the add-on manager and the work hub manager, each as the upstream command would,
+// until ctx ends.
 func runHub(ctx context.Context, args []string) error {
 	var kubeconfig string
 	fs := newFlagSet("hub", &kubeconfig)
@@ -53,6 +55,7 @@ func runHub(ctx context.Context, args []string) error {
 		"registration":  regOpts.RunControllerManager,
 		"addon-manager": addon.RunManager,
 		"work-manager":  workhub.NewWorkHubManagerConfig(workOpts).RunWorkHubManager,
+		"placement":     placement.RunControllerManager,
 	}
 	return runAll(ctx, components, func(name string) *controllercmd.ControllerContext {
 		return &controllercmd.ControllerContext{

@@ -1,15 +1,18 @@
-// Command ocm-local runs the real Open Cluster Management v1.0.0 components as plain processes, for the local
-// multi-cluster environment (internal/multicluster) where pods never run:
+// Command ocm-local runs the real Open Cluster Management v1.2.0 components, one image for every OCM pod of the local
+// system (internal/localsystem) and a process for the envtest suites:
 //
-//	ocm-local hub   --kubeconfig <hub admin> --hub-apiserver-url <url>
-//	ocm-local agent --kubeconfig <managed admin> --cluster-name <name> --bootstrap-kubeconfig <file> --hub-kubeconfig-dir <dir>
-//	ocm-local crds  managed <dir>
+//	ocm-local hub     --kubeconfig <hub admin> --hub-apiserver-url <url>
+//	ocm-local webhook --kubeconfig <hub admin> [--host <ip>] [--port <port>] [--certdir <dir>]
+//	ocm-local agent   --kubeconfig <managed admin> --cluster-name <name> --bootstrap-kubeconfig <file> --hub-kubeconfig-dir <dir>
+//	ocm-local crds    managed <dir> | hub <dir> --ca-bundle-file <file> [--webhook-url <url>]
 //
-// hub runs the registration controllers, the add-on manager and the work hub manager in one process; agent runs the
-// singleton klusterlet agent (registration and work) of one managed cluster; crds writes the CRDs the klusterlet
-// needs on its managed cluster. Every upstream flag of those components is accepted too (see --help).
+// hub runs the registration controllers, the placement controller, the add-on manager and the work hub manager in one
+// process; webhook serves the add-on API's conversion webhook (v1alpha1 <-> v1beta1); agent runs the singleton
+// klusterlet agent (registration and work) of one managed cluster; crds writes the CRDs of a managed cluster or of
+// the hub, rendered as OCM's operators render them. Every upstream flag of those components is accepted too (see
+// --help).
 //
-// It lives in its own Go module because OCM v1.0.0 needs k8s.io v0.32 while the operator uses v0.37.
+// It lives in its own Go module because OCM v1.2.0 needs k8s.io v0.34 while the operator uses v0.37.
 package main
 
 import (
@@ -25,9 +28,11 @@ import (
 const usage = `usage: ocm-local <command> [flags]
 
 commands:
-  hub     OCM hub: registration controllers, add-on manager and work hub manager
-  agent   singleton klusterlet agent (registration and work) for one managed cluster
-  crds    crds managed <dir>: write the CRDs the klusterlet needs on the managed cluster
+  hub      OCM hub: registration and placement controllers, add-on manager and work hub manager
+  webhook  the add-on API's conversion webhook (ManagedClusterAddOn, ClusterManagementAddOn: v1alpha1 <-> v1beta1)
+  agent    singleton klusterlet agent (registration and work) for one managed cluster
+  crds     crds managed <dir>: write the CRDs the klusterlet needs on the managed cluster;
+           crds hub <dir> --ca-bundle-file <file> [--namespace <ns>] [--webhook-url <url>]: the hub's CRDs
 `
 
 func main() {
@@ -35,7 +40,7 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	// SIGTERM is how internal/multicluster stops us; SIGINT is for a person at a terminal.
+	// SIGTERM is how a pod or a test stops us; SIGINT is for a person at a terminal.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -43,6 +48,8 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "hub":
 		err = runHub(ctx, args)
+	case "webhook":
+		err = runWebhook(ctx, args)
 	case "agent":
 		err = runAgent(ctx, args)
 	case "crds":
