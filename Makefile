@@ -103,9 +103,14 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: manifests generate vet envtest-assets helm kustomize ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize).
+test: manifests generate vet envtest-assets helm kustomize ocm-local ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize; the reconcilers on an OCM v1.2 hub, then on an OCM v1.0 one).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test ./... -count=1 -timeout 30m
+	@$(MAKE) --no-print-directory test-ocm-v1.0
 	@$(MAKE) --no-print-directory test-poison
+
+.PHONY: test-ocm-v1.0
+test-ocm-v1.0: envtest-assets ## The reconcilers' envtest suite on a hub that serves the add-on API as v1alpha1 only, as OCM v1.0 does (make test runs it on OCM v1.2's CRDs and webhook).
+	OCM_HUB_RELEASE=v1.0 KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test ./controllers/ -count=1 -timeout 30m
 
 # DATA_PLANE_PACKAGES carry the bytes of every cluster through pooled, uncleared buffers.
 DATA_PLANE_PACKAGES := ./internal/contract/... ./internal/server/... ./internal/agent/... ./pkg/...
@@ -138,7 +143,7 @@ build: generate ## Build the binaries into bin/.
 	go build -o $(BIN_DIR)/localsystem ./cmd/localsystem
 
 .PHONY: ocm-local
-ocm-local: ## Build bin/ocm-local: the real OCM hub and klusterlet agent as processes (own Go module in hack/ocm; minutes cold, cached after).
+ocm-local: ## Build bin/ocm-local: the real OCM v1.2.0 hub components, add-on webhook and klusterlet agent (own Go module in hack/ocm; minutes cold, cached after).
 	@hack/ocm-build.sh
 
 .PHONY: olm

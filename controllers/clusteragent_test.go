@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 	workv1 "open-cluster-management.io/api/work/v1"
@@ -34,6 +35,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 const agentWork = "addon-cluster-proxy-deploy-0"
@@ -193,6 +195,43 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		reads := requests.CollectionReadsOf("managedclusters")
 		Expect(reads.Metadata).To(BeNumerically(">=", 1), "the clusters' metadata are listed and watched")
 		Expect(reads.Whole).To(BeZero(), "the spec and the status the klusterlet keeps rewriting are not cached")
+	})
+
+	It("speaks the add-on API at the version the hub serves, and add-ons and configs written as v1beta1 work", func() {
+		cluster := "v1beta1-" + mpcSuffix()
+		newCluster(cluster)
+		served, unused := "addon.open-cluster-management.io/v1beta1", "addon.open-cluster-management.io/v1alpha1"
+		if ocmHub.Release == testenv.OCM10 {
+			served, unused = unused, served
+			installAddOn(cluster, addonv1alpha1.AddOnConfig{
+				ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: addonv1alpha1.GroupName, Resource: "addondeploymentconfigs"},
+				ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: cluster, Name: "proxy"}})
+			Expect(k8s.Create(ctx(), &addonv1alpha1.AddOnDeploymentConfig{ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: cluster},
+				Spec: addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPSProxy: "https://squid.example:3129"}}})).To(Succeed())
+		} else {
+			By("a user of OCM v1.2 writes the add-on and its config as v1beta1")
+			Expect(k8s.Create(ctx(), &addonv1beta1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Namespace: cluster},
+				Spec: addonv1beta1.ManagedClusterAddOnSpec{Configs: []addonv1beta1.AddOnConfig{{
+					ConfigGroupResource: addonv1beta1.ConfigGroupResource{Group: addonv1beta1.GroupName, Resource: "addondeploymentconfigs"},
+					ConfigReferent:      addonv1beta1.ConfigReferent{Namespace: cluster, Name: "proxy"}}}}})).To(Succeed())
+			Expect(k8s.Create(ctx(), &addonv1beta1.AddOnDeploymentConfig{ObjectMeta: metav1.ObjectMeta{Name: "proxy", Namespace: cluster},
+				Spec: addonv1beta1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1beta1.ProxyConfig{HTTPSProxy: "https://squid.example:3129"}}})).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(envValue(agentDeployment(g, cluster).Spec.Template.Spec.Containers[0].Env, "HTTPS_PROXY")).To(Equal("https://squid.example:3129"))
+			g.Expect(get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy").Status.Registrations).NotTo(BeEmpty())
+		}, timeout, interval).Should(Succeed())
+		if ocmHub.Release == testenv.OCM12 {
+			By("a v1beta1 client reads the status the manager wrote, converted by OCM's webhook")
+			mca := get(Default, &addonv1beta1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+			Expect(mca.Status.Namespace).To(Equal("open-cluster-management-agent-addon"), "an AddOnDeploymentConfig's default install namespace")
+			Expect(mca.Status.Registrations).To(ContainElement(SatisfyAll(HaveField("Type", addonv1beta1.CustomSigner),
+				HaveField("CustomSigner.SignerName", "open-cluster-management.io/proxy-agent-signer"))))
+			Expect(mca.Status.ConfigReferences).To(ContainElement(HaveField("DesiredConfig.ConfigReferent",
+				addonv1beta1.ConfigReferent{Namespace: cluster, Name: "proxy"})))
+		}
+		Expect(requests.To(served)).To(BeNumerically(">", 0), "the manager's requests to %s", served)
+		Expect(requests.To(unused)).To(BeZero(), "the manager's requests to %s (the last: %s)", unused, requests.LastTo(unused))
 	})
 
 	It("installs the agent through a ManifestWork and serves the add-on status, the OCM way", func() {

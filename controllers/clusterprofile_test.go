@@ -19,7 +19,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
-// profileNamespace is where OCM v1.0.0 keeps its ClusterProfiles.
+// profileNamespace is where the specs keep ClusterProfiles, as OCM does in a namespace bound to a cluster set.
 const profileNamespace = "open-cluster-management"
 
 // newProfile creates the ClusterProfile OCM keeps for cluster, with a provider of another product in its status.

@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
@@ -33,6 +34,7 @@ import (
 const countsDelay = 300 * time.Millisecond
 
 var (
+	ocmHub    *testenv.Hub // of the OCM release OCM_HUB_RELEASE names (v1.2 when unset)
 	env       *envtest.Environment
 	k8s       client.Client // the test's own client, uncached
 	k8sWatch  client.WithWatch
@@ -94,11 +96,18 @@ var _ = BeforeSuite(func() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, managerLog)), zap.UseDevMode(true)))
 	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "run through 'make test', or export KUBEBUILDER_ASSETS=$(make -s envtest-assets)")
 
-	var err error
-	env, err = testenv.NewHub()
+	release, err := testenv.OCMReleaseFromEnv()
 	Expect(err).NotTo(HaveOccurred())
-	cfg, err := env.Start()
+	ocmHub, err = testenv.NewHubOf(release, GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
+	env = ocmHub.Environment
+	cfg, err := ocmHub.Start()
+	Expect(err).NotTo(HaveOccurred())
+	addOnAPI, err := addonapi.DiscoverFor(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(addOnAPI).To(Equal(map[testenv.OCMRelease]addonapi.Version{testenv.OCM10: addonapi.V1alpha1, testenv.OCM12: addonapi.V1beta1}[release]),
+		"the add-on API the manager speaks on an OCM %s hub", release)
+	GinkgoWriter.Printf("OCM %s hub: the manager speaks the add-on API as %s\n", release, addOnAPI)
 
 	hubScheme := scheme.New()
 	k8sWatch, err = client.NewWithWatch(cfg, client.Options{Scheme: hubScheme})
@@ -115,6 +124,8 @@ var _ = BeforeSuite(func() {
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:                 hubScheme,
 		Cache:                  controllers.CacheOptions(),
+		NewCache:               addonapi.NewCacheFunc(addOnAPI),
+		NewClient:              addonapi.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
@@ -143,8 +154,8 @@ var _ = AfterSuite(func() {
 	if gc != nil {
 		gc.Stop()
 	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
+	if ocmHub != nil {
+		Expect(ocmHub.Stop()).To(Succeed())
 	}
 })
 

@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 )
 
 // ocmHubCRDs are the OCM hub CRDs the operator reads or writes, by path inside the open-cluster-management.io/api
-// module. The add-on CRDs are the v1alpha1 ones: they store v1alpha1 and need no conversion webhook.
+// module. The add-on CRDs are the v1alpha1 ones, as OCM v1.0 serves them: no v1beta1, no conversion webhook (OCM
+// v1.2's hub CRDs, which need it, come from its own module: ocm-local crds hub).
 var ocmHubCRDs = []string{
 	"cluster/v1/0000_00_clusters.open-cluster-management.io_managedclusters.crd.yaml",
 	"cluster/v1beta2/0000_00_clusters.open-cluster-management.io_managedclustersets.crd.yaml",
@@ -26,24 +26,15 @@ var ocmHubCRDs = []string{
 	"addon/v1alpha1/0000_02_addon.open-cluster-management.io_addondeploymentconfigs.crd.yaml",
 }
 
-// extraOCMHubCRDs are the OCM v1.0.0 hub CRDs that the operator itself does not use, by path inside the
-// open-cluster-management.io/api module: the add-on manager watches AddOnTemplates and the work hub manager
-// ManifestWorkReplicaSets. ClusterProfiles are not needed: their controller is behind a disabled gate.
-var extraOCMHubCRDs = []string{
-	"addon/v1alpha1/0000_03_addon.open-cluster-management.io_addontemplates.crd.yaml",
-	"work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
-}
-
-// OCMHubCRDFiles are every OCM hub CRD the OCM v1.0.0 hub components watch (the operator's own CRDs are not among
-// them).
-func OCMHubCRDFiles() ([]string, error) {
-	return OCMAPIFiles(append(slices.Clone(ocmHubCRDs), extraOCMHubCRDs...)...)
-}
-
 // Root is the root of this repository, found from this source file.
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// OCMLocal is bin/ocm-local, the real OCM components of 'make ocm-local'.
+func OCMLocal() string {
+	return filepath.Join(Root(), "bin", "ocm-local")
 }
 
 // OperatorOCMCRDFiles are the OCM hub CRDs the operator reads or writes.

@@ -14,6 +14,8 @@ type Requests struct {
 	writes, reads atomic.Int64
 	mu            sync.Mutex
 	byResource    map[string]int64
+	byAPI         map[string]int64
+	lastByAPI     map[string]string
 	collections   map[string]CollectionReads
 }
 
@@ -26,6 +28,15 @@ type CollectionReads struct {
 // Wrap is a rest.Config.WrapTransport that counts the requests rt carries.
 func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if api := groupVersionOf(req.URL.Path); api != "" {
+			r.mu.Lock()
+			if r.byAPI == nil {
+				r.byAPI, r.lastByAPI = map[string]int64{}, map[string]string{}
+			}
+			r.byAPI[api]++
+			r.lastByAPI[api] = req.Method + " " + req.URL.Path
+			r.mu.Unlock()
+		}
 		if req.Method == http.MethodGet || req.Method == http.MethodHead {
 			r.reads.Add(1)
 			if resource, collection := resourceOf(req.URL.Path), isCollection(req.URL.Path); collection && resource != "" {
@@ -69,6 +80,21 @@ func (r *Requests) WritesTo(resource string) int64 {
 	return r.byResource[resource]
 }
 
+// To is the number of requests so far, of any method, to the resources of groupVersion
+// ("addon.open-cluster-management.io/v1beta1"; "v1" for the core API); discovery is not counted.
+func (r *Requests) To(groupVersion string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byAPI[groupVersion]
+}
+
+// LastTo is the last request to the resources of groupVersion ("GET /apis/..."), for a failure's message.
+func (r *Requests) LastTo(groupVersion string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastByAPI[groupVersion]
+}
+
 // CollectionReadsOf are the LISTs and WATCHes of resource so far.
 func (r *Requests) CollectionReadsOf(resource string) CollectionReads {
 	r.mu.Lock()
@@ -89,6 +115,19 @@ func resourceOf(path string) string {
 	}
 	if i < len(segs) {
 		return segs[i]
+	}
+	return ""
+}
+
+// groupVersionOf is the API group and version of a resource's path (/api/v1/<resource>...: v1;
+// /apis/<group>/<version>/<resource>...), or "" for any other path (discovery's).
+func groupVersionOf(path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(segs) >= 3 && segs[0] == "api":
+		return segs[1]
+	case len(segs) >= 4 && segs[0] == "apis":
+		return segs[1] + "/" + segs[2]
 	}
 	return ""
 }

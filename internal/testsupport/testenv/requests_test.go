@@ -20,6 +20,7 @@ func TestRequestsCountsWritesByResourceAndReads(t *testing.T) {
 		{http.MethodPost, "/api/v1/namespaces/ns/secrets"},
 		{http.MethodPost, "/api/v1/namespaces"},
 		{http.MethodGet, "/api/v1/namespaces/ns/secrets"},
+		{http.MethodGet, "/apis/addon.open-cluster-management.io/v1alpha1"},
 	} {
 		hr, err := http.NewRequest(req.method, srv.URL+req.path, nil)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -28,11 +29,14 @@ func TestRequestsCountsWritesByResourceAndReads(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	g.Expect(r.Writes()).To(BeEquivalentTo(4))
-	g.Expect(r.Reads()).To(BeEquivalentTo(1))
+	g.Expect(r.Reads()).To(BeEquivalentTo(2))
 	g.Expect(r.WritesTo("clustermanagementaddons")).To(BeEquivalentTo(1))
 	g.Expect(r.WritesTo("managedclusteraddons")).To(BeEquivalentTo(1), "a subresource counts for its resource")
 	g.Expect(r.WritesTo("secrets")).To(BeEquivalentTo(1))
 	g.Expect(r.WritesTo("namespaces")).To(BeEquivalentTo(1))
+	g.Expect(r.To("addon.open-cluster-management.io/v1alpha1")).To(BeEquivalentTo(2), "requests by API group and version, discovery aside")
+	g.Expect(r.To("v1")).To(BeEquivalentTo(3), "the core API")
+	g.Expect(r.To("addon.open-cluster-management.io/v1beta1")).To(BeZero())
 }
 
 func TestRequestsCountsListsAndWatchesByWhatTheyAskFor(t *testing.T) {
