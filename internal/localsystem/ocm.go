@@ -11,16 +11,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ocmjoin"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 )
 
@@ -43,31 +45,91 @@ func (s *System) ocmImage() (string, error) {
 	return path, ociimage.WriteArchive(path, ocmImage, img)
 }
 
-// deployOCMHub installs OCM's hub CRDs and runs its hub controllers (registration, add-on manager, work) as a pod, as
-// OCM's cluster-manager does, with the bootstrap RBAC its chart creates. Its ClusterProfile feature is on: OCM keeps a
-// ClusterProfile per cluster in the namespace open-cluster-management, with the CRD of the cluster-inventory-api
-// version the operator builds with (OCM v1.0.0's own predates status.accessProviders).
+// deployOCMHub installs OCM's hub CRDs as its cluster-manager renders them and runs its hub components as pods as
+// that operator deploys them: the controllers (registration, placement, add-on manager, work) in one pod, and the
+// add-on API's conversion webhook (v1alpha1, the stored version, and v1beta1) behind its Service, with the bootstrap
+// RBAC OCM's chart creates. Its ClusterProfile feature is on: OCM keeps a ClusterProfile of each cluster in every
+// namespace bound to a cluster set holding it, here ClusterProfileNamespace bound to the global set.
 func (s *System) deployOCMHub(ctx context.Context) error {
-	crds, err := repo.OCMHubCRDFiles()
+	webhookCert, err := s.ocmWebhookCertificate()
 	if err != nil {
 		return err
 	}
-	profiles, err := repo.ClusterProfileCRDFile()
-	if err != nil {
-		return err
+	crdDir := s.path("ocm-hub-crds")
+	if out, err := exec.CommandContext(ctx, s.opts.OCMLocal, "crds", "hub", crdDir, "--namespace", ocmHubNamespace,
+		"--ca-bundle-file", webhookCert.caFile).CombinedOutput(); err != nil {
+		return fmt.Errorf("ocm-local crds hub: %w: %s", err, out)
 	}
-	if _, err := envtest.InstallCRDs(s.Hub.Config, envtest.CRDInstallOptions{Paths: append(crds, profiles), ErrorIfPathMissing: true}); err != nil {
+	if _, err := envtest.InstallCRDs(s.Hub.Config, envtest.CRDInstallOptions{Paths: []string{crdDir}, ErrorIfPathMissing: true}); err != nil {
 		return fmt.Errorf("install OCM's hub CRDs: %w", err)
 	}
 	objs := append(adminPodRBAC(ocmHubNamespace, "ocm-hub"), ocmjoin.BootstrapRBAC()...)
-	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClusterProfileNamespace}},
+	objs = append(objs, ocmWebhook(webhookCert)...)
+	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ClusterProfileNamespace}}, globalSetBinding(ClusterProfileNamespace),
 		ocmDeployment(ocmHubNamespace, "ocm-hub", []string{"hub", "--hub-apiserver-url=" + s.Hub.APIServer(),
 			"--feature-gates=ClusterProfile=true"}, nil, nil))
 	return kubeclient.CreateAll(ctx, s.HubClient, objs...)
 }
 
-// ClusterProfileNamespace is where OCM v1.0.0 keeps its ClusterProfiles.
+// ClusterProfileNamespace is where OCM keeps the ClusterProfiles of the local system's clusters.
 const ClusterProfileNamespace = "open-cluster-management"
+
+// ocmWebhookName is the add-on webhook's Deployment and Service, as the cluster-manager operator names them.
+const ocmWebhookName = "cluster-manager-addon-webhook"
+
+type webhookCertificate struct {
+	caFile    string
+	cert, key []byte
+}
+
+// ocmWebhookCertificate issues the add-on webhook's serving certificate for its Service from a CA of its own, as the
+// cluster-manager operator does, and writes the CA where 'ocm-local crds hub' reads it.
+func (s *System) ocmWebhookCertificate() (webhookCertificate, error) {
+	now := time.Now()
+	ca, err := certs.NewCA("ocm-addon-webhook-ca", 10*365*24*time.Hour, now)
+	if err != nil {
+		return webhookCertificate{}, err
+	}
+	leaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: ocmWebhookName,
+		DNSNames: []string{ocmWebhookName + "." + ocmHubNamespace + ".svc"}, Usages: []certs.Usage{certs.UsageServerAuth},
+		Duration: 10 * 365 * 24 * time.Hour}, now)
+	if err != nil {
+		return webhookCertificate{}, err
+	}
+	caFile := s.path("ocm-addon-webhook-ca.crt")
+	return webhookCertificate{caFile: caFile, cert: leaf.CertPEM, key: leaf.KeyPEM}, os.WriteFile(caFile, ca.CertPEM, 0o600)
+}
+
+// ocmWebhook is the add-on conversion webhook as the cluster-manager operator deploys it: a ServiceAccount with no
+// rights, the serving certificate's Secret mounted where the webhook server looks, the Deployment and its Service.
+func ocmWebhook(cert webhookCertificate) []client.Object {
+	deployment := ocmDeployment(ocmHubNamespace, ocmWebhookName, []string{"webhook", "--port=9443"},
+		[]corev1.Volume{{Name: "webhook-secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "addon-webhook-serving-cert"}}}},
+		[]corev1.VolumeMount{{Name: "webhook-secret", MountPath: "/tmp/k8s-webhook-server/serving-certs", ReadOnly: true}})
+	deployment.Spec.Template.Spec.ServiceAccountName = "addon-webhook-sa"
+	deployment.Spec.Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+		HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(8000)}}}
+	return []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "addon-webhook-sa", Namespace: ocmHubNamespace}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "addon-webhook-serving-cert", Namespace: ocmHubNamespace},
+			Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: cert.cert, corev1.TLSPrivateKeyKey: cert.key}},
+		deployment,
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: ocmWebhookName, Namespace: ocmHubNamespace}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": ocmWebhookName},
+			Ports:    []corev1.ServicePort{{Name: "webhook", Port: 9443, TargetPort: intstr.FromInt32(9443)}},
+		}},
+	}
+}
+
+// globalSetBinding binds namespace to OCM's global cluster set (every cluster), as 'clusteradm clusterset bind'
+// does; the binding's name is the set's, as OCM requires.
+func globalSetBinding(namespace string) client.Object {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+		"metadata": map[string]any{"name": "global", "namespace": namespace},
+		"spec":     map[string]any{"clusterSet": "global"},
+	}}
+}
 
 // joinCluster installs the klusterlet's CRDs on c, runs the klusterlet agent there as a pod with a bootstrap
 // kubeconfig for the hub (through squid for cluster1), and accepts the cluster as 'clusteradm accept' does. Several

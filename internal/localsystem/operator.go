@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -167,21 +167,21 @@ func (s *System) exposeProxyServers(ctx context.Context) error {
 }
 
 // installAddOns creates cluster1's AddOnDeploymentConfig (squid over TLS, with its CA) and the add-on on both
-// clusters.
+// clusters, as a user of today's OCM writes them: add-on API v1beta1.
 func (s *System) installAddOns(ctx context.Context) error {
-	adc := &addonv1alpha1.AddOnDeploymentConfig{
+	adc := &addonv1beta1.AddOnDeploymentConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: ProxyConfigName, Namespace: ProxiedCluster},
-		Spec: addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
+		Spec: addonv1beta1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1beta1.ProxyConfig{
 			HTTPSProxy: s.Squid.TLSURL(), CABundle: s.Squid.CA(),
 		}},
 	}
 	objs := []client.Object{adc}
 	for _, name := range s.Clusters() {
-		mca := &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Namespace: name}}
+		mca := &addonv1beta1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Namespace: name}}
 		if name == ProxiedCluster {
-			mca.Spec.Configs = []addonv1alpha1.AddOnConfig{{
-				ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"},
-				ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: ProxiedCluster, Name: ProxyConfigName},
+			mca.Spec.Configs = []addonv1beta1.AddOnConfig{{
+				ConfigGroupResource: addonv1beta1.ConfigGroupResource{Group: addonv1beta1.GroupName, Resource: "addondeploymentconfigs"},
+				ConfigReferent:      addonv1beta1.ConfigReferent{Namespace: ProxiedCluster, Name: ProxyConfigName},
 			}}
 		}
 		objs = append(objs, mca)
@@ -203,7 +203,8 @@ func (s *System) States(ctx context.Context) ([]ClusterState, error) {
 	return ClusterStates(ctx, s.HubClient, s.Clusters())
 }
 
-// ClusterStates reads the ClusterProxyStatus and ManagedClusterAddOn of each of clusters from the hub, sorted by name.
+// ClusterStates reads the ClusterProxyStatus and ManagedClusterAddOn (v1beta1) of each of clusters from the hub,
+// sorted by name.
 func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([]ClusterState, error) {
 	var out []ClusterState
 	for _, name := range clusters {
@@ -225,11 +226,11 @@ func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([
 		default:
 			return nil, err
 		}
-		mca := &addonv1alpha1.ManagedClusterAddOn{}
+		mca := &addonv1beta1.ManagedClusterAddOn{}
 		if err := hub.Get(ctx, client.ObjectKey{Namespace: name, Name: proxyv1alpha1.AddonName}, mca); client.IgnoreNotFound(err) != nil {
 			return nil, err
 		}
-		if cond := meta.FindStatusCondition(mca.Status.Conditions, addonv1alpha1.ManagedClusterAddOnConditionAvailable); cond != nil {
+		if cond := meta.FindStatusCondition(mca.Status.Conditions, addonv1beta1.ManagedClusterAddOnConditionAvailable); cond != nil {
 			st.AddOnAvailable = cond.Status
 		}
 		out = append(out, st)

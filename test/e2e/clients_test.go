@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
@@ -198,7 +198,7 @@ func tunnelsAndClients() {
 			createOrExists(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace(Default, target), Name: "issuer-ca"},
 				Data: map[string]string{"ca.crt": string(sys.Managed[1].CA())}})
 
-			setCustomizedVariables([]addonv1alpha1.CustomizedVariable{
+			setCustomizedVariables([]addonv1beta1.CustomizedVariable{
 				{Name: "oidcIssuerURL", Value: localsystem.DigitIssuer}, {Name: "oidcClientID", Value: oidcClientID},
 				{Name: "oidcUsernamePrefix", Value: "oidc:"}, {Name: "oidcCAConfigMap", Value: "issuer-ca"},
 				// realcluster signs ServiceAccount tokens with an ECDSA P-256 key.

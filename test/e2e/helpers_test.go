@@ -46,7 +46,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/utils/ptr"
-	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	workv1 "open-cluster-management.io/api/work/v1"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -471,7 +471,7 @@ func agentWorkHTTPSProxy(g Gomega) string {
 // setProxy points cluster1's AddOnDeploymentConfig at proxyURL, trusting caBundle.
 func setProxy(proxyURL string, caBundle []byte) {
 	GinkgoHelper()
-	updateProxyConfig(func(adc *addonv1alpha1.AddOnDeploymentConfig) {
+	updateProxyConfig(func(adc *addonv1beta1.AddOnDeploymentConfig) {
 		adc.Spec.ProxyConfig.HTTPSProxy = proxyURL
 		if caBundle != nil {
 			adc.Spec.ProxyConfig.CABundle = caBundle
@@ -480,10 +480,10 @@ func setProxy(proxyURL string, caBundle []byte) {
 }
 
 // updateProxyConfig changes cluster1's AddOnDeploymentConfig, reading it again on a conflict.
-func updateProxyConfig(change func(*addonv1alpha1.AddOnDeploymentConfig)) {
+func updateProxyConfig(change func(*addonv1beta1.AddOnDeploymentConfig)) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		adc := &addonv1alpha1.AddOnDeploymentConfig{}
+		adc := &addonv1beta1.AddOnDeploymentConfig{}
 		g.Expect(sys.HubClient.Get(ctx(), types(localsystem.ProxiedCluster, localsystem.ProxyConfigName), adc)).To(Succeed())
 		change(adc)
 		g.Expect(sys.HubClient.Update(ctx(), adc)).To(Succeed())
@@ -514,7 +514,7 @@ func currentCA() *x509.Certificate {
 // agentNamespace is where the agent of cluster is installed, as its add-on reports (an AddOnDeploymentConfig
 // defaults agentInstallNamespace to open-cluster-management-agent-addon).
 func agentNamespace(g Gomega, cluster string) string {
-	mca := &addonv1alpha1.ManagedClusterAddOn{}
+	mca := &addonv1beta1.ManagedClusterAddOn{}
 	g.Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), mca)).To(Succeed())
 	return mca.Status.Namespace
 }
@@ -593,9 +593,9 @@ func expectEveryClusterAvailable() { suite.ExpectEveryClusterAvailable() }
 const oidcClientID = "cluster-proxy"
 
 // setCustomizedVariables sets the customized variables of cluster1's AddOnDeploymentConfig.
-func setCustomizedVariables(vars []addonv1alpha1.CustomizedVariable) {
+func setCustomizedVariables(vars []addonv1beta1.CustomizedVariable) {
 	GinkgoHelper()
-	updateProxyConfig(func(adc *addonv1alpha1.AddOnDeploymentConfig) { adc.Spec.CustomizedVariables = vars })
+	updateProxyConfig(func(adc *addonv1beta1.AddOnDeploymentConfig) { adc.Spec.CustomizedVariables = vars })
 }
 
 // expectAgentArgs waits until cluster's agent Deployment's arguments match, it has rolled out, only its new agents

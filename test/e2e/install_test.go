@@ -12,7 +12,9 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -106,6 +108,32 @@ func install() {
 			}
 			out = shell("kubectl get managedclusters,clusterproxystatuses -A")
 			Expect(out).To(ContainSubstring("managedcluster.cluster.open-cluster-management.io/" + localsystem.ProxiedCluster))
+		})
+
+		It("speaks OCM v1.2's add-on API v1beta1, which kubectl and v1beta1 clients read and write", func() {
+			logs := shell("kubectl logs -n " + localsystem.Namespace + " deploy/cluster-proxy-addon-manager")
+			Expect(logs).To(MatchRegexp(`Speaking OCM's add-on API.*"version":"v1beta1"`), "the manager discovered v1beta1")
+			out := shell("kubectl get managedclusteraddons.v1beta1.addon.open-cluster-management.io -A")
+			for _, cluster := range clusterNames() {
+				Expect(out).To(MatchRegexp(`(?m)^`+cluster+`\s+cluster-proxy\s+True\s+`), "Available through v1beta1:\n%s", out)
+			}
+			out = shell("kubectl get addondeploymentconfigs.v1beta1.addon.open-cluster-management.io -n " + localsystem.ProxiedCluster +
+				" " + localsystem.ProxyConfigName + " -o jsonpath={.spec.proxyConfig.httpsProxy}")
+			Expect(out).To(Equal(sys.Squid.TLSURL()))
+			for _, cluster := range clusterNames() {
+				mca := &addonv1beta1.ManagedClusterAddOn{}
+				Expect(sys.HubClient.Get(ctx(), types(cluster, proxyv1alpha1.AddonName), mca)).To(Succeed())
+				Expect(meta.IsStatusConditionTrue(mca.Status.Conditions, addonv1beta1.ManagedClusterAddOnConditionAvailable)).To(BeTrue(), cluster)
+				Expect(mca.Status.Namespace).To(Equal(agentNamespace(Default, cluster)))
+				var custom []string
+				for _, r := range mca.Status.Registrations {
+					if r.Type == addonv1beta1.CustomSigner {
+						custom = append(custom, r.CustomSigner.SignerName)
+					}
+				}
+				Expect(custom).To(ContainElement("open-cluster-management.io/proxy-agent-signer"),
+					"the operator's registration, as v1beta1 shows it")
+			}
 		})
 
 		It("shows every cluster healthy with a latency in kubectl-cluster_proxy health", func() {
