@@ -8,25 +8,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 func TestAnApplyOfAClusterManagementAddOnIsSentAsV1beta1WithOnlyTheFieldsItSets(t *testing.T) {
 	g := NewWithT(t)
-	cma := &addonv1alpha1.ClusterManagementAddOn{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "addon.open-cluster-management.io/v1alpha1", Kind: "ClusterManagementAddOn"},
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Labels: map[string]string{"app": "cluster-proxy"}},
-		Spec: addonv1alpha1.ClusterManagementAddOnSpec{
-			AddOnMeta: addonv1alpha1.AddOnMeta{DisplayName: "cluster-proxy"},
-			SupportedConfigs: []addonv1alpha1.ConfigMeta{
-				{ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: addonv1alpha1.GroupName, Resource: "addondeploymentconfigs"}},
-				{ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "proxy.open-cluster-management.io", Resource: "managedproxyconfigurations"},
-					DefaultConfig: &addonv1alpha1.ConfigReferent{Name: "cluster-proxy"}},
-			},
-			InstallStrategy: addonv1alpha1.InstallStrategy{Type: addonv1alpha1.AddonInstallStrategyManual},
-		},
-	}
+	cma := managementAddOn()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cma)
 	g.Expect(err).NotTo(HaveOccurred())
 	wire, ok, err := applyToWire(client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: m}))

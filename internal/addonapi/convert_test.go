@@ -89,10 +89,12 @@ func TestListsConvertEveryItem(t *testing.T) {
 	g.Expect(back.Items[1].Annotations).NotTo(HaveKey(InstallNamespaceAnnotation))
 }
 
-func TestAClusterManagementAddOnKeepsItsDefaultConfigsAcrossTheWire(t *testing.T) {
-	g := NewWithT(t)
-	in := &addonv1alpha1.ClusterManagementAddOn{
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy"},
+// managementAddOn is the ClusterManagementAddOn as the operator renders it: a config type without a default (the
+// AddOnDeploymentConfig) and one with (the ManagedProxyConfiguration).
+func managementAddOn() *addonv1alpha1.ClusterManagementAddOn {
+	return &addonv1alpha1.ClusterManagementAddOn{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "addon.open-cluster-management.io/v1alpha1", Kind: "ClusterManagementAddOn"},
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Labels: map[string]string{"app": "cluster-proxy"}},
 		Spec: addonv1alpha1.ClusterManagementAddOnSpec{
 			AddOnMeta: addonv1alpha1.AddOnMeta{DisplayName: "cluster-proxy"},
 			SupportedConfigs: []addonv1alpha1.ConfigMeta{
@@ -103,6 +105,11 @@ func TestAClusterManagementAddOnKeepsItsDefaultConfigsAcrossTheWire(t *testing.T
 			InstallStrategy: addonv1alpha1.InstallStrategy{Type: addonv1alpha1.AddonInstallStrategyManual},
 		},
 	}
+}
+
+func TestAClusterManagementAddOnKeepsItsDefaultConfigsAcrossTheWire(t *testing.T) {
+	g := NewWithT(t)
+	in := managementAddOn()
 	wire := &addonv1beta1.ClusterManagementAddOn{}
 	g.Expect(ToWire(in, wire)).To(Succeed())
 	g.Expect(wire.Spec.DefaultConfigs).To(HaveLen(2))
