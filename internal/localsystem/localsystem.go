@@ -191,6 +191,10 @@ func (s *System) start(ctx context.Context) error {
 	if err := errors.Join(joined...); err != nil {
 		return err
 	}
+	s.logf("waiting for OCM's add-on webhook to convert add-ons")
+	if err := s.waitForAddOnWebhook(ctx); err != nil {
+		return err
+	}
 	if s.opts.OLM != nil {
 		if err := s.installOperatorByOLM(ctx); err != nil {
 			return err

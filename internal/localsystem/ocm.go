@@ -10,11 +10,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -30,6 +32,7 @@ const (
 	ocmHubNamespace   = "open-cluster-management-hub"
 	ocmAgentNamespace = "open-cluster-management-agent"
 	joinTimeout       = 3 * time.Minute
+	webhookTimeout    = 2 * time.Minute
 )
 
 // ocmImage packs bin/ocm-local, non-root.
@@ -69,6 +72,27 @@ func (s *System) deployOCMHub(ctx context.Context) error {
 		ocmDeployment(ocmHubNamespace, "ocm-hub", []string{"hub", "--hub-apiserver-url=" + s.Hub.APIServer(),
 			"--feature-gates=ClusterProfile=true"}, nil, nil))
 	return kubeclient.CreateAll(ctx, s.HubClient, objs...)
+}
+
+// waitForAddOnWebhook waits until the hub converts add-ons through OCM's webhook: a dry-run create of a v1beta1
+// ClusterManagementAddOn, which the API server converts to the stored v1alpha1 without storing it, succeeds. Until
+// then every v1beta1 write fails, the operator's and a user's alike.
+func (s *System) waitForAddOnWebhook(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
+	defer cancel()
+	for {
+		probe := &addonv1beta1.ClusterManagementAddOn{ObjectMeta: metav1.ObjectMeta{Name: "local-system-webhook-probe"},
+			Spec: addonv1beta1.ClusterManagementAddOnSpec{InstallStrategy: addonv1beta1.InstallStrategy{Type: addonv1beta1.AddonInstallStrategyManual}}}
+		err := s.HubClient.Create(ctx, probe, client.DryRunAll)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("OCM's add-on webhook does not convert add-ons (kubectl -n %s logs deploy/%s): %w", ocmHubNamespace, ocmWebhookName, err)
+		case <-time.After(200 * time.Millisecond): // the API server tells no sooner than asked
+		}
+	}
 }
 
 // ClusterProfileNamespace is where OCM keeps the ClusterProfiles of the local system's clusters.
