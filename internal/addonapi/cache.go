@@ -2,6 +2,7 @@ package addonapi
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -152,10 +153,22 @@ func (h modelHandler) OnDelete(obj any) {
 	h.ResourceEventHandler.OnDelete(model(obj))
 }
 
-// model is obj as v1alpha1, or obj itself when it does not convert.
+// model is obj as v1alpha1. An add-on object the conversions refuse (which a server does not return) reaches the
+// handlers as a v1alpha1 object with its metadata only, so their type assertions hold and their requests still name
+// it; any other object is passed as is.
 func model(obj any) any {
 	if m, ok := toModel(obj); ok {
 		return m
 	}
-	return obj
+	wire, ok := obj.(runtime.Object)
+	if !ok {
+		return obj
+	}
+	m, ok := modelOf(wire)
+	if !ok {
+		return obj
+	}
+	meta := reflect.ValueOf(wire).Elem().FieldByName("ObjectMeta")
+	reflect.ValueOf(m).Elem().FieldByName("ObjectMeta").Set(meta)
+	return m
 }

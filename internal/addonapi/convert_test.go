@@ -145,3 +145,15 @@ func TestOnlyTheAddOnKindsTravelAsV1beta1(t *testing.T) {
 		g.Expect(ok).To(BeFalse(), "%T", obj)
 	}
 }
+
+func TestAnAddOnThatDoesNotConvertReachesHandlersWithItsMetadata(t *testing.T) {
+	g := NewWithT(t)
+	broken := &addonv1beta1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy", Namespace: "cluster1"},
+		Status: addonv1beta1.ManagedClusterAddOnStatus{Registrations: []addonv1beta1.RegistrationConfig{{Type: addonv1beta1.KubeClient}}}}
+	g.Expect(FromWire(broken, &addonv1alpha1.ManagedClusterAddOn{})).NotTo(Succeed(), "a kubeClient registration without its config")
+	got, ok := model(broken).(*addonv1alpha1.ManagedClusterAddOn)
+	g.Expect(ok).To(BeTrue(), "the handler's type assertion holds")
+	g.Expect(got.Name).To(Equal("cluster-proxy"))
+	g.Expect(got.Namespace).To(Equal("cluster1"))
+	g.Expect(model(&metav1.Status{})).To(Equal(&metav1.Status{}), "other objects pass as they are")
+}
