@@ -102,12 +102,14 @@ type Cluster struct {
 	node *exec.Cmd
 	done chan struct{}
 	ca   *certs.KeyPair
+	// logsKept closes when keepPodLogs has returned.
+	logsKept chan struct{}
 }
 
 // Name is the cluster's name.
 func (c *Cluster) Name() string { return c.opts.Name }
 
-// Dir is the cluster's work folder: logs/ holds every daemon's log.
+// Dir is the cluster's work folder: logs/ holds every daemon's log, pod-logs/ every container's (PodLogs).
 func (c *Cluster) Dir() string { return c.opts.Dir }
 
 // AuditLog is the kube-apiserver's audit log (JSON lines, Metadata level, the components' own requests left out).
@@ -249,6 +251,11 @@ func (c *Cluster) startNode() error {
 		logFile.Close()
 		close(c.done)
 	}()
+	c.logsKept = make(chan struct{})
+	go func() {
+		defer close(c.logsKept)
+		c.keepPodLogs(time.Second)
+	}()
 	return nil
 }
 
@@ -315,6 +322,9 @@ func (c *Cluster) Stop() error {
 			_ = c.node.Process.Kill()
 			<-c.done
 		}
+	}
+	if c.logsKept != nil {
+		<-c.logsKept
 	}
 	var errs []error
 	if err := removeCluster(c.name); err != nil {
