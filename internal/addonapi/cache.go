@@ -39,9 +39,6 @@ func NewCacheFunc(v Version) cache.NewCacheFunc {
 	}
 }
 
-// wireKinds are the add-on kinds that travel as v1beta1.
-var wireKinds = map[string]bool{"ManagedClusterAddOn": true, "ClusterManagementAddOn": true, "AddOnDeploymentConfig": true}
-
 type wireCache struct {
 	cache.Cache
 }

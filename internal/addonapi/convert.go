@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -24,36 +25,46 @@ var conversions = func() *runtime.Scheme {
 	return s
 }()
 
-// wireOf returns an empty v1beta1 object for a v1alpha1 add-on object or list, and false for any other object.
-func wireOf(obj runtime.Object) (runtime.Object, bool) {
-	switch obj.(type) {
-	case *addonv1alpha1.ManagedClusterAddOn:
-		return &addonv1beta1.ManagedClusterAddOn{}, true
-	case *addonv1alpha1.ManagedClusterAddOnList:
-		return &addonv1beta1.ManagedClusterAddOnList{}, true
-	case *addonv1alpha1.ClusterManagementAddOn:
-		return &addonv1beta1.ClusterManagementAddOn{}, true
-	case *addonv1alpha1.ClusterManagementAddOnList:
-		return &addonv1beta1.ClusterManagementAddOnList{}, true
-	case *addonv1alpha1.AddOnDeploymentConfig:
-		return &addonv1beta1.AddOnDeploymentConfig{}, true
-	case *addonv1alpha1.AddOnDeploymentConfigList:
-		return &addonv1beta1.AddOnDeploymentConfigList{}, true
-	}
-	return nil, false
+// pairs are the add-on API's kinds, and their lists, that travel as v1beta1: each as the operator's model (v1alpha1)
+// and as it travels.
+var pairs = []struct{ model, wire runtime.Object }{
+	{&addonv1alpha1.ManagedClusterAddOn{}, &addonv1beta1.ManagedClusterAddOn{}},
+	{&addonv1alpha1.ManagedClusterAddOnList{}, &addonv1beta1.ManagedClusterAddOnList{}},
+	{&addonv1alpha1.ClusterManagementAddOn{}, &addonv1beta1.ClusterManagementAddOn{}},
+	{&addonv1alpha1.ClusterManagementAddOnList{}, &addonv1beta1.ClusterManagementAddOnList{}},
+	{&addonv1alpha1.AddOnDeploymentConfig{}, &addonv1beta1.AddOnDeploymentConfig{}},
+	{&addonv1alpha1.AddOnDeploymentConfigList{}, &addonv1beta1.AddOnDeploymentConfigList{}},
 }
 
-// modelOf returns an empty v1alpha1 object for a v1beta1 add-on object, and false for any other object.
-func modelOf(obj runtime.Object) (runtime.Object, bool) {
-	switch obj.(type) {
-	case *addonv1beta1.ManagedClusterAddOn:
-		return &addonv1alpha1.ManagedClusterAddOn{}, true
-	case *addonv1beta1.ClusterManagementAddOn:
-		return &addonv1alpha1.ClusterManagementAddOn{}, true
-	case *addonv1beta1.AddOnDeploymentConfig:
-		return &addonv1alpha1.AddOnDeploymentConfig{}, true
+var (
+	// wireTypes and modelTypes map each type of pairs to the other's.
+	wireTypes, modelTypes = map[reflect.Type]reflect.Type{}, map[reflect.Type]reflect.Type{}
+	// wireKinds are the kinds of pairs, lists aside.
+	wireKinds = map[string]bool{}
+)
+
+func init() {
+	for _, p := range pairs {
+		model, wire := reflect.TypeOf(p.model), reflect.TypeOf(p.wire)
+		wireTypes[model], modelTypes[wire] = wire, model
+		if !meta.IsListType(p.model) {
+			wireKinds[model.Elem().Name()] = true
+		}
 	}
-	return nil, false
+}
+
+// wireOf returns an empty v1beta1 object for a v1alpha1 add-on object or list, and false for any other object.
+func wireOf(obj runtime.Object) (runtime.Object, bool) { return counterpart(wireTypes, obj) }
+
+// modelOf returns an empty v1alpha1 object for a v1beta1 add-on object or list, and false for any other object.
+func modelOf(obj runtime.Object) (runtime.Object, bool) { return counterpart(modelTypes, obj) }
+
+func counterpart(types map[reflect.Type]reflect.Type, obj runtime.Object) (runtime.Object, bool) {
+	t, ok := types[reflect.TypeOf(obj)]
+	if !ok {
+		return nil, false
+	}
+	return reflect.New(t.Elem()).Interface().(runtime.Object), true
 }
 
 // ToWire converts a v1alpha1 add-on object or list into out, its v1beta1 counterpart; in is not changed and out
