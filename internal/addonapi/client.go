@@ -100,8 +100,14 @@ func (w *wireStatusWriter) Patch(ctx context.Context, obj client.Object, patch c
 }
 
 // read reads into obj through do: as is for any kind but the add-on API's, else into a v1beta1 object converted
-// into obj.
+// into obj (an unstructured obj too).
 func read(obj runtime.Object, do func(runtime.Object) error) error {
+	if u, model, err := typedModel(obj); model != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return viaModel(u, model, read(model, do))
+	}
 	wire, ok := wireOf(obj)
 	if !ok {
 		return do(obj)
@@ -112,8 +118,15 @@ func read(obj runtime.Object, do func(runtime.Object) error) error {
 	return FromWire(wire, obj)
 }
 
-// write sends obj through do, as v1beta1 for the add-on API's kinds, and takes back what the server returned.
+// write sends obj through do, as v1beta1 for the add-on API's kinds (an unstructured obj too), and takes back what
+// the server returned.
 func write(obj client.Object, do func(client.Object) error) error {
+	if u, model, err := typedModel(obj); model != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return viaModel(u, model, write(model, do))
+	}
 	wire, ok := wireOf(obj)
 	if !ok {
 		return do(obj)
@@ -125,6 +138,42 @@ func write(obj client.Object, do func(client.Object) error) error {
 		return err
 	}
 	return FromWire(wire, obj)
+}
+
+// typedModel returns, for an unstructured object of a v1alpha1 add-on kind, the typed object holding the same: that
+// travels as v1beta1 as the operator's typed objects do. It returns a nil model for any other object.
+func typedModel(obj runtime.Object) (*unstructured.Unstructured, client.Object, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil, nil
+	}
+	gvk := u.GroupVersionKind()
+	if gvk.GroupVersion() != addonv1alpha1.SchemeGroupVersion || !wireKinds[gvk.Kind] {
+		return nil, nil, nil
+	}
+	model, err := conversions.New(gvk)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, model); err != nil {
+		return nil, nil, fmt.Errorf("read the unstructured %s: %w", gvk.Kind, err)
+	}
+	return u, model.(client.Object), nil
+}
+
+// viaModel puts model, read or written through err, back into u as v1alpha1.
+func viaModel(u *unstructured.Unstructured, model client.Object, err error) error {
+	if err != nil {
+		return err
+	}
+	gvk := u.GroupVersionKind()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(model)
+	if err != nil {
+		return err
+	}
+	u.Object = m
+	u.SetGroupVersionKind(gvk)
+	return nil
 }
 
 // applyToWire converts an apply configuration of a v1alpha1 add-on kind to v1beta1; false for any other kind. The
