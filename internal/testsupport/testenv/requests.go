@@ -28,7 +28,8 @@ type CollectionReads struct {
 // Wrap is a rest.Config.WrapTransport that counts the requests rt carries.
 func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if api := groupVersionOf(req.URL.Path); api != "" {
+		path := parsePath(req.URL.Path)
+		if api := path.groupVersion; api != "" {
 			r.mu.Lock()
 			if r.byAPI == nil {
 				r.byAPI, r.lastByAPI = map[string]int64{}, map[string]string{}
@@ -39,7 +40,7 @@ func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		if req.Method == http.MethodGet || req.Method == http.MethodHead {
 			r.reads.Add(1)
-			if resource, collection := resourceOf(req.URL.Path), isCollection(req.URL.Path); collection && resource != "" {
+			if resource := path.resource; path.collection && resource != "" {
 				r.mu.Lock()
 				if r.collections == nil {
 					r.collections = map[string]CollectionReads{}
@@ -59,7 +60,7 @@ func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 			if r.byResource == nil {
 				r.byResource = map[string]int64{}
 			}
-			r.byResource[resourceOf(req.URL.Path)]++
+			r.byResource[path.resource]++
 			r.mu.Unlock()
 		}
 		return rt.RoundTrip(req)
@@ -102,47 +103,37 @@ func (r *Requests) CollectionReadsOf(resource string) CollectionReads {
 	return r.collections[resource]
 }
 
-// resourceOf is the resource of an API path: /api/v1/[namespaces/<ns>/]<resource>/... or
-// /apis/<group>/<version>/[namespaces/<ns>/]<resource>/...; a namespace itself is "namespaces".
-func resourceOf(path string) string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	i := 2 // after api/v1
-	if len(segs) > 0 && segs[0] == "apis" {
-		i = 3
-	}
-	if len(segs) > i+2 && segs[i] == "namespaces" {
-		i += 2
-	}
-	if i < len(segs) {
-		return segs[i]
-	}
-	return ""
+// apiPath is what the path of an API request names.
+type apiPath struct {
+	// groupVersion is "v1" for the core API, else "<group>/<version>"; resource is a plural ("namespaces" for a
+	// namespace itself). Both are "" for discovery's paths and any path that is not the API's.
+	groupVersion, resource string
+	// collection is whether the path names a collection (what LIST and WATCH read) rather than one object.
+	collection bool
 }
 
-// groupVersionOf is the API group and version of a resource's path (/api/v1/<resource>...: v1;
-// /apis/<group>/<version>/<resource>...), or "" for any other path (discovery's).
-func groupVersionOf(path string) string {
+// parsePath reads /api/v1/[namespaces/<ns>/]<resource>[/<name>[/<subresource>]] and its /apis/<group>/<version>/
+// form.
+func parsePath(path string) apiPath {
 	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var p apiPath
+	i := 0
 	switch {
-	case len(segs) >= 3 && segs[0] == "api":
-		return segs[1]
-	case len(segs) >= 4 && segs[0] == "apis":
-		return segs[1] + "/" + segs[2]
-	}
-	return ""
-}
-
-// isCollection reports whether an API path names a collection (what LIST and WATCH read) rather than one object.
-func isCollection(path string) bool {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	i := 2
-	if len(segs) > 0 && segs[0] == "apis" {
-		i = 3
+	case len(segs) >= 2 && segs[0] == "api":
+		p.groupVersion, i = segs[1], 2
+	case len(segs) >= 3 && segs[0] == "apis":
+		p.groupVersion, i = segs[1]+"/"+segs[2], 3
+	default:
+		return apiPath{}
 	}
 	if len(segs) > i+2 && segs[i] == "namespaces" {
 		i += 2
 	}
-	return len(segs) == i+1
+	if i >= len(segs) {
+		return apiPath{}
+	}
+	p.resource, p.collection = segs[i], len(segs) == i+1
+	return p
 }
 
 // Settled returns a condition for Eventually, polled at the quiet period you want: true once count has not changed
