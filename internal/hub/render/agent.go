@@ -348,7 +348,7 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 		Env:             proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),
 		Ports:           []corev1.ContainerPort{containerPort("health", contract.AgentHealthPort)},
 		LivenessProbe:   httpProbe("/healthz", contract.AgentHealthPort),
-		ReadinessProbe:  httpProbe("/readyz", contract.AgentHealthPort),
+		ReadinessProbe:  readinessProbe("/readyz", contract.AgentHealthPort),
 		SecurityContext: restrictedContainer(),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "ca", MountPath: caMount, ReadOnly: true},
