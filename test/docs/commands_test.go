@@ -23,12 +23,12 @@ type runBy struct {
 var exercised = map[string][]runBy{
 	"make run": {{file: "cmd/localsystem/main_test.go", text: `exec.Command(bin)`}, // make run's program, by make e2e
 		{file: "Makefile", text: "$(BIN_DIR)/localsystem"}},
-	"make test": {{file: ".ci/run", text: "make test"}},
+	"make test": {{file: ".ci/run", text: "step test"}},
 	"helm install -n open-cluster-management-addon --create-namespace cluster-proxy charts/cluster-proxy --set proxyServer.entrypointAddress=proxy.example.com": {
 		{file: "test/helm/helm_test.go", text: `"--create-namespace", releaseName, chartDir(), "--set", "proxyServer.entrypointAddress=proxy.example.com"`}},
 	"kustomize build config/default | kubectl apply --server-side -f -": {
 		{file: "test/kustomize/kustomize_test.go", text: "kustomize build config/default | kubectl apply --server-side -f -"}},
-	"make bundle": {{file: "Makefile", text: "verify-generated: manifests generate bundle"}, {file: ".ci/run", text: "make verify-generated"}},
+	"make bundle": {{file: "Makefile", text: "verify-generated: manifests generate bundle"}, {file: ".ci/run", text: "step verify-generated"}},
 	"docker build -f bundle.Dockerfile -t <registry>/cluster-proxy-operator-bundle:<tag> .": {
 		{notRunHere: "needs a Docker engine; test/bundle checks bundle.Dockerfile's labels against bundle/metadata"}},
 	"kubectl annotate managedproxyconfiguration cluster-proxy proxy.open-cluster-management.io/rotate-ca=\"$(date +%s)\" --overwrite": {
