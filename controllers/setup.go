@@ -86,6 +86,9 @@ type Options struct {
 	// HubServer is the hub kube-apiserver's URL as ClusterProfile consumers reach it (the hub provider's server);
 	// "" is clusterprofile.DefaultHubServer.
 	HubServer string
+	// CARolloverGrace is how long a rotated CA stays trusted after its last certificate was re-issued
+	// (managedproxyconfiguration.CARolloverGrace when zero).
+	CARolloverGrace time.Duration
 }
 
 // hubCA is the CA of the manager's own connection to the hub: its pod's ServiceAccount CA file, read again on every
@@ -119,7 +122,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	recorder := mgr.GetEventRecorder("cluster-proxy-operator")
 	options := controller.Options{RateLimiter: RateLimiter()}
-	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder}
+	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+		Recorder: recorder, RolloverGrace: opts.CARolloverGrace}
 	if opts.TLSProfileNamespace != "" {
 		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
 		profiles, err := cache.New(mgr.GetConfig(), cache.Options{

@@ -3,6 +3,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/clusterprofile"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
@@ -60,6 +62,10 @@ func main() {
 	var hubServer string
 	flag.StringVar(&hubServer, "hub-server", clusterprofile.DefaultHubServer, "the hub kube-apiserver's URL as ClusterProfile "+
 		"consumers reach it: the server of the open-cluster-management-hub access provider")
+	var rolloverGrace time.Duration
+	flag.DurationVar(&rolloverGrace, "ca-rollover-grace", managedproxyconfiguration.CARolloverGrace, "how long a rotated "+
+		"CA stays in the bundle after the last certificate it signed was re-issued; longer than the kubelets take to "+
+		"update the pods' Secret volumes (their sync period, 1m by default, plus their cache's delay)")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -71,6 +77,10 @@ func main() {
 	resolver, err := clusterproxy.ParseResolve(resolve)
 	if err != nil {
 		log.Error(err, "Invalid flag")
+		os.Exit(2)
+	}
+	if rolloverGrace <= 0 {
+		log.Error(fmt.Errorf("--ca-rollover-grace is %s, want a positive duration", rolloverGrace), "Invalid flag")
 		os.Exit(2)
 	}
 
@@ -109,7 +119,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer}
+	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer, CARolloverGrace: rolloverGrace}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{

@@ -45,6 +45,9 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// RolloverGrace is how long the previous CA stays in the bundle once every certificate it signed was re-issued
+	// (CARolloverGrace when zero): longer than the kubelets take to update the pods' Secret volumes.
+	RolloverGrace time.Duration
 	// OCMTLSProfile, when set, holds OCM's ocm-tls-profile ConfigMap of OCMTLSProfileNamespace: the TLS profile of
 	// configurations without spec.tlsProfile.
 	OCMTLSProfile          cache.Cache

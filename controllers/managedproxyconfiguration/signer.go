@@ -32,9 +32,10 @@ const (
 	// previousCAUnusedAnnotation on the signer secret records when the previous CA stopped signing any live
 	// certificate: it leaves the bundle CARolloverGrace later.
 	previousCAUnusedAnnotation = "proxy.open-cluster-management.io/previous-ca-unused-since"
-	// CARolloverGrace is how long the previous CA stays in the bundle after every certificate it signed was re-issued:
-	// pods serve the new certificates only once the kubelet has updated their Secret volumes (its sync period plus
-	// its cache's TTL, about a minute each), and a client that read a bundle without the old CA must trust them.
+	// CARolloverGrace is how long, by default (Reconciler.RolloverGrace), the previous CA stays in the bundle after
+	// every certificate it signed was re-issued: pods serve the new certificates only once the kubelet has updated
+	// their Secret volumes (its sync period plus its cache's TTL, about a minute each), and a client that read a
+	// bundle without the old CA must trust them.
 	CARolloverGrace = 3 * time.Minute
 )
 
@@ -103,7 +104,7 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 }
 
 // previousCAGrace is how long the previous CA, which signs no live certificate any more, stays in the bundle: it
-// records the moment it found it unused on the signer secret, and answers what is left of CARolloverGrace since.
+// records the moment it found it unused on the signer secret, and answers what is left of the rollover grace since.
 func (r *Reconciler) previousCAGrace(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, secret *corev1.Secret) (time.Duration, error) {
 	now := r.Clock.Now()
 	since, err := time.Parse(time.RFC3339, secret.Annotations[previousCAUnusedAnnotation])
@@ -118,7 +119,15 @@ func (r *Reconciler) previousCAGrace(ctx context.Context, mpc *proxyv1alpha1.Man
 			return 0, err
 		}
 	}
-	return max(since.Add(CARolloverGrace).Sub(now), 0), nil
+	return max(since.Add(r.rolloverGrace()).Sub(now), 0), nil
+}
+
+// rolloverGrace is RolloverGrace, or CARolloverGrace when unset.
+func (r *Reconciler) rolloverGrace() time.Duration {
+	if r.RolloverGrace > 0 {
+		return r.RolloverGrace
+	}
+	return CARolloverGrace
 }
 
 // ensureSelfSignedCA generates the CA once, and rotates it when 2/3 of its life has passed or a rotation was

@@ -30,7 +30,8 @@ import (
 
 // HelmValues are the values the local system installs the chart with, beyond its defaults: the image of 'make image'
 // (by the name in its archive, never pulled), the entrypoint, the replicas, the user-server, a short tunnel-health
-// interval, and Manual add-on installation; then Options.HelmValues.
+// interval, a CA rollover grace fit for its kubelets' 10 s sync, and Manual add-on installation; then
+// Options.HelmValues.
 func (s *System) HelmValues() ([]string, error) {
 	ref, err := imageName(s.opts.Image)
 	if err != nil {
@@ -42,7 +43,7 @@ func (s *System) HelmValues() ([]string, error) {
 		"proxyServer.entrypointAddress=" + EntrypointHost, "proxyServer.port=" + strconv.Itoa(EntrypointPort),
 		"userServer.enabled=true",
 		"installByPlacement.enabled=false",
-		"manager.extraArgs={--tunnel-health-interval=5s}",
+		"manager.extraArgs={--tunnel-health-interval=5s,--ca-rollover-grace=45s}",
 	}, s.opts.HelmValues...), nil
 }
 

@@ -121,7 +121,7 @@ func rotation() {
 					leaf := must(certs.ParseCertificates(s.Data["tls.crt"]))[0]
 					g.Expect(leaf.CheckSignatureFrom(newCA)).To(Succeed(), name)
 				}
-			}, 8*time.Minute, time.Second).Should(Succeed()) // the old CA stays CARolloverGrace (3 min) after its last use
+			}, 8*time.Minute, time.Second).Should(Succeed()) // the old CA stays --ca-rollover-grace (45 s here) after its last use
 			// The old CA leaves the bundle only when the pods serve the new certificates (the kubelet has updated their
 			// volumes within the grace period): a client that reads the new bundle then trusts every replica at once.
 			completed := time.Now()

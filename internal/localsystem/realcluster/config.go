@@ -152,6 +152,9 @@ protectKernelDefaults: true
 failSwapOn: false
 volumePluginDir: %[7]s
 serializeImagePulls: false
+# Pods see a changed Secret volume within about 10 s, not the default minute: the local system's manager keeps a
+# rotated CA for a grace that only needs to outlast this (--ca-rollover-grace).
+syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
