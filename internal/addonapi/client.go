@@ -156,7 +156,7 @@ func typedModel(obj runtime.Object) (*unstructured.Unstructured, client.Object, 
 		return nil, nil, err
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, model); err != nil {
-		return nil, nil, fmt.Errorf("read the unstructured %s: %w", gvk.Kind, err)
+		return nil, nil, fmt.Errorf("read the %s: %w", gvk.Kind, err)
 	}
 	return u, model.(client.Object), nil
 }
@@ -188,16 +188,9 @@ func applyToWire(obj runtime.ApplyConfiguration) (*unstructured.Unstructured, bo
 	if err := u.UnmarshalJSON(data); err != nil {
 		return nil, false, nil //nolint:nilerr // not an object of a kind: not the add-on API's
 	}
-	gvk := u.GroupVersionKind()
-	if gvk.GroupVersion() != addonv1alpha1.SchemeGroupVersion || !wireKinds[gvk.Kind] {
-		return nil, false, nil
-	}
-	model, err := conversions.New(gvk)
-	if err != nil {
+	_, model, err := typedModel(u)
+	if model == nil || err != nil {
 		return nil, false, err
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, model); err != nil {
-		return nil, false, fmt.Errorf("read the %s to apply: %w", gvk.Kind, err)
 	}
 	wire, _ := wireOf(model)
 	if err := ToWire(model, wire); err != nil {
