@@ -223,12 +223,15 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		}, timeout, interval).Should(Succeed())
 		if ocmHub.Release == testenv.OCM12 {
 			By("a v1beta1 client reads the status the manager wrote, converted by OCM's webhook")
-			mca := get(Default, &addonv1beta1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
-			Expect(mca.Status.Namespace).To(Equal("open-cluster-management-agent-addon"), "an AddOnDeploymentConfig's default install namespace")
-			Expect(mca.Status.Registrations).To(ContainElement(SatisfyAll(HaveField("Type", addonv1beta1.CustomSigner),
-				HaveField("CustomSigner.SignerName", "open-cluster-management.io/proxy-agent-signer"))))
-			Expect(mca.Status.ConfigReferences).To(ContainElement(HaveField("DesiredConfig.ConfigReferent",
-				addonv1beta1.ConfigReferent{Namespace: cluster, Name: "proxy"})))
+			// The status is written after the work, and again when another writer changed the add-on meanwhile.
+			Eventually(func(g Gomega) {
+				mca := get(g, &addonv1beta1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+				g.Expect(mca.Status.Namespace).To(Equal("open-cluster-management-agent-addon"), "an AddOnDeploymentConfig's default install namespace")
+				g.Expect(mca.Status.Registrations).To(ContainElement(SatisfyAll(HaveField("Type", addonv1beta1.CustomSigner),
+					HaveField("CustomSigner.SignerName", "open-cluster-management.io/proxy-agent-signer"))))
+				g.Expect(mca.Status.ConfigReferences).To(ContainElement(HaveField("DesiredConfig.ConfigReferent",
+					addonv1beta1.ConfigReferent{Namespace: cluster, Name: "proxy"})))
+			}, timeout, interval).Should(Succeed())
 		}
 		Expect(requests.To(served)).To(BeNumerically(">", 0), "the manager's requests to %s", served)
 		Expect(requests.To(unused)).To(BeZero(), "the manager's requests to %s (the last: %s)", unused, requests.LastTo(unused))
