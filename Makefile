@@ -103,9 +103,14 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: manifests generate vet envtest-assets helm kustomize ocm-local ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize; the reconcilers on an OCM v1.2 hub, then on an OCM v1.0 one).
+test: manifests generate vet envtest-assets helm kustomize ocm-local ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-packages test-ocm-v1.0 test-poison
+
+# make test runs the three side by side: the two envtest suites of the reconcilers spend most of their time waiting on
+# their API servers, and the poisoned run is short.
+.PHONY: test-packages
+test-packages: envtest-assets ## Every package's tests (go test ./...), the reconcilers' envtest suite on an OCM v1.2 hub among them.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test ./... -count=1 -timeout 30m
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-ocm-v1.0 test-poison
 
 .PHONY: test-ocm-v1.0
 test-ocm-v1.0: envtest-assets ## The reconcilers' envtest suite on a hub that serves the add-on API as v1alpha1 only, as OCM v1.0 does (make test runs it on OCM v1.2's CRDs and webhook).
