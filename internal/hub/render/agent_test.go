@@ -242,7 +242,7 @@ func TestAgentWork(t *testing.T) {
 				g.Expect(d.Spec.Selector.MatchLabels).To(Equal(podLabels))
 				g.Expect(d.Spec.Template.Labels).To(Equal(podLabels))
 				pod := d.Spec.Template.Spec
-				g.Expect(pod.Containers[0].ReadinessProbe.PeriodSeconds).To(BeEquivalentTo(ReadinessPeriodSeconds),
+				g.Expect(pod.Containers[0].ReadinessProbe.PeriodSeconds).To(BeEquivalentTo(2),
 					"a roll moves on soon after a new agent holds a tunnel")
 				g.Expect(pod.ServiceAccountName).To(Equal("cluster-proxy"))
 				g.Expect(pod.ImagePullSecrets).To(BeEmpty())

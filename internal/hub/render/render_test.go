@@ -167,7 +167,7 @@ func TestSeveralServerReplicasWaitForTheirPeersAgentsAndRollOneAtATime(t *testin
 	g.Expect(d.Spec.Strategy.RollingUpdate).NotTo(BeNil())
 	g.Expect(d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue()).To(Equal(0), "a surge replica would get no agents")
 	g.Expect(d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue()).To(Equal(1))
-	g.Expect(d.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds).To(BeEquivalentTo(ReadinessPeriodSeconds),
+	g.Expect(d.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds).To(BeEquivalentTo(2),
 		"the roll moves on soon after a new replica holds every cluster")
 	lb := LoadBalancerService(mpc(&proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeLoadBalancerService}))
 	g.Expect(lb.Spec.PublishNotReadyAddresses).To(BeTrue(), "agents reach a replica before it is Ready")
