@@ -27,6 +27,10 @@ have_all() {
 
 if have_all; then echo "$ASSETS"; exit 0; fi
 mkdir -p "$ASSETS"
+# One build at a time: the targets of a parallel make wait for the one that builds, then find its binaries.
+exec 9>"$ASSETS/.build.lock"
+flock 9
+if have_all; then echo "$ASSETS"; exit 0; fi
 
 # 1. setup-envtest (works where its release bucket is reachable).
 if [ ! -x "$ASSETS/kube-apiserver" ] && [ -z "${SKIP_SETUP_ENVTEST:-}" ]; then
@@ -67,35 +71,35 @@ GO
 fi
 
 # 3. The Kubernetes commands from k8s.io/kubernetes, in a throw-away module that replaces every k8s.io/<staging>
-#    module with its published v0.x release; with --nodes, the node's commands and CoreDNS (a reduced plugin list)
-#    join the same module and the same go build.
-if ! all_present $K8S_COMMANDS || { [ -n "$NODES" ] && ! all_present $NODE_COMMANDS coredns; }; then
-  commands=$K8S_COMMANDS
-  [ -z "$NODES" ] || commands="$commands $NODE_COMMANDS"
-  log "building $commands${NODES:+ coredns} v$K8S_VERSION (~7 min cold, cached after)"
+#    module with its published v0.x release. The module is the same with and without --nodes (every command and
+#    CoreDNS, a reduced plugin list, in its requirements), so the versions it selects are the same and the node
+#    build compiles only what the envtest build has not: the packages are in the Go build cache. Only the missing
+#    commands are built.
+wanted="$K8S_COMMANDS"
+[ -z "$NODES" ] || wanted="$wanted $NODE_COMMANDS coredns"
+missing=""
+for c in $wanted; do [ -x "$ASSETS/$c" ] || missing="$missing $c"; done
+if [ -n "$missing" ]; then
+  log "building${missing} v$K8S_VERSION (~7 min cold, cached after)"
   staging_version="v0.${K8S_VERSION#1.}"
   gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  mkdir -p "$WORK/k8s"
+  mkdir -p "$WORK/k8s/coredns"
   {
     echo "module envtest/k8s"
     echo
     echo "go $(go env GOVERSION | sed 's/^go//' | cut -d. -f1,2)"
     echo
     echo "require k8s.io/kubernetes v$K8S_VERSION"
-    [ -z "$NODES" ] || echo "require github.com/coredns/coredns v$COREDNS_VERSION"
+    echo "require github.com/coredns/coredns v$COREDNS_VERSION"
     echo
     grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
   } >"$WORK/k8s/go.mod"
   {
     printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in $commands; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    for c in $K8S_COMMANDS $NODE_COMMANDS; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
     printf ')\n'
   } >"$WORK/k8s/tools.go"
-  pkgs=""
-  for c in $commands; do pkgs="$pkgs k8s.io/kubernetes/cmd/$c"; done
-  if [ -n "$NODES" ]; then
-    mkdir -p "$WORK/k8s/coredns"
-    cat >"$WORK/k8s/coredns/main.go" <<'GO'
+  cat >"$WORK/k8s/coredns/main.go" <<'GO'
 // Command coredns is CoreDNS with the plugins a cluster's DNS needs.
 package main
 
@@ -114,8 +118,10 @@ import (
 
 func main() { coremain.Run() }
 GO
-    pkgs="$pkgs ./coredns"
-  fi
+  pkgs=""
+  for c in $missing; do
+    if [ "$c" = coredns ]; then pkgs="$pkgs ./coredns"; else pkgs="$pkgs k8s.io/kubernetes/cmd/$c"; fi
+  done
   v="k8s.io/component-base/version"
   ldflags="-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=${K8S_VERSION%%.*} -X $v.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $v.gitTreeState=clean"
   (cd "$WORK/k8s" && go mod tidy >/dev/null 2>&1 \
