@@ -43,15 +43,51 @@ func ownerAlive(netns string) (int, bool) {
 	return pid, pid == os.Getpid() || syscall.Kill(pid, 0) == nil
 }
 
-var cleanMu sync.Mutex
+// machineLockFile is flock'ed while clusters are recorded, found stale or removed. Runs in other processes start and
+// stop clusters at the same time (make e2e beside make e2e-olm): none may take another's cluster, recorded but not yet
+// made, for stale, nor drop the guard route while another's clusters start.
+const machineLockFile = "/run/lock/cluster-proxy-operator-realcluster.lock"
+
+// machineMu orders this process's own holders: the flock is taken per open file.
+var machineMu sync.Mutex
+
+// lockMachine takes the machine-wide lock of the clusters' records; unlock releases it.
+func lockMachine() (unlock func(), err error) {
+	machineMu.Lock()
+	if err := os.MkdirAll(filepath.Dir(machineLockFile), 0o755); err != nil {
+		machineMu.Unlock()
+		return nil, err
+	}
+	f, err := os.OpenFile(machineLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		machineMu.Unlock()
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		machineMu.Unlock()
+		return nil, fmt.Errorf("lock %s: %w", machineLockFile, err)
+	}
+	return func() {
+		_ = f.Close() // releases the flock
+		machineMu.Unlock()
+	}, nil
+}
 
 // CleanStale removes what a run that was killed left of the clusters it owned: every cpo-* network namespace,
 // cgroup and owner record whose owner is gone. index, when not zero, must be free afterwards: a cluster with that
 // index that another live run owns is an error naming it.
 func CleanStale(index int) error {
-	// Clusters of one process start side by side: one of them at a time removes what is stale.
-	cleanMu.Lock()
-	defer cleanMu.Unlock()
+	unlock, err := lockMachine()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return cleanStaleLocked(index)
+}
+
+// cleanStaleLocked is CleanStale under the machine lock.
+func cleanStaleLocked(index int) error {
 	names, err := staleCandidates()
 	if err != nil {
 		return err

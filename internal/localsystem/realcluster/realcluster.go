@@ -148,16 +148,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) start(ctx context.Context) error {
-	if err := CleanStale(c.opts.Index); err != nil {
+// claim removes what is stale and records this process as the cluster's owner, in one hold of the machine lock: a
+// run starting beside this one finds the cluster owned from its first trace on.
+func (c *Cluster) claim() error {
+	unlock, err := lockMachine()
+	if err != nil {
 		return err
 	}
+	defer unlock()
+	if err := cleanStaleLocked(c.opts.Index); err != nil {
+		return err
+	}
+	return writeOwner(c.name)
+}
+
+func (c *Cluster) start(ctx context.Context) error {
 	for _, d := range []string{"config", "pki", "logs", "etcd", "cni/net.d", "cni/ipam", "root/run/containerd"} {
 		if err := os.MkdirAll(filepath.Join(c.opts.Dir, d), 0o700); err != nil {
 			return err
 		}
 	}
-	if err := writeOwner(c.name); err != nil {
+	if err := c.claim(); err != nil {
 		return err
 	}
 	if err := os.Symlink(filepath.Join(c.opts.Dir, "root", "run", "containerd", "containerd.sock"), c.containerdSocket()); err != nil {
@@ -327,8 +338,13 @@ func (c *Cluster) Stop() error {
 		<-c.logsKept
 	}
 	var errs []error
-	if err := removeCluster(c.name); err != nil {
+	if unlock, err := lockMachine(); err != nil {
 		errs = append(errs, err)
+	} else {
+		if err := removeCluster(c.name); err != nil {
+			errs = append(errs, err)
+		}
+		unlock()
 	}
 	if !c.opts.KeepDir && c.opts.Dir != "" {
 		if err := os.RemoveAll(c.opts.Dir); err != nil {
