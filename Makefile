@@ -3,6 +3,11 @@
 IMG ?= quay.io/cluster-proxy-operator/cluster-proxy-operator:latest
 BIN_DIR := $(CURDIR)/bin
 export PATH := $(BIN_DIR):$(PATH)
+# Every go command of make builds as the image's build step does: static (CGO_ENABLED=0) and with -trimpath. The
+# tests, the binaries and the image then share one build configuration, so the Go build cache compiles each package
+# once, and a clone in another folder finds its packages compiled.
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell go env GOFLAGS)) -trimpath)
 
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0

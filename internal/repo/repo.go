@@ -5,10 +5,14 @@ package repo
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+
+	"golang.org/x/mod/modfile"
 )
 
 // ocmHubCRDs are the OCM hub CRDs the operator reads or writes, by path inside the open-cluster-management.io/api
@@ -26,10 +30,39 @@ var ocmHubCRDs = []string{
 	"addon/v1alpha1/0000_02_addon.open-cluster-management.io_addondeploymentconfigs.crd.yaml",
 }
 
-// Root is the root of this repository, found from this source file.
-func Root() string {
+// thisFile is this source file's path inside the module, which a build with -trimpath records in its place.
+const thisFile = "/internal/repo/repo.go"
+
+// Root is the root of this repository, found from this source file. A build with -trimpath (as make builds) records
+// the file as module path and name only; then the root is the nearest folder, from the working directory up, whose
+// go.mod declares this module.
+var Root = sync.OnceValue(func() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	module := strings.TrimSuffix(filepath.ToSlash(file), thisFile)
+	cwd, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("repo: the root of %s from the working directory: %v", module, err))
+	}
+	root, err := moduleRoot(cwd, module)
+	if err != nil {
+		panic(fmt.Sprintf("repo: %v (a -trimpath build finds the repository from the working directory: run it there)", err))
+	}
+	return root
+})
+
+// moduleRoot is the nearest folder from dir up whose go.mod declares module.
+func moduleRoot(dir, module string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && modfile.ModulePath(data) == module {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no folder from %s up has the go.mod of %s", dir, module)
+		}
+	}
 }
 
 // OCMLocal is bin/ocm-local, the real OCM components of 'make ocm-local'.
