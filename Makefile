@@ -107,11 +107,16 @@ test-nodes: node-assets curl ## Real clusters on this machine (internal/localsys
 envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, else built from Go modules); prints the folder.
 	@hack/envtest-assets.sh
 
+# TEST_ALSO names more test targets for make test to run beside its own, after the code is generated (CI: test-nodes
+# test-rbac test-integration).
+TEST_ALSO ?=
+
 .PHONY: test
 test: manifests generate vet envtest-assets helm kustomize ocm-local ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-packages test-ocm-v1.0 test-poison
+	@$(MAKE) --no-print-directory -j$(words test-packages test-ocm-v1.0 test-poison $(TEST_ALSO)) --output-sync=target \
+		test-packages test-ocm-v1.0 test-poison $(TEST_ALSO)
 
-# make test runs the three side by side: the two envtest suites of the reconcilers spend most of their time waiting on
+# make test runs these side by side: the two envtest suites of the reconcilers spend most of their time waiting on
 # their API servers, and the poisoned run is short.
 .PHONY: test-packages
 test-packages: envtest-assets ## Every package's tests (go test ./...), the reconcilers' envtest suite on an OCM v1.2 hub among them.
@@ -132,13 +137,29 @@ test-poison: envtest-assets ## The data plane's tests again with every released 
 test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags integration ./test/integration/... -count=1 -timeout 30m -v -ginkgo.v
 
+# E2E_PREREQUISITES are what the real-cluster suites run: the image, the node binaries, OCM, helm, squid and curl.
+E2E_PREREQUISITES := build node-assets image ocm-local helm squid curl
+
 .PHONY: e2e
-e2e: build node-assets image ocm-local helm squid curl ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients.
-	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
-	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
+e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients. Beside it, make run's program once.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target e2e-suite e2e-run
 
 .PHONY: e2e-olm
-e2e-olm: build node-assets image ocm-local helm olm busybox squid curl ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
+e2e-olm: $(E2E_PREREQUISITES) olm busybox ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
+	@$(MAKE) --no-print-directory e2e-olm-suite
+
+.PHONY: e2e-all
+e2e-all: $(E2E_PREREQUISITES) olm busybox ## make e2e and make e2e-olm side by side (CI): each system's clusters have their own indexes, and the suites mostly wait on them.
+	@$(MAKE) --no-print-directory -j3 --output-sync=target e2e-suite e2e-run e2e-olm-suite
+
+# The suites of make e2e and make e2e-olm, without their prerequisites: a make -j runs them side by side once those
+# are built (a prerequisite such as generate rewrites sources that a running go test compiles).
+.PHONY: e2e-suite e2e-run e2e-olm-suite
+e2e-suite:
+	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
+e2e-run:
+	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
+e2e-olm-suite:
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
 ##@ Build
@@ -180,9 +201,11 @@ docker-build: ## Build the container image (needs a Docker engine; its build ste
 
 ##@ Tools
 
-# Debian packages some targets run, installed with apt-get (through sudo unless root) when missing.
+# Debian packages some targets run, installed with apt-get (through sudo unless root) when missing. One install at a
+# time (flock): targets of a make -j that each need a package wait for each other instead of failing on apt's lock.
 APT_INSTALL = { echo "installing $(1) with apt-get"; S=""; [ "$$(id -u)" = 0 ] || S=sudo; \
-	$$S apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q $(1) >/dev/null; }
+	$$S flock /tmp/.cluster-proxy-operator-apt.lock sh -c \
+		'apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(1) >/dev/null'; }
 
 .PHONY: squid
 squid: ## Install squid-openssl (the forward proxy of make run and make e2e) when it is missing.
