@@ -148,8 +148,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// claim removes what is stale and records this process as the cluster's owner, in one hold of the machine lock: a
-// run starting beside this one finds the cluster owned from its first trace on.
+// claim removes what is stale, gives the machine's inotify limits room for another node, and records this process as
+// the cluster's owner, in one hold of the machine lock: a run starting beside this one finds the cluster owned from
+// its first trace on.
 func (c *Cluster) claim() error {
 	unlock, err := lockMachine()
 	if err != nil {
@@ -157,6 +158,9 @@ func (c *Cluster) claim() error {
 	}
 	defer unlock()
 	if err := cleanStaleLocked(c.opts.Index); err != nil {
+		return err
+	}
+	if err := raiseInotifyLimits(inotifyDir); err != nil {
 		return err
 	}
 	return writeOwner(c.name)
