@@ -23,6 +23,9 @@ CHART_DIR := charts/cluster-proxy
 
 # KUBEBUILDER_ASSETS is the folder envtest-assets prints (etcd, kube-apiserver, kube-controller-manager).
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
+# KUBEBUILDER_CONTROLPLANE_START_TIMEOUT is how long envtest waits for each kube-apiserver and etcd it starts to be
+# ready (its default is 20 s). CI runs six suites side by side on two cores, and their API servers start together.
+export KUBEBUILDER_CONTROLPLANE_START_TIMEOUT ?= 2m
 # EVENTUALLY_TIMEOUT is how long an Eventually without its own timeout waits in make test (Gomega's default is 1s):
 # the packages run side by side on two cores, and an agent's reconnect or a server's start can take longer there.
 EVENTUALLY_TIMEOUT ?= 10s
