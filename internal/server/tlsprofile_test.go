@@ -22,8 +22,15 @@ var netDialer = net.Dialer{Timeout: 5 * time.Second}
 // it stays usable, and a malformed profile leaves the last good one in force.
 func TestTLSProfileAppliesToNewHandshakesAndKeepsOpenConnections(t *testing.T) {
 	g := NewWithT(t)
-	profile := filepath.Join(t.TempDir(), "profile.json")
-	write := func(content string) { g.Expect(os.WriteFile(profile, []byte(content), 0o600)).To(Succeed()) }
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "profile.json")
+	// As kubelet updates a ConfigMap volume: a whole new file renamed over the old, so that a reload never reads one
+	// half-written (truncated and still empty, which is the default profile).
+	write := func(content string) {
+		next := filepath.Join(dir, "profile.json.next")
+		g.Expect(os.WriteFile(next, []byte(content), 0o600)).To(Succeed())
+		g.Expect(os.Rename(next, profile)).To(Succeed())
+	}
 	write(`{"minTLSVersion":"VersionTLS13"}`)
 	f := startFixture(t, false, nil, func(o *Options) { o.TLSProfileFile = profile })
 	g.Expect(profileInfo(t)).To(Equal(map[string]string{"min_version": "VersionTLS13", "cipher_suites": ""}))
