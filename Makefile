@@ -144,31 +144,12 @@ test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes
 E2E_PREREQUISITES := build node-assets image ocm-local helm squid curl
 
 .PHONY: e2e
-e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients. Beside it, make run's program once.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target e2e-suite e2e-run
+e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients.
+	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
+	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
 .PHONY: e2e-olm
 e2e-olm: $(E2E_PREREQUISITES) olm busybox ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
-	@$(MAKE) --no-print-directory e2e-olm-suite
-
-.PHONY: e2e-all
-e2e-all: $(E2E_PREREQUISITES) olm busybox ## make e2e and make e2e-olm side by side (CI): beside make e2e's suite, make e2e-olm's suite and then make run's program; each system's clusters have their own indexes, and the suites mostly wait on them.
-	@$(MAKE) --no-print-directory -j2 --output-sync=target e2e-suite e2e-olm-then-run
-
-# e2e-olm-then-run keeps make e2e-all at two systems at a time: with three (nine clusters on two cores), make run's
-# program once waited over its 5 minutes for a cluster's agent certificate.
-.PHONY: e2e-olm-then-run
-e2e-olm-then-run: e2e-olm-suite
-	@$(MAKE) --no-print-directory e2e-run
-
-# The suites of make e2e and make e2e-olm, without their prerequisites: a make -j runs them side by side once those
-# are built (a prerequisite such as generate rewrites sources that a running go test compiles).
-.PHONY: e2e-suite e2e-run e2e-olm-suite
-e2e-suite:
-	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
-e2e-run:
-	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
-e2e-olm-suite:
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
 ##@ Build

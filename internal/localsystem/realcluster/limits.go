@@ -11,7 +11,8 @@ import (
 // inotifyLimits are the machine's inotify limits a node needs room in, at their least. Every kubelet, containerd,
 // kube-apiserver, kube-proxy and kube-controller-manager holds inotify instances (about 20 a cluster), all counted
 // against root's one limit: Debian's default of 128 instances runs out at the sixth or seventh cluster, and a kubelet
-// without one never gets Ready ("inotify_init: too many open files"). make e2e and make e2e-olm run nine side by side.
+// without one never gets Ready ("inotify_init: too many open files"). Systems side by side (make run beside make
+// e2e, or make e2e beside make e2e-olm) need more.
 var inotifyLimits = map[string]int{
 	"max_user_instances": 1024,
 	"max_user_watches":   524288,
