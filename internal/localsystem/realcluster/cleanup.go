@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -48,30 +47,21 @@ func ownerAlive(netns string) (int, bool) {
 // made, for stale, nor drop the guard route while another's clusters start.
 const machineLockFile = "/run/lock/cluster-proxy-operator-realcluster.lock"
 
-// machineMu orders this process's own holders: the flock is taken per open file.
-var machineMu sync.Mutex
-
-// lockMachine takes the machine-wide lock of the clusters' records; unlock releases it.
+// lockMachine takes the machine-wide lock of the clusters' records; unlock releases it. Each call opens the file
+// anew, so two holders in one process exclude each other as two processes do (flock locks an open file description).
 func lockMachine() (unlock func(), err error) {
-	machineMu.Lock()
 	if err := os.MkdirAll(filepath.Dir(machineLockFile), 0o755); err != nil {
-		machineMu.Unlock()
 		return nil, err
 	}
 	f, err := os.OpenFile(machineLockFile, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		machineMu.Unlock()
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		_ = f.Close()
-		machineMu.Unlock()
 		return nil, fmt.Errorf("lock %s: %w", machineLockFile, err)
 	}
-	return func() {
-		_ = f.Close() // releases the flock
-		machineMu.Unlock()
-	}, nil
+	return func() { _ = f.Close() }, nil // closing releases the flock
 }
 
 // CleanStale removes what a run that was killed left of the clusters it owned: every cpo-* network namespace,
