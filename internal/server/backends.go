@@ -46,6 +46,23 @@ func (m *newestBackends) remove(b *backend) {
 	agentStreams.Dec()
 }
 
+// all is every backend, once each.
+func (m *newestBackends) all() []*backend {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	seen := map[*backend]bool{}
+	var out []*backend
+	for _, backends := range m.byHost {
+		for _, b := range backends {
+			if !seen[b] {
+				seen[b] = true
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
 // pick is the newest non-draining backend of host, else the newest draining one; nil when host has none.
 func (m *newestBackends) pick(host string) *backend {
 	m.mu.RLock()

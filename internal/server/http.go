@@ -42,8 +42,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
-	// closes, and at the latest when the agent streams end.
-	tunnel, err := s.dial(r.Context(), r.Host, nil, nil)
+	// closes, once it is idle during a shutdown (router.retireIdle), and at the latest when the agent streams end.
+	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true)
 	if err != nil {
 		code := http.StatusBadGateway
 		if errors.Is(err, errNoAgent) {

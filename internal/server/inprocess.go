@@ -58,7 +58,7 @@ var (
 // DialCluster opens a tunnel to <cluster>:<port> through the agent, in process. ctx bounds the dial only; the
 // connection lives until either end closes it or the server shuts down.
 func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
-	conn, err := s.dial(ctx, net.JoinHostPort(cluster, strconv.Itoa(port)), &s.inProcess, s.tunnelCtx)
+	conn, err := s.dial(ctx, net.JoinHostPort(cluster, strconv.Itoa(port)), &s.inProcess, s.tunnelCtx, false)
 	if err != nil {
 		return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
 	}
@@ -67,10 +67,11 @@ func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net
 
 // dial opens an in-process tunnel to address (<host>:<port>, the host an agent identifier), and dials again when the
 // agent stream the dial went to ended before the agent answered. group counts the tunnel's stream while it runs (none
-// when nil), and the tunnel ends when until does (never when nil).
-func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context) (net.Conn, error) {
+// when nil), the tunnel ends when until does (never when nil), and retire has a shutdown close it once it is idle
+// (router.retireIdle).
+func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool) (net.Conn, error) {
 	for redials := 0; ; redials++ {
-		conn, err := s.dialOnce(ctx, address, group, until)
+		conn, err := s.dialOnce(ctx, address, group, until, retire)
 		if errors.Is(err, errAgentStreamEnded) && redials < inProcessRedials {
 			s.log.V(1).Info("The agent stream a dial was sent to ended before the agent answered; dialing again", "address", address)
 			continue
@@ -80,7 +81,7 @@ func (s *Server) dial(ctx context.Context, address string, group *inProcessTunne
 }
 
 // dialOnce is one in-process tunnel's dial.
-func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessTunnels, until context.Context) (net.Conn, error) {
+func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool) (net.Conn, error) {
 	if !group.add() {
 		return nil, errServerStopping
 	}
@@ -91,7 +92,7 @@ func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessT
 	}
 	go func() {
 		defer group.done()
-		err := s.router.serveFrontend(tunnelStream{t})
+		err := s.router.serveFrontend(tunnelStream{t}, retire)
 		stop()
 		t.handlerDone(err)
 	}()

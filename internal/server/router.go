@@ -69,6 +69,10 @@ type packetStream interface {
 type frontend struct {
 	mu     sync.Mutex
 	stream packetStream
+	// retire says whether a shutdown closes its connection once it is idle (retireIdle): true for the gRPC and
+	// HTTP-CONNECT frontends, whose clients' kept-alive connections would otherwise be cut at the shutdown bound,
+	// perhaps in the middle of an answer; the user-server drains its own connections.
+	retire bool
 }
 
 func (f *frontend) send(pkt *client.Packet) error {
@@ -84,6 +88,19 @@ type link struct {
 	random  int64
 	connID  atomic.Int64 // from the agent's DIAL_RSP; 0 until then
 	closing bool         // the frontend sent CLOSE_REQ; only the frontend's loop reads and writes it
+
+	// packets counts the DATA packets either way, and toClient says whether the last one went to the client: a
+	// connection quiet since an answer reached its client is between requests (retireIdle). seen is packets at the
+	// previous retireIdle pass, which alone uses it.
+	packets  atomic.Uint64
+	toClient atomic.Bool
+	seen     uint64
+}
+
+// carried records a DATA packet of l's connection, to the client or from it.
+func (l *link) carried(toClient bool) {
+	l.packets.Add(1)
+	l.toClient.Store(toClient)
 }
 
 // backend is one agent stream.
@@ -226,6 +243,7 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 			}
 			return
 		}
+		l.carried(true)
 		if err := l.front.send(pkt); err != nil {
 			r.log.V(2).Info("Could not pass data to a frontend", "agentID", b.agentID, "connectionID", d.ConnectID, "err", err)
 		}
@@ -288,9 +306,10 @@ func (r *router) takePending(random int64, b *backend) *link {
 	return l
 }
 
-// serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets.
-func (r *router) serveFrontend(stream packetStream) error {
-	f := &frontend{stream: stream}
+// serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets. retire
+// says whether a shutdown closes the connection once it is idle (see frontend).
+func (r *router) serveFrontend(stream packetStream, retire bool) error {
+	f := &frontend{stream: stream, retire: retire}
 	var l *link
 	defer func() {
 		if l != nil {
@@ -341,6 +360,7 @@ func (r *router) serveFrontend(stream packetStream) error {
 				_ = f.send(packet.CloseResponse(d.ConnectID, "no such connection on this stream"))
 				continue
 			}
+			l.carried(false)
 			if err := l.back.send(pkt); err != nil {
 				r.log.V(2).Info("Could not pass data to an agent", "agentID", l.back.agentID, "connectionID", d.ConnectID, "err", err)
 			}
@@ -374,6 +394,44 @@ func (r *router) frontendGone(l *link) {
 	l.back.closeConn(id)
 }
 
+// retireIdle closes, at the agent and at the client, each connection of a retiring frontend (see frontend) that has
+// carried no packet since the previous pass and whose last packet was an answer to the client: on a kept-alive
+// connection, that is a pause between requests. Its client sees the connection end (CLOSE_RSP) before it sends the
+// next request and dials again, reaching a replica that is not going away; a request whose answer has not come, or
+// is still coming, keeps its connection. A shutdown calls it every retireInterval after the lame duck, so that the
+// frontends' graceful stop ends with the clients' kept-alive connections instead of cutting them at its bound. It
+// returns how many connections it closed.
+func (r *router) retireIdle() int {
+	type idle struct {
+		id int64
+		l  *link
+	}
+	closed := 0
+	for _, b := range r.backends.all() {
+		var quiet []idle
+		b.mu.Lock()
+		for id, l := range b.conns {
+			if !l.front.retire {
+				continue
+			}
+			n := l.packets.Load()
+			if n == l.seen && l.toClient.Load() {
+				quiet = append(quiet, idle{id, l})
+				delete(b.conns, id)
+				established.Dec()
+			}
+			l.seen = n
+		}
+		b.mu.Unlock()
+		for _, q := range quiet {
+			b.closeConn(q.id)
+			_ = q.l.front.send(packet.CloseResponse(q.id, ""))
+		}
+		closed += len(quiet)
+	}
+	return closed
+}
+
 // hostOf is the host of a dial address, as the agents' host identifiers name it.
 func hostOf(address string) string {
 	if host, _, err := net.SplitHostPort(address); err == nil {
@@ -389,7 +447,7 @@ type proxyService struct {
 }
 
 func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
-	return p.r.serveFrontend(stream)
+	return p.r.serveFrontend(stream, true)
 }
 
 // agentService is the agent endpoint.

@@ -451,6 +451,14 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 		s.cancelTunnels()
 		s.inProcess.stop(shutdownCtx)
 	})
+	// After the lame duck, the kept-alive connections of the gRPC and HTTP-CONNECT frontends close between their
+	// requests, so that the graceful stop below ends with them rather than cutting them at the bound.
+	retireCtx, stopRetiring := context.WithCancel(shutdownCtx)
+	defer stopRetiring()
+	go func() {
+		s.lameDuck(retireCtx)
+		s.retireIdleConnections(retireCtx)
+	}()
 	stopping.Go(func() {
 		s.lameDuck(shutdownCtx)
 		gracefulStop(shutdownCtx, s.frontend)
@@ -463,6 +471,7 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 		})
 	}
 	stopping.Wait()
+	stopRetiring()
 	// Agents reconnect to another replica; nothing is left to drain through them once the frontends are gone.
 	s.agentEndpoint.Stop()
 	agentsTold.Wait()
@@ -482,6 +491,27 @@ func (s *Server) lameDuck(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 	case <-s.opts.Clock.After(s.opts.LameDuck):
+	}
+}
+
+// retireInterval is how often a shutdown closes the idle connections of the gRPC and HTTP-CONNECT frontends
+// (router.retireIdle): a connection is idle once it has carried nothing for a whole interval since an answer reached
+// its client, so a client that pauses 100 ms between requests is moved within its first pause.
+const retireInterval = 40 * time.Millisecond
+
+// retireIdleConnections closes idle frontend connections every retireInterval until ctx ends.
+func (s *Server) retireIdleConnections(ctx context.Context) {
+	total := 0
+	for {
+		select {
+		case <-ctx.Done():
+			if total > 0 {
+				s.log.Info("Closed idle frontend connections while stopping", "connections", total)
+			}
+			return
+		case <-s.opts.Clock.After(retireInterval):
+			total += s.router.retireIdle()
+		}
 	}
 }
 
