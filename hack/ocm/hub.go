@@ -28,10 +28,12 @@ const hubNamespace = "open-cluster-management-hub"
 // runHub runs the controllers the cluster-manager operator deploys on a hub (its webhooks run apart, see runWebhook):
 // the registration controllers (cluster namespaces, RBAC, leases, cluster sets, CSR approval only for auto-approved
 // users), the placement controller, the add-on manager and the work hub manager, each as the upstream command would,
-// until ctx ends.
+// until ctx ends. --components narrows them, e.g. to the add-on manager alone for a hub whose clusters have no
+// klusterlets (the control-plane benchmark).
 func runHub(ctx context.Context, args []string) error {
 	var kubeconfig string
 	fs := newFlagSet("hub", &kubeconfig)
+	only := fs.StringSlice("components", nil, "Run only these components (registration, addon-manager, work-manager, placement); empty: all.")
 	common := commonoptions.NewOptions()
 	common.AddFlags(fs)
 	regOpts := reghub.NewHubManagerOptions()
@@ -56,6 +58,17 @@ func runHub(ctx context.Context, args []string) error {
 		"addon-manager": addon.RunManager,
 		"work-manager":  workhub.NewWorkHubManagerConfig(workOpts).RunWorkHubManager,
 		"placement":     placement.RunControllerManager,
+	}
+	if len(*only) != 0 {
+		chosen := map[string]func(context.Context, *controllercmd.ControllerContext) error{}
+		for _, name := range *only {
+			run, ok := components[name]
+			if !ok {
+				return fmt.Errorf("--components: unknown component %q; known: registration, addon-manager, work-manager, placement", name)
+			}
+			chosen[name] = run
+		}
+		components = chosen
 	}
 	return runAll(ctx, components, func(name string) *controllercmd.ControllerContext {
 		return &controllercmd.ControllerContext{

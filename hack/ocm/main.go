@@ -1,7 +1,7 @@
 // Command ocm-local runs the real Open Cluster Management v1.2.0 components, one image for every OCM pod of the local
 // system (internal/localsystem) and a process for the envtest suites:
 //
-//	ocm-local hub     --kubeconfig <hub admin> --hub-apiserver-url <url>
+//	ocm-local hub     --kubeconfig <hub admin> --hub-apiserver-url <url> [--components addon-manager,...]
 //	ocm-local webhook --kubeconfig <hub admin> [--host <ip>] [--port <port>] [--certdir <dir>]
 //	ocm-local agent   --kubeconfig <managed admin> --cluster-name <name> --bootstrap-kubeconfig <file> --hub-kubeconfig-dir <dir>
 //	ocm-local crds    managed <dir> | hub <dir> --ca-bundle-file <file> [--webhook-url <url>]
