@@ -247,6 +247,19 @@ help: ## Show this help.
 bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, CPU and writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=1000,5000,10000, BENCH_MEMORY_LIMIT=256Mi, BENCH_STEADY=60s, BENCH_OUT, BENCH_PROFILE_DIR=dir).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run '^TestControlPlaneScale$$' -count=1 -v -timeout 90m
 
+.PHONY: bench-control-plane-vs-addon
+bench-control-plane-vs-addon: addon-manager-given envtest-assets ocm-local ## The existing OCM addon's manager and ours, each on a new OCM v1.2 hub with OCM's add-on manager and the same 1,000 clusters, figures side by side with their ratios (ADDON_MANAGER=path of its addon-manager, built from cluster-proxy v0.11.0; BENCH_CLUSTERS, BENCH_REPEAT, BENCH_STEADY, BENCH_MEMORY_LIMIT, BENCH_OUT, BENCH_PROFILE_DIR).
+	BENCH_ADDON_MANAGER="$(abspath $(ADDON_MANAGER))" KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run '^TestControlPlaneVersusAddon$$' -count=1 -v -timeout 180m
+
+# addon-manager-given fails at once, before anything is built, when ADDON_MANAGER is missing.
+.PHONY: addon-manager-given
+addon-manager-given:
+	@if [ -z "$(ADDON_MANAGER)" ]; then \
+		echo "ADDON_MANAGER is not set: give the path of the existing addon's manager, e.g. make bench-control-plane-vs-addon ADDON_MANAGER=../cluster-proxy/addon-manager" >&2; \
+		echo "(clone https://github.com/open-cluster-management-io/cluster-proxy, check out v0.11.0, run 'go build -mod=vendor ./cmd/addon-manager' in it)" >&2; \
+		exit 2; \
+	fi
+
 .PHONY: test-rbac
 test-rbac: envtest-assets ## The manager as deployed (its ServiceAccount, the rules of config/rbac, a token) brings 20 clusters to convergence and a steady state without writes or GETs, and RBAC denies it nothing: the shipped least-privilege rules suffice.
 	BENCH_CLUSTERS=20 BENCH_STEADY=5s BENCH_IDENTITY=serviceaccount $(MAKE) --no-print-directory bench-control-plane

@@ -35,7 +35,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -66,17 +65,28 @@ const (
 
 // sizeFigures is what one fleet size measured; per-cluster figures are the totals over Clusters.
 type sizeFigures struct {
-	Clusters           int     `json:"clusters"`
+	// Manager is the manager measured (the operator's, or the existing addon's), Hub what ran beside it.
+	Manager  string `json:"manager,omitempty"`
+	Hub      string `json:"hub,omitempty"`
+	Clusters int    `json:"clusters"`
+	// ConvergenceSeconds runs from the first add-on created until every cluster has its ManifestWork, and for the
+	// operator also its ClusterProxyStatus; WorksSeconds until every cluster has its ManifestWork (measured on an OCM
+	// hub only).
 	ConvergenceSeconds float64 `json:"convergenceSeconds"`
+	WorksSeconds       float64 `json:"worksSeconds,omitempty"`
 	// CPU seconds while converging, and the CPU the whole machine spent busy meanwhile.
 	ManagerCPUSeconds       float64 `json:"managerCPUSeconds"`
 	KubeAPIServerCPUSeconds float64 `json:"kubeAPIServerCPUSeconds"`
 	EtcdCPUSeconds          float64 `json:"etcdCPUSeconds"`
-	HarnessCPUSeconds       float64 `json:"harnessCPUSeconds"`
-	MachineBusySeconds      float64 `json:"machineBusySeconds"`
-	WritesPerCluster        float64 `json:"writesPerCluster"`
-	ReconcilesPerCluster    float64 `json:"reconcilesPerCluster"`
-	ManagerPeakRSSMiB       int     `json:"managerPeakRSSMiB"`
+	// OCMCPUSeconds is what OCM's add-on manager and conversion webhook spent (on an OCM hub only).
+	OCMCPUSeconds      float64 `json:"ocmCPUSeconds,omitempty"`
+	HarnessCPUSeconds  float64 `json:"harnessCPUSeconds"`
+	MachineBusySeconds float64 `json:"machineBusySeconds"`
+	WritesPerCluster   float64 `json:"writesPerCluster"`
+	// ReadsPerCluster counts GETs, lists and watches alike, as client-go does.
+	ReadsPerCluster      float64 `json:"readsPerCluster,omitempty"`
+	ReconcilesPerCluster float64 `json:"reconcilesPerCluster"`
+	ManagerPeakRSSMiB    int     `json:"managerPeakRSSMiB"`
 	// MemoryLimitMiB is the memory cgroup limit the manager ran under (BENCH_MEMORY_LIMIT), 0 for none; the cgroup's
 	// peak is what it was charged (the binary's pages only when they were not cached before), and OOMKills says
 	// whether the kernel killed the manager.
@@ -94,6 +104,25 @@ func (f sizeFigures) perCluster(seconds float64) float64 { return seconds * 1000
 // TestControlPlaneScale measures each fleet size of BENCH_CLUSTERS (default 1000) on a hub of its own, then prints
 // the per-cluster figures side by side and writes them as JSON and plots to BENCH_OUT's folder.
 func TestControlPlaneScale(t *testing.T) {
+	sizes, how := fromEnv(t)
+	// envtest logs through controller-runtime's logger; without one, each hub prints a warning with a stack trace.
+	log.SetLogger(logr.Discard())
+	var all []sizeFigures
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			all = append(all, measureSize(t, n, how, operator))
+		})
+		if t.Failed() {
+			return
+		}
+	}
+	printSideBySide(all)
+	writeFigures(t, all)
+}
+
+// fromEnv reads the fleet sizes (BENCH_CLUSTERS, default 1000), the steady state's length (BENCH_STEADY) and the
+// manager's memory limit (BENCH_MEMORY_LIMIT).
+func fromEnv(t *testing.T) ([]int, setup) {
 	sizes := []int{1000}
 	if v := os.Getenv("BENCH_CLUSTERS"); v != "" {
 		sizes = nil
@@ -105,49 +134,48 @@ func TestControlPlaneScale(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
-	steadyStatePeriod := defaultSteadyState
+	how := setup{steady: defaultSteadyState}
 	if v := os.Getenv("BENCH_STEADY"); v != "" {
 		var err error
-		if steadyStatePeriod, err = time.ParseDuration(v); err != nil {
+		if how.steady, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("BENCH_STEADY=%q: %v", v, err)
 		}
 	}
-	var limit int64
 	if v := os.Getenv("BENCH_MEMORY_LIMIT"); v != "" {
 		q, err := resource.ParseQuantity(v)
 		if err != nil || q.Value() <= 0 {
 			t.Fatalf("BENCH_MEMORY_LIMIT=%q: want a memory quantity such as 256Mi", v)
 		}
-		limit = q.Value()
+		how.memoryLimit = q.Value()
 	}
-	// envtest logs through controller-runtime's logger; without one, each hub prints a warning with a stack trace.
-	log.SetLogger(logr.Discard())
-	var all []sizeFigures
-	for _, n := range sizes {
-		t.Run(strconv.Itoa(n), func(t *testing.T) { all = append(all, measureSize(t, n, steadyStatePeriod, limit)) })
-		if t.Failed() {
-			return
-		}
-	}
-	printSideBySide(all)
-	writeFigures(t, all)
+	return sizes, how
+}
+
+// setup is how a size is measured: the steady state's length, the manager's memory limit, and the hub.
+type setup struct {
+	steady      time.Duration
+	memoryLimit int64
+	// withOCM makes the hub one of OCM v1.2 (its CRDs and add-on conversion webhook) and runs OCM's own add-on
+	// manager beside the manager measured, as an OCM hub does: the existing addon's manager deploys nothing without
+	// the configuration and owner references it writes. Without it, the hub has OCM v1.0's CRDs and nothing else.
+	withOCM bool
 }
 
 // measureSize registers n clusters on a new hub, installs the add-on on all of them at once, and measures the
-// manager until they converge and through the steady state after.
-func measureSize(t *testing.T, n int, steadyStatePeriod time.Duration, memoryLimit int64) sizeFigures {
+// manager of who until they converge and through the steady state after.
+func measureSize(t *testing.T, n int, how setup, who contender) sizeFigures {
 	ctx := context.Background()
-	env, err := testenv.NewHub()
+	hub, err := testenv.NewHubOf(hubRelease(how), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000").Set("max-mutating-requests-inflight", "500").
+	hub.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000").Set("max-mutating-requests-inflight", "500").
 		Set("profiling", "true")
-	cfg, err := env.Start()
+	cfg, err := hub.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = env.Stop() }()
+	defer func() { _ = hub.Stop() }()
 	cfg.QPS, cfg.Burst = 2000, 4000
 	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
@@ -163,99 +191,139 @@ func measureSize(t *testing.T, n int, steadyStatePeriod time.Duration, memoryLim
 		}
 		return registerCluster(ctx, c, name, caPEM)
 	})
+	if how.withOCM {
+		ocm := startOCMAddonManager(t, hub.Environment)
+		defer ocm.Stop()
+	}
 	// The manager starts on a hub whose clusters have joined, as it would be installed on one, so that its watches
 	// are as young as they can be at steady state: client-go re-opens them after 5 to 10 minutes, and counts each
 	// re-opened watch as a GET (at 10,000 clusters, only a steady state of about 30 s ends before 5 minutes).
 	metricsAddr, pprofAddr := freeAddr(t), freeAddr(t)
-	mgr := startManager(t, env, cfg, c, metricsAddr, pprofAddr, memoryLimit)
-	defer mgr.stop()
-
-	mpc := &proxyv1alpha1.ManagedProxyConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName},
-		Spec: proxyv1alpha1.ManagedProxyConfigurationSpec{
-			ProxyServer: proxyv1alpha1.ManagedProxyConfigurationProxyServer{Image: "example.com/proxy:1", Replicas: 1, Namespace: "open-cluster-management-addon",
-				Entrypoint: &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeHostname,
-					Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}, Port: 443}},
-			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "example.com/proxy:1", Replicas: 1},
-		},
+	mpc := benchConfiguration()
+	var mgr *manager
+	if who.ours() {
+		mgr = startManager(t, hub.Environment, cfg, c, metricsAddr, pprofAddr, how.memoryLimit)
+		must(t, c.Create(ctx, mpc))
+	} else {
+		// The addon's manager reads its configuration once, as it starts, and fails without it.
+		installAddonPrerequisites(t, c, mpc)
+		mgr = startAddonManager(t, hub.Environment, who.addonManager, metricsAddr, how.memoryLimit)
 	}
-	must(t, c.Create(ctx, mpc))
+	defer mgr.stop()
 	waitFor(t, "the configuration to be Ready", convergenceTimeout, func() bool {
 		if exited, _ := mgr.Exited(); exited {
 			t.Fatalf("the manager exited (%s); its log ends:\n%s", mgr.exitDescription(t), mgr.Tail(30))
 		}
 		live := &proxyv1alpha1.ManagedProxyConfiguration{}
-		return c.Get(ctx, client.ObjectKeyFromObject(mpc), live) == nil && meta.IsStatusConditionTrue(live.Status.Conditions, proxyv1alpha1.ConditionReady)
+		return c.Get(ctx, client.ObjectKeyFromObject(mpc), live) == nil && who.configurationReady(live)
 	})
+	if !who.ours() {
+		issueServiceProxyCertificate(t, c)
+	}
 
 	waitQuiet(t, metricsAddr)
 	before := scrape(t, metricsAddr)
 
-	t.Logf("installing the add-on on %d clusters", n)
+	t.Logf("installing the add-on on %d clusters (%s)", n, who.name)
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
-	convergedAt := watchConvergence(t, cfg, n) // a watch, not polling lists: measuring must not take API server CPU
+	// Watches, not polling lists: measuring must not take API server CPU.
+	var worksAt, statusAt <-chan time.Time
+	if how.withOCM {
+		worksAt = watchWorks(t, cfg, n)
+	}
+	if who.ours() {
+		statusAt = watchConvergence(t, cfg, n)
+	}
 	cpuBefore, busyBefore, harnessBefore := mgr.cpuSeconds(t), machineBusySeconds(), pidCPUSeconds(t, os.Getpid())
-	apiBefore, etcdBefore := processCPUSeconds(t, "kube-apiserver"), processCPUSeconds(t, "etcd")
-	stopProfiles := profile(t, cfg, pprofAddr)
+	apiBefore, etcdBefore, ocmBefore := processCPUSeconds(t, "kube-apiserver"), processCPUSeconds(t, "etcd"), processCPUSeconds(t, ocmLocalComm)
+	stopProfiles := profile(t, cfg, pprofAddr, who)
 	start := time.Now()
 	parallel(t, n, func(i int) error { return createAddOn(ctx, hc, cfg.Host, fmt.Sprintf("cluster-%05d", i)) })
 	created := time.Since(start)
-	var doneAt time.Time
-	select {
-	case doneAt = <-convergedAt:
-	case <-mgr.Done():
-		t.Fatalf("the manager exited (%s) before every cluster converged; its log ends:\n%s", mgr.exitDescription(t), mgr.Tail(30))
-	case <-time.After(convergenceTimeout):
-		t.Fatalf("timed out after %s waiting for every cluster to have a ManifestWork and a reported ClusterProxyStatus; the manager's log ends:\n%s",
-			convergenceTimeout, mgr.Tail(30))
+	var worksDone, statusDone time.Time
+	for worksAt != nil || statusAt != nil {
+		select {
+		case worksDone = <-worksAt:
+			worksAt = nil
+		case statusDone = <-statusAt:
+			statusAt = nil
+		case <-mgr.Done():
+			t.Fatalf("the manager exited (%s) before every cluster converged; its log ends:\n%s", mgr.exitDescription(t), mgr.Tail(30))
+		case <-time.After(convergenceTimeout):
+			t.Fatalf("timed out after %s waiting for every cluster to have %s; the manager's log ends:\n%s",
+				convergenceTimeout, who.convergedWhen(), mgr.Tail(30))
+		}
+	}
+	doneAt := worksDone
+	if statusDone.After(doneAt) {
+		doneAt = statusDone
 	}
 	converged := doneAt.Sub(start)
 	stopProfiles()
-	heapProfile(t, pprofAddr)
+	heapProfile(t, pprofAddr, who)
 	mgrCPU, machineCPU, harnessCPU := mgr.cpuSeconds(t)-cpuBefore, machineBusySeconds()-busyBefore, pidCPUSeconds(t, os.Getpid())-harnessBefore
-	apiCPU, etcdCPU := processCPUSeconds(t, "kube-apiserver")-apiBefore, processCPUSeconds(t, "etcd")-etcdBefore
-	checkWorks(t, c, n)
+	apiCPU, etcdCPU, ocmCPU := processCPUSeconds(t, "kube-apiserver")-apiBefore, processCPUSeconds(t, "etcd")-etcdBefore, processCPUSeconds(t, ocmLocalComm)-ocmBefore
+	if who.ours() {
+		checkWorks(t, c, n)
+	} else {
+		checkAddonWorks(t, c, n)
+	}
 	waitQuiet(t, metricsAddr)
 	afterConverge := scrape(t, metricsAddr)
 	writes := afterConverge.writes() - before.writes()
 
-	t.Logf("steady state: watching the manager's API requests for %s", steadyStatePeriod)
-	time.Sleep(steadyStatePeriod) // the measurement is the absence of requests over this period
+	t.Logf("steady state: watching the manager's API requests for %s", how.steady)
+	time.Sleep(how.steady) // the measurement is the absence of requests over this period
 	afterSteady := scrape(t, metricsAddr)
 	steadyWrites := afterSteady.writes() - afterConverge.writes()
 	steadyGets := afterSteady.method("GET") - afterConverge.method("GET")
 	rss := mgr.peakRSSMiB(t)
-	sizes := objectSizes(t, cfg, "cluster-00000")
+	sizes := objectSizes(t, cfg, "cluster-00000", who)
 	fig := sizeFigures{
+		Manager: who.name, Hub: hubDescription(how),
 		Clusters: n, ConvergenceSeconds: converged.Seconds(),
 		ManagerCPUSeconds: mgrCPU, KubeAPIServerCPUSeconds: apiCPU, EtcdCPUSeconds: etcdCPU, HarnessCPUSeconds: harnessCPU,
 		MachineBusySeconds: machineCPU,
-		WritesPerCluster:   writes / float64(n), ReconcilesPerCluster: (afterConverge[reconciles] - before[reconciles]) / float64(n),
-		ManagerPeakRSSMiB: rss, SteadySeconds: steadyStatePeriod.Seconds(), SteadyWrites: steadyWrites, SteadyGets: steadyGets,
+		WritesPerCluster:   writes / float64(n), ReadsPerCluster: (afterConverge.method("GET") - before.method("GET")) / float64(n),
+		ReconcilesPerCluster: (afterConverge[reconciles] - before[reconciles]) / float64(n),
+		ManagerPeakRSSMiB:    rss, SteadySeconds: how.steady.Seconds(), SteadyWrites: steadyWrites, SteadyGets: steadyGets,
 		MeasuredAt: time.Now().UTC().Format(time.RFC3339),
+	}
+	if how.withOCM {
+		fig.WorksSeconds, fig.OCMCPUSeconds = worksDone.Sub(start).Seconds(), ocmCPU
 	}
 	memory := ""
 	if mgr.cgroup != nil {
-		fig.MemoryLimitMiB, fig.CgroupPeakMiB, fig.OOMKills = int(memoryLimit>>20), mgr.cgroup.peakMiB(t), mgr.cgroup.oomKills(t)
+		fig.MemoryLimitMiB, fig.CgroupPeakMiB, fig.OOMKills = int(how.memoryLimit>>20), mgr.cgroup.peakMiB(t), mgr.cgroup.oomKills(t)
 		memory = fmt.Sprintf("; memory cgroup limit %d MiB, its peak %d MiB, OOM kills %d", fig.MemoryLimitMiB, fig.CgroupPeakMiB, fig.OOMKills)
 	}
 
 	report := []string{
+		fmt.Sprintf("manager                          %s", who.name),
+		fmt.Sprintf("hub                              %s", fig.Hub),
 		fmt.Sprintf("clusters                         %d", n),
 		fmt.Sprintf("add-ons created by the harness   %s", created.Round(time.Millisecond)),
-		fmt.Sprintf("convergence (work + status)      %s   (target <= %s for 1,000)", converged.Round(time.Millisecond), targetConvergence),
+		fmt.Sprintf("%-33s%s   (target <= %s for 1,000)", "convergence ("+who.convergedWhen()+")", converged.Round(time.Millisecond), targetConvergence),
+	}
+	if how.withOCM && who.ours() {
+		report = append(report, fmt.Sprintf("every ManifestWork created after %.3fs", fig.WorksSeconds))
+	}
+	report = append(report,
 		fmt.Sprintf("clusters per second              %.1f", float64(n)/converged.Seconds()),
-		fmt.Sprintf("CPU while converging             manager %.1fs, kube-apiserver %.1fs, etcd %.1fs, this harness %.1fs; whole machine %.1fs of %.1fs available",
-			mgrCPU, apiCPU, etcdCPU, harnessCPU, machineCPU, converged.Seconds()*float64(runtime.NumCPU())),
+		fmt.Sprintf("CPU while converging             manager %.1fs, kube-apiserver %.1fs, etcd %.1fs, OCM %.1fs, this harness %.1fs; whole machine %.1fs of %.1fs available",
+			mgrCPU, apiCPU, etcdCPU, fig.OCMCPUSeconds, harnessCPU, machineCPU, converged.Seconds()*float64(runtime.NumCPU())),
 		fmt.Sprintf("manager API writes per cluster   %.2f   (target <= %d)", fig.WritesPerCluster, targetWritesPerCl),
 		fmt.Sprintf("manager requests while converging %s", afterConverge.minus(before)),
 		fmt.Sprintf("reconciles per cluster           %.2f", fig.ReconcilesPerCluster),
 		fmt.Sprintf("manager peak RSS                 %d MiB   (target <= %d MiB for 1,000); now %s%s", rss, targetRSSMiB, mgr.rssNow(t), memory),
-		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", steadyStatePeriod, steadyWrites, steadyGets),
+		fmt.Sprintf("steady state %s: writes %.0f, GETs %.0f   (target 0, 0)", how.steady, steadyWrites, steadyGets),
 		fmt.Sprintf("one cluster's objects (JSON)     %s", sizes),
-	}
+	)
 	fmt.Println("\ncontrol-plane benchmark\n  " + strings.Join(report, "\n  "))
+	if !who.ours() {
+		return fig // the targets below are the operator's
+	}
 	if steadyWrites != 0 {
 		t.Errorf("the manager made %.0f API writes at steady state; want 0", steadyWrites)
 	}
@@ -274,6 +342,37 @@ func measureSize(t *testing.T, n int, steadyStatePeriod time.Duration, memoryLim
 		must(t, testenv.CheckManagerRBAC(mgr.LogPath()))
 	}
 	return fig
+}
+
+// benchConfiguration is the ManagedProxyConfiguration every measurement installs: one proxy-server and agent, and
+// an entry point by host name, which neither manager needs to wait for.
+func benchConfiguration() *proxyv1alpha1.ManagedProxyConfiguration {
+	return &proxyv1alpha1.ManagedProxyConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName},
+		Spec: proxyv1alpha1.ManagedProxyConfigurationSpec{
+			ProxyServer: proxyv1alpha1.ManagedProxyConfigurationProxyServer{Image: "example.com/proxy:1", Replicas: 1, Namespace: addonNamespace,
+				Entrypoint: &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{Type: proxyv1alpha1.EntryPointTypeHostname,
+					Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}, Port: 443}},
+			ProxyAgent: proxyv1alpha1.ManagedProxyConfigurationProxyAgent{Image: "example.com/proxy:1", Replicas: 1},
+		},
+	}
+}
+
+// addonNamespace is the hub namespace of the proxy-servers, and of the addon's manager.
+const addonNamespace = "open-cluster-management-addon"
+
+func hubRelease(how setup) testenv.OCMRelease {
+	if how.withOCM {
+		return testenv.OCM12
+	}
+	return testenv.OCM10
+}
+
+func hubDescription(how setup) string {
+	if how.withOCM {
+		return "OCM v1.2 CRDs, add-on conversion webhook and add-on manager"
+	}
+	return "OCM v1.0 CRDs"
 }
 
 // warnings are the manager log's warning and error lines (klog's W and E lines, and zap's), where a re-opened
@@ -296,8 +395,9 @@ func warnings(logPath string) string {
 const minWatchTimeout = 5 * time.Minute
 
 // profile takes CPU profiles of the manager, the kube-apiserver and this harness while the clusters converge when
-// BENCH_PROFILE_DIR is set; the returned function waits for them. Inspect with 'go tool pprof <file>'.
-func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
+// BENCH_PROFILE_DIR is set; the returned function waits for them. Inspect with 'go tool pprof <file>'. The addon's
+// manager serves no profiles.
+func profile(t *testing.T, cfg *rest.Config, pprofAddr string, who contender) func() {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
@@ -310,14 +410,17 @@ func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
 			t.Errorf("profile %s: %v", name, err)
 		}
 	}
-	harness, err := os.Create(filepath.Join(dir, "harness.pprof"))
+	harness, err := os.Create(filepath.Join(dir, who.fileName("harness.pprof")))
 	must(t, err)
 	must(t, pprof.StartCPUProfile(harness))
-	wg.Add(2)
-	go fetch("manager", func() (*http.Response, error) {
-		return http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=" + seconds)
-	})
-	go fetch("kube-apiserver", func() (*http.Response, error) {
+	if who.ours() {
+		wg.Add(1)
+		go fetch("manager", func() (*http.Response, error) {
+			return http.Get("http://" + pprofAddr + "/debug/pprof/profile?seconds=" + seconds)
+		})
+	}
+	wg.Add(1)
+	go fetch(who.fileName("kube-apiserver"), func() (*http.Response, error) {
 		hc, err := rest.HTTPClientFor(cfg)
 		if err != nil {
 			return nil, err
@@ -332,9 +435,9 @@ func profile(t *testing.T, cfg *rest.Config, pprofAddr string) func() {
 }
 
 // heapProfile saves the manager's heap profile when BENCH_PROFILE_DIR is set, right after convergence.
-func heapProfile(t *testing.T, pprofAddr string) {
+func heapProfile(t *testing.T, pprofAddr string, who contender) {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
-	if dir == "" {
+	if dir == "" || !who.ours() {
 		return
 	}
 	must(t, saveProfile(filepath.Join(dir, "manager-heap.pprof"), func() (*http.Response, error) {
@@ -450,17 +553,20 @@ func checkWorks(t *testing.T, c client.Client, n int) {
 }
 
 // objectSizes is the size of the JSON the API server stores and sends for one cluster's ManifestWork, add-on and
-// ClusterProxyStatus, managed fields included: the API server's cost per write grows with it. With BENCH_PROFILE_DIR
-// set, the objects are saved there too.
-func objectSizes(t *testing.T, cfg *rest.Config, namespace string) string {
+// ClusterProxyStatus (the operator's only), managed fields included: the API server's cost per write grows with it.
+// With BENCH_PROFILE_DIR set, the objects are saved there too.
+func objectSizes(t *testing.T, cfg *rest.Config, namespace string, who contender) string {
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
-	var parts []string
-	for _, o := range []struct{ name, path string }{
+	objects := []struct{ name, path string }{
 		{"ManifestWork", "/apis/work.open-cluster-management.io/v1/namespaces/" + namespace + "/manifestworks"},
 		{"ManagedClusterAddOn", "/apis/addon.open-cluster-management.io/v1alpha1/namespaces/" + namespace + "/managedclusteraddons"},
-		{"ClusterProxyStatus", "/apis/proxy.open-cluster-management.io/v1alpha1/namespaces/" + namespace + "/clusterproxystatuses"},
-	} {
+	}
+	if who.ours() {
+		objects = append(objects, struct{ name, path string }{"ClusterProxyStatus", "/apis/proxy.open-cluster-management.io/v1alpha1/namespaces/" + namespace + "/clusterproxystatuses"})
+	}
+	var parts []string
+	for _, o := range objects {
 		resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + o.path)
 		must(t, err)
 		raw, err := io.ReadAll(resp.Body)
@@ -473,7 +579,7 @@ func objectSizes(t *testing.T, cfg *rest.Config, namespace string) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %d B", o.name, len(list.Items[0])))
 		if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-			must(t, os.WriteFile(filepath.Join(dir, o.name+".json"), list.Items[0], 0o644))
+			must(t, os.WriteFile(filepath.Join(dir, who.fileName(o.name+".json")), list.Items[0], 0o644))
 		}
 	}
 	return strings.Join(parts, ", ")
