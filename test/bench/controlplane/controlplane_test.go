@@ -468,35 +468,50 @@ func saveProfile(path string, get func() (*http.Response, error)) error {
 // or read returned it. checkWorks confirms the works after the fact, so the measurement costs the API server one
 // watch, not two. The harness shares the two cores with what it measures, so it decodes only the fields it looks at.
 func watchConvergence(t *testing.T, cfg *rest.Config, n int) <-chan time.Time {
+	var ev struct {
+		Object struct {
+			Metadata struct{ Namespace string }
+			Status   struct {
+				ManifestWork *struct{ Name string }
+				Conditions   []struct{ Type string }
+			}
+		}
+	}
+	return watchUntil(t, cfg, "/apis/"+proxyv1alpha1.GroupVersion.String()+"/clusterproxystatuses", n, func(dec *json.Decoder) (string, error) {
+		ev.Object.Status.ManifestWork, ev.Object.Status.Conditions = nil, nil
+		if err := dec.Decode(&ev); err != nil {
+			return "", err
+		}
+		for _, c := range ev.Object.Status.Conditions {
+			if c.Type == proxyv1alpha1.ConditionAgentDeployed && ev.Object.Status.ManifestWork != nil {
+				return ev.Object.Metadata.Namespace, nil
+			}
+		}
+		return "", nil
+	})
+}
+
+// watchUntil watches the collection at path and reports the moment n namespaces have been named by next, which
+// decodes one event and names its namespace when the event counts ("" when not).
+func watchUntil(t *testing.T, cfg *rest.Config, path string, n int, next func(*json.Decoder) (string, error)) <-chan time.Time {
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
-	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/apis/" + proxyv1alpha1.GroupVersion.String() + "/clusterproxystatuses?watch=true") //nolint:bodyclose // the watch's goroutine closes it
+	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + path + "?watch=true") //nolint:bodyclose // the watch's goroutine closes it
 	must(t, err)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch ClusterProxyStatuses: %s", resp.Status)
+		t.Fatalf("watch %s: %s", path, resp.Status)
 	}
 	done := make(chan time.Time, 1)
 	go func() {
 		defer resp.Body.Close()
-		var ev struct {
-			Object struct {
-				Metadata struct{ Namespace string }
-				Status   struct {
-					ManifestWork *struct{ Name string }
-					Conditions   []struct{ Type string }
-				}
-			}
-		}
-		reported := map[string]bool{}
-		for dec := json.NewDecoder(resp.Body); len(reported) < n; {
-			ev.Object.Status.ManifestWork, ev.Object.Status.Conditions = nil, nil
-			if dec.Decode(&ev) != nil {
+		counted := map[string]bool{}
+		for dec := json.NewDecoder(resp.Body); len(counted) < n; {
+			ns, err := next(dec)
+			if err != nil {
 				return // the wait times out and says so
 			}
-			for _, c := range ev.Object.Status.Conditions {
-				if c.Type == proxyv1alpha1.ConditionAgentDeployed && ev.Object.Status.ManifestWork != nil {
-					reported[ev.Object.Metadata.Namespace] = true
-				}
+			if ns != "" {
+				counted[ns] = true
 			}
 		}
 		done <- time.Now()

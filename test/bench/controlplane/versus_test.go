@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -321,32 +320,16 @@ func startOCMAddonManager(t *testing.T, env *envtest.Environment) *process.Proce
 // watchWorks reports the moment each of n cluster namespaces holds a ManifestWork, from one watch that decodes only
 // the namespace.
 func watchWorks(t *testing.T, cfg *rest.Config, n int) <-chan time.Time {
-	hc, err := rest.HTTPClientFor(cfg)
-	must(t, err)
-	resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/apis/" + workv1.SchemeGroupVersion.String() + "/manifestworks?watch=true") //nolint:bodyclose // the watch's goroutine closes it
-	must(t, err)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch ManifestWorks: %s", resp.Status)
+	var ev struct {
+		Type   string
+		Object struct{ Metadata struct{ Namespace string } }
 	}
-	done := make(chan time.Time, 1)
-	go func() {
-		defer resp.Body.Close()
-		var ev struct {
-			Type   string
-			Object struct{ Metadata struct{ Namespace string } }
+	return watchUntil(t, cfg, "/apis/"+workv1.SchemeGroupVersion.String()+"/manifestworks", n, func(dec *json.Decoder) (string, error) {
+		if err := dec.Decode(&ev); err != nil || ev.Type != "ADDED" {
+			return "", err
 		}
-		seen := map[string]bool{}
-		for dec := json.NewDecoder(resp.Body); len(seen) < n; {
-			if dec.Decode(&ev) != nil {
-				return // the wait times out and says so
-			}
-			if ev.Type == "ADDED" {
-				seen[ev.Object.Metadata.Namespace] = true
-			}
-		}
-		done <- time.Now()
-	}()
-	return done
+		return ev.Object.Metadata.Namespace, nil
+	})
 }
 
 // checkAddonWorks fails unless each of the n clusters has a ManifestWork of the add-on.
