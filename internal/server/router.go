@@ -97,8 +97,12 @@ type link struct {
 	seen     uint64
 }
 
-// carried records a DATA packet of l's connection, to the client or from it.
+// carried records a DATA packet of l's connection, to the client or from it; only a retiring frontend's connection
+// is ever read back, so the others skip the two atomic writes on their hot path.
 func (l *link) carried(toClient bool) {
+	if !l.front.retire {
+		return
+	}
 	l.packets.Add(1)
 	l.toClient.Store(toClient)
 }
