@@ -165,7 +165,7 @@ func hubAccess() {
 			Expect(sys.Squid.Stop()).To(Succeed())
 			DeferCleanup(func() {
 				Expect(sys.Squid.Start()).To(Succeed())
-				Eventually(func() (string, error) { return grpcHealthz(localsystem.ProxiedCluster) }).Should(Equal("ok"))
+				expectAgentsOnEveryReplica(3)
 			})
 			Eventually(func(g Gomega) {
 				_, err := grpcHealthz(localsystem.ProxiedCluster)
