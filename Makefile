@@ -244,7 +244,7 @@ help: ## Show this help.
 ##@ Benchmarks
 
 .PHONY: bench-control-plane
-bench-control-plane: envtest-assets ## 1,000 managed clusters on an envtest hub: convergence, CPU and writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=1000,5000,10000, BENCH_MEMORY_LIMIT=256Mi, BENCH_STEADY=60s, BENCH_OUT, BENCH_PROFILE_DIR=dir).
+bench-control-plane: envtest-assets $(if $(filter ocm,$(BENCH_HUB)),ocm-local) ## 1,000 managed clusters on an envtest hub: convergence, CPU and writes per cluster, peak RSS, steady-state requests (BENCH_CLUSTERS=1000,5000,10000, BENCH_MEMORY_LIMIT=256Mi, BENCH_STEADY=60s, BENCH_HUB=ocm for OCM v1.2 with its add-on manager, BENCH_OUT, BENCH_PROFILE_DIR=dir).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/controlplane -run '^TestControlPlaneScale$$' -count=1 -v -timeout 90m
 
 .PHONY: bench-control-plane-vs-addon

@@ -120,8 +120,8 @@ func TestControlPlaneScale(t *testing.T) {
 	writeFigures(t, all)
 }
 
-// fromEnv reads the fleet sizes (BENCH_CLUSTERS, default 1000), the steady state's length (BENCH_STEADY) and the
-// manager's memory limit (BENCH_MEMORY_LIMIT).
+// fromEnv reads the fleet sizes (BENCH_CLUSTERS, default 1000), the steady state's length (BENCH_STEADY), the
+// manager's memory limit (BENCH_MEMORY_LIMIT) and the kind of hub (BENCH_HUB).
 func fromEnv(t *testing.T) ([]int, setup) {
 	sizes := []int{1000}
 	if v := os.Getenv("BENCH_CLUSTERS"); v != "" {
@@ -147,6 +147,13 @@ func fromEnv(t *testing.T) ([]int, setup) {
 			t.Fatalf("BENCH_MEMORY_LIMIT=%q: want a memory quantity such as 256Mi", v)
 		}
 		how.memoryLimit = q.Value()
+	}
+	switch v := os.Getenv("BENCH_HUB"); v {
+	case "", "plain":
+	case "ocm":
+		how.withOCM = true
+	default:
+		t.Fatalf("BENCH_HUB=%q: want plain (OCM v1.0's CRDs and nothing else) or ocm (OCM v1.2 with its add-on manager)", v)
 	}
 	return sizes, how
 }
@@ -395,14 +402,21 @@ func warnings(logPath string) string {
 const minWatchTimeout = 5 * time.Minute
 
 // profile takes CPU profiles of the manager, the kube-apiserver and this harness while the clusters converge when
-// BENCH_PROFILE_DIR is set; the returned function waits for them. Inspect with 'go tool pprof <file>'. The addon's
+// BENCH_PROFILE_DIR is set, over the first BENCH_PROFILE_SECONDS (default 10) from the first add-on created; the
+// returned function waits for them. Inspect with 'go tool pprof <file>'. The addon's
 // manager serves no profiles.
 func profile(t *testing.T, cfg *rest.Config, pprofAddr string, who contender) func() {
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
 		return func() {}
 	}
-	const seconds = "10"
+	seconds := "10"
+	if v := os.Getenv("BENCH_PROFILE_SECONDS"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n <= 0 {
+			t.Fatalf("BENCH_PROFILE_SECONDS=%q: want a whole number of seconds", v)
+		}
+		seconds = v
+	}
 	var wg sync.WaitGroup
 	fetch := func(name string, get func() (*http.Response, error)) {
 		defer wg.Done()
