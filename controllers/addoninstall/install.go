@@ -1,15 +1,14 @@
-// Package addoninstall installs the add-on on the clusters the ClusterManagementAddOn's placements select, and makes
-// the ClusterManagementAddOn the owner of every add-on of its name.
+// Package addoninstall installs the add-on on the clusters the ClusterManagementAddOn's placements select. The
+// ClusterManagementAddOn becomes the owner of every add-on of its name in the add-on's own pass (package
+// clusteragent).
 package addoninstall
 
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1beta1 "open-cluster-management.io/api/cluster/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
 )
 
 // InstalledByLabel marks the add-ons the Placements install strategy created; only those are removed when their
@@ -30,7 +30,6 @@ const InstalledByLabel = "proxy.open-cluster-management.io/installed-by"
 
 // Reconciler installs the add-on on the clusters that the ClusterManagementAddOn's placements select, and
 // removes it from clusters that leave them. With the Manual strategy users create ManagedClusterAddOns themselves.
-// Either way every add-on of the name is owned by the ClusterManagementAddOn, and goes with it.
 type Reconciler struct {
 	Client client.Client
 }
@@ -45,20 +44,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, cma); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	existing := &addonv1alpha1.ManagedClusterAddOnList{}
-	// The cache holds only the add-ons named cluster-proxy. They are read, not copied: at 10,000 clusters a copy of
-	// them all was about 20 MB per pass. An add-on written below is copied first.
-	if err := r.Client.List(ctx, existing, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.ownAddOns(ctx, cma, existing.Items); err != nil {
-		return ctrl.Result{}, err
-	}
 	if cma.Spec.InstallStrategy.Type != addonv1alpha1.AddonInstallStrategyPlacements {
 		return ctrl.Result{}, nil
 	}
 	wanted, err := r.decidedClusters(ctx, cma)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	existing := &addonv1alpha1.ManagedClusterAddOnList{}
+	// The cache holds only the add-ons named cluster-proxy. They are read, not copied: at 10,000 clusters a copy of
+	// them all was about 20 MB per pass. An add-on written below is copied first.
+	if err := r.Client.List(ctx, existing, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	for i := range existing.Items {
@@ -88,30 +84,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// ownAddOns makes the ClusterManagementAddOn an owner of every add-on of its name, those users created too, as OCM's
-// addon-owner controller does for the add-ons OCM's addon-manager runs: deleting the ClusterManagementAddOn ('helm
-// uninstall', or the deletion of the configuration) then removes the add-on, its agent and its status from every
-// cluster through the garbage collector.
-func (r *Reconciler) ownAddOns(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn, addons []addonv1alpha1.ManagedClusterAddOn) error {
-	for i := range addons {
-		if !addons[i].DeletionTimestamp.IsZero() || slices.ContainsFunc(addons[i].OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == cma.UID }) {
-			continue
-		}
-		mca := addons[i].DeepCopy()
-		mca.OwnerReferences = append(mca.OwnerReferences, cmaOwner(cma))
-		if err := r.Client.Update(ctx, mca); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("make ClusterManagementAddOn %s an owner of the add-on of cluster %s: %w", cma.Name, mca.Namespace, err)
-		}
-	}
-	return nil
-}
-
-// cmaOwner is the owner reference of an add-on to its ClusterManagementAddOn.
-func cmaOwner(cma *addonv1alpha1.ClusterManagementAddOn) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
-		BlockOwnerDeletion: ptr.To(true)}
-}
-
 // decidedClusters are the clusters the placements selected, with the configs of the first placement that did.
 func (r *Reconciler) decidedClusters(ctx context.Context, cma *addonv1alpha1.ClusterManagementAddOn) (map[string][]addonv1alpha1.AddOnConfig, error) {
 	wanted := map[string][]addonv1alpha1.AddOnConfig{}
@@ -136,7 +108,7 @@ func installedAddOn(cma *addonv1alpha1.ClusterManagementAddOn, cluster string, c
 		ObjectMeta: metav1.ObjectMeta{
 			Name: proxyv1alpha1.AddonName, Namespace: cluster,
 			Labels:          map[string]string{InstalledByLabel: "placement"},
-			OwnerReferences: []metav1.OwnerReference{cmaOwner(cma)},
+			OwnerReferences: []metav1.OwnerReference{addonconfig.CMAOwner(cma)},
 		},
 		Spec: addonv1alpha1.ManagedClusterAddOnSpec{Configs: configs},
 	}
@@ -157,13 +129,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Complete(r)
 }
 
-// addOnInputChanged passes what a pass reads of an add-on: that it exists, its deletion, its owners, its installed-by
-// label and its spec. Not its status, which the clusteragent reconciler and OCM's agents keep writing: each pass
+// addOnInputChanged passes what a pass reads of an add-on: that it exists, its deletion, its installed-by label and
+// its spec. Not its status, which the clusteragent reconciler and OCM's agents keep writing: each pass
 // lists every add-on, so at 10,000 clusters a pass per status write would make the install quadratic.
 var addOnInputChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	before, after := e.ObjectOld, e.ObjectNew
 	return before.GetGeneration() != after.GetGeneration() ||
 		before.GetDeletionTimestamp().IsZero() != after.GetDeletionTimestamp().IsZero() ||
-		before.GetLabels()[InstalledByLabel] != after.GetLabels()[InstalledByLabel] ||
-		!equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences())
+		before.GetLabels()[InstalledByLabel] != after.GetLabels()[InstalledByLabel]
 }}

@@ -22,9 +22,9 @@ func TestAnAddOnsStatusWriteDoesNotQueueAPass(t *testing.T) {
 		}, false},
 		"its spec (generation)": {func(a *addonv1alpha1.ManagedClusterAddOn) { a.Generation = 2 }, true},
 		"its deletion":          {func(a *addonv1alpha1.ManagedClusterAddOn) { a.DeletionTimestamp = &now }, true},
-		"its owners": {func(a *addonv1alpha1.ManagedClusterAddOn) {
+		"its owners, which the add-on's own pass writes": {func(a *addonv1alpha1.ManagedClusterAddOn) {
 			a.OwnerReferences = []metav1.OwnerReference{{Name: "cluster-proxy"}}
-		}, true},
+		}, false},
 		"its installed-by label": {func(a *addonv1alpha1.ManagedClusterAddOn) {
 			a.Labels = map[string]string{InstalledByLabel: "placement"}
 		}, true},

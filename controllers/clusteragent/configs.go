@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
@@ -20,6 +21,13 @@ import (
 // resolveConfigs reads the ManagedProxyConfiguration and the AddOnDeploymentConfig that apply to the cluster: the
 // add-on's spec.configs first, then the ClusterManagementAddOn's defaults. A missing one is a problem to report.
 func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
+	cma := &addonv1alpha1.ClusterManagementAddOn{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); {
+	case err == nil:
+		s.cma = cma
+	case !apierrors.IsNotFound(err):
+		return err
+	}
 	mpcRef := addonconfig.MPC(s.mca)
 	s.mpc = &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: mpcRef.Name}, s.mpc); err != nil {
@@ -32,11 +40,6 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 		return nil
 	}
 	extendedspec.Restore(s.mpc) // the agents keep their settings when a client of the add-on's types dropped them
-	cma := &addonv1alpha1.ClusterManagementAddOn{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.AddonName}, cma); client.IgnoreNotFound(err) != nil {
-		return err
-	}
-
 	ref := addonconfig.ADC(s.mca, cma)
 	name, ns, field := ref.Name, ref.Namespace, ref.Field
 	if name == "" {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	workv1 "open-cluster-management.io/api/work/v1"
@@ -36,6 +38,7 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/addonconfig"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/proxyenv"
@@ -59,6 +62,8 @@ type Reconciler struct {
 // scope is what one pass reads and decides.
 type scope struct {
 	mca *addonv1alpha1.ManagedClusterAddOn
+	// cma is the ClusterManagementAddOn cluster-proxy, nil when there is none.
+	cma *addonv1alpha1.ClusterManagementAddOn
 	// cluster is the ManagedCluster's metadata, all a pass reads of it: that it exists, its deletion, its annotations.
 	cluster *metav1.PartialObjectMetadata
 	mpc     *proxyv1alpha1.ManagedProxyConfiguration
@@ -72,9 +77,12 @@ type scope struct {
 	cps, cpsBefore *proxyv1alpha1.ClusterProxyStatus
 	// requeue is when to look again whatever happens meanwhile (the agent certificate's expiry), 0 for never.
 	requeue time.Duration
+	// deployed is set by a pass that created or replaced the agent work or created the ClusterProxyStatus;
+	// adoptLater by one that left the add-on's owner to a pass of low priority (see adopt).
+	deployed, adoptLater bool
 }
 
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=addondeploymentconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=managedclusters,verbs=get;list;watch
@@ -110,9 +118,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// The phases run in order; each reads what the ones before it decided. The add-on's Available condition is
 	// derived from the ClusterProxyStatus, so that status is computed before the add-on's is written, and written
-	// after, so the next pass sees the add-on's Configured condition already in place.
+	// after, so the next pass sees the add-on's Configured condition already in place. The add-on's owner comes
+	// last: the agent and the statuses do not wait for it.
 	for _, phase := range []func(context.Context, *scope) error{
-		r.resolveConfigs, r.reconcileWork, r.prepareClusterStatus, r.applyAddOnStatus, r.writeClusterStatus,
+		r.resolveConfigs, r.reconcileWork, r.prepareClusterStatus, r.applyAddOnStatus, r.writeClusterStatus, r.adopt,
 	} {
 		err = phase(ctx, s)
 		if err != nil {
@@ -123,7 +132,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Written meanwhile, or written by an earlier pass that the cache has not caught up with: read again soon.
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
+	if err == nil && s.adoptLater {
+		// Not at once: the owner write is locked to the add-on as the cache has it, which must have caught up with
+		// this pass's status write first.
+		return ctrl.Result{RequeueAfter: adoptAfter, Priority: ptr.To(handler.LowPriority)}, nil
+	}
 	return ctrl.Result{RequeueAfter: s.requeue}, err
+}
+
+// adoptAfter is how long after the pass that deployed a cluster's agent its add-on's owner is written, at the
+// earliest.
+const adoptAfter = time.Second
+
+// adopt makes the ClusterManagementAddOn an owner of the add-on, those users created too, as OCM's addon-owner
+// controller does for the add-ons OCM's addon-manager runs: deleting it ('helm uninstall', or the deletion of the
+// configuration) then removes the add-on, its agent and its status from every cluster through the garbage
+// collector. The owner is written by the add-on's own pass, locked to the add-on as the pass's status write left
+// it, rather than by a second writer racing that write. It is bookkeeping: a pass that deployed the agent leaves it
+// to a pass of low priority, which the queue serves once no cluster waits for its agent (on a hub installing
+// 1,000 clusters, 1,000 owner writes among the deployments delayed the last agent by a quarter).
+func (r *Reconciler) adopt(ctx context.Context, s *scope) error {
+	cma := s.cma
+	if cma == nil || slices.ContainsFunc(s.mca.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == cma.UID }) {
+		return nil
+	}
+	if s.deployed {
+		s.adoptLater = true
+		return nil
+	}
+	owned := s.mca.DeepCopy()
+	owned.OwnerReferences = append(owned.OwnerReferences, addonconfig.CMAOwner(cma))
+	if err := r.Client.Update(ctx, owned); err != nil {
+		return fmt.Errorf("make ClusterManagementAddOn %s an owner of the add-on of cluster %s: %w", cma.Name, s.mca.Namespace, err)
+	}
+	s.mca = owned
+	return nil
 }
 
 // reconcileWork renders and applies the agent ManifestWork. On bad input it reports the problem and leaves the
@@ -180,7 +223,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	s.work, _, err = apply.EnsureReplaced(ctx, r.Client, work)
+	s.work, s.deployed, err = apply.EnsureReplaced(ctx, r.Client, work)
 	return err == nil, err
 }
 

@@ -60,6 +60,7 @@ func (r *Reconciler) applyAddOnStatus(ctx context.Context, s *scope) error {
 		r.Recorder.Eventf(s.mca, nil, corev1.EventTypeWarning, s.problem.Reason, "Configure",
 			"Agent not updated, the last good configuration stays deployed: %s", s.problem.Error())
 	}
+	s.mca = after // as written (or as it was): what a later write of the pass is locked to
 	return nil
 }
 
@@ -171,10 +172,11 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) error {
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	live, _, err := apply.EnsureReplaced(ctx, r.Client, cps)
+	live, created, err := apply.EnsureReplaced(ctx, r.Client, cps)
 	if err != nil {
 		return err
 	}
+	s.deployed = s.deployed || created
 	// live is as read, or as just created: either way its status is computed, and written, in this pass.
 	s.cpsBefore = live.DeepCopy()
 	s.requeue, err = r.computeStatus(ctx, &live.Status, s, live.Generation, r.Clock.Now())

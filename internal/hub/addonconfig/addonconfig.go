@@ -1,10 +1,13 @@
 // Package addonconfig decides which configurations apply to a cluster's add-on, the OCM way: the add-on's
-// spec.configs first, then the ClusterManagementAddOn's defaults.
+// spec.configs first, then the ClusterManagementAddOn's defaults. It also names the ClusterManagementAddOn as the
+// add-on's owner.
 package addonconfig
 
 import (
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -70,3 +73,10 @@ func MPC(mca *addonv1alpha1.ManagedClusterAddOn) Ref {
 
 // ConfigurationOf names the ManagedProxyConfiguration of the add-on (see MPC).
 func ConfigurationOf(mca *addonv1alpha1.ManagedClusterAddOn) string { return MPC(mca).Name }
+
+// CMAOwner is the owner reference of an add-on to its ClusterManagementAddOn, as OCM's addon-owner controller writes
+// it: deleting the ClusterManagementAddOn removes its add-ons through the garbage collector.
+func CMAOwner(cma *addonv1alpha1.ClusterManagementAddOn) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: addonv1alpha1.GroupVersion.String(), Kind: "ClusterManagementAddOn", Name: cma.Name, UID: cma.UID,
+		BlockOwnerDeletion: ptr.To(true)}
+}
