@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -40,10 +41,28 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/proxycertificate"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/metawrite"
 )
+
+// NewClientFunc is the manager's client: it speaks the hub's add-on API version v (package addonapi), and its
+// creates and updates are answered with the written object's metadata only (package metawrite).
+func NewClientFunc(v addonapi.Version) client.NewClientFunc {
+	return func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+		c, err := client.New(cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		rc, err := metawrite.RESTClient(cfg, opts.HTTPClient, serializer.NewCodecFactory(c.Scheme()).WithoutConversion())
+		if err != nil {
+			return nil, err
+		}
+		return addonapi.NewClient(metawrite.NewClient(c, rc), v), nil
+	}
+}
 
 // CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
 // secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped, but for the

@@ -125,7 +125,7 @@ var _ = BeforeSuite(func() {
 		Scheme:                 hubScheme,
 		Cache:                  controllers.CacheOptions(),
 		NewCache:               addonapi.NewCacheFunc(addOnAPI),
-		NewClient:              addonapi.NewClientFunc(addOnAPI),
+		NewClient:              controllers.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

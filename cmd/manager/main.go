@@ -101,7 +101,7 @@ func main() {
 		Scheme:                 scheme.New(),
 		Cache:                  controllers.CacheOptions(),
 		NewCache:               addonapi.NewCacheFunc(addOnAPI),
-		NewClient:              addonapi.NewClientFunc(addOnAPI),
+		NewClient:              controllers.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		PprofBindAddress:       pprofAddr,
 		HealthProbeBindAddress: probeAddr,

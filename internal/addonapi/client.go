@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -20,17 +19,6 @@ func NewClient(c client.Client, v Version) client.Client {
 		return c
 	}
 	return &wireClient{Client: c}
-}
-
-// NewClientFunc is NewClient as a manager's NewClient option.
-func NewClientFunc(v Version) client.NewClientFunc {
-	return func(cfg *rest.Config, opts client.Options) (client.Client, error) {
-		c, err := client.New(cfg, opts)
-		if err != nil {
-			return nil, err
-		}
-		return NewClient(c, v), nil
-	}
 }
 
 type wireClient struct {
