@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -25,7 +26,8 @@ import (
 )
 
 // TestTheAddOnsOwnerWaitsForALowPriorityPassAfterTheAgent: the pass that deploys a cluster's agent leaves the
-// ClusterManagementAddOn's owner reference to a pass of low priority, which writes it and nothing else.
+// ClusterManagementAddOn's owner reference to a pass of low priority, which writes it and nothing else, once the
+// cache has seen the first pass's writes.
 func TestTheAddOnsOwnerWaitsForALowPriorityPassAfterTheAgent(t *testing.T) {
 	ctx := context.Background()
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Generation: 1}}
@@ -33,7 +35,27 @@ func TestTheAddOnsOwnerWaitsForALowPriorityPassAfterTheAgent(t *testing.T) {
 	mpc.Status.Signer = &proxyv1alpha1.SignerStatus{CAFingerprint: "SHA256:aa"}
 	cma := &addonv1alpha1.ClusterManagementAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, UID: "cma-uid"}}
 	mca := &addonv1alpha1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Namespace: "cluster1", UID: "mca-uid"}}
+	// stale, when set, is what the cache answers for the add-on: a version older than the last write.
+	var stale *addonv1alpha1.ManagedClusterAddOn
+	writes := 0
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if a, ok := obj.(*addonv1alpha1.ManagedClusterAddOn); ok && stale != nil {
+					stale.DeepCopyInto(a)
+					return nil
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				writes++
+				return c.Update(ctx, obj, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				writes++
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		}).
 		WithStatusSubresource(&addonv1alpha1.ManagedClusterAddOn{}, &proxyv1alpha1.ClusterProxyStatus{}).
 		WithIndex(&certificatesv1.CertificateSigningRequest{}, index.CSRCluster, index.ClusterOfCSR).
 		WithObjects(mpc, cma, mca, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "cluster1"}},
@@ -50,6 +72,10 @@ func TestTheAddOnsOwnerWaitsForALowPriorityPassAfterTheAgent(t *testing.T) {
 		return live.OwnerReferences
 	}
 
+	read := &addonv1alpha1.ManagedClusterAddOn{}
+	if err := c.Get(ctx, req.NamespacedName, read); err != nil {
+		t.Fatal(err)
+	}
 	res, err := r.Reconcile(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +90,24 @@ func TestTheAddOnsOwnerWaitsForALowPriorityPassAfterTheAgent(t *testing.T) {
 		t.Fatalf("the pass that deployed the agent did not queue one of low priority: %+v", res)
 	}
 
+	// A cache that has not seen the first pass's status write: the pass waits for it rather than writing at a
+	// version the server has left.
+	stale, writes = read, 0
 	res, err = r.Reconcile(ctx, req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if writes != 0 || res.RequeueAfter <= 0 {
+		t.Errorf("a pass on a cache behind its own write made %d writes and queued %+v; want none and a pass soon", writes, res)
+	}
+
+	stale = nil
+	res, err = r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if writes != 1 {
+		t.Errorf("the low-priority pass made %d writes; want the owner's alone", writes)
 	}
 	if got := owners(); len(got) != 1 || got[0].UID != cma.UID || got[0].Kind != "ClusterManagementAddOn" {
 		t.Errorf("the low-priority pass did not make the ClusterManagementAddOn the add-on's owner: %v", got)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -57,11 +58,18 @@ type Reconciler struct {
 	// Tunnels reports tunnel health and re-queues the clusters whose tunnel changed; nil leaves the tunnel
 	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels TunnelSource
+
+	// wroteOver holds, for each add-on whose status a pass wrote and whose owner it left to a later pass, the
+	// resourceVersion that write was locked to: a later pass that reads the add-on at that version reads a cache
+	// that has not seen the write yet, and would only meet a conflict.
+	wroteOver sync.Map
 }
 
 // scope is what one pass reads and decides.
 type scope struct {
 	mca *addonv1alpha1.ManagedClusterAddOn
+	// mcaRead is the add-on's resourceVersion as the pass read it; mca follows the pass's own writes.
+	mcaRead string
 	// cma is the ClusterManagementAddOn cluster-proxy, nil when there is none.
 	cma *addonv1alpha1.ClusterManagementAddOn
 	// cluster is the ManagedCluster's metadata, all a pass reads of it: that it exists, its deletion, its annotations.
@@ -97,12 +105,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	mca := &addonv1alpha1.ManagedClusterAddOn{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mca); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.wroteOver.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err) // the work and status are owned by it and go with it
+	}
+	if rv, ok := r.wroteOver.Load(req.NamespacedName); ok {
+		if rv == mca.ResourceVersion {
+			// The cache has yet to see the last write; under load that takes more than a second.
+			return ctrl.Result{RequeueAfter: adoptAfter}, nil
+		}
+		r.wroteOver.Delete(req.NamespacedName)
 	}
 	if !mca.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	s := &scope{mca: mca, cluster: &metav1.PartialObjectMetadata{}}
+	s := &scope{mca: mca, mcaRead: mca.ResourceVersion, cluster: &metav1.PartialObjectMetadata{}}
 	s.cluster.SetGroupVersionKind(clusterv1.SchemeGroupVersion.WithKind("ManagedCluster"))
 	err := r.Client.Get(ctx, client.ObjectKey{Name: mca.Namespace}, s.cluster)
 	if apierrors.IsNotFound(err) {
@@ -158,6 +176,9 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope) error {
 	}
 	if s.deployed {
 		s.adoptLater = true
+		if s.mcaRead != s.mca.ResourceVersion {
+			r.wroteOver.Store(client.ObjectKeyFromObject(s.mca), s.mcaRead)
+		}
 		return nil
 	}
 	owned := s.mca.DeepCopy()
