@@ -78,8 +78,11 @@ func (c *metaClient) handles(obj client.Object) bool {
 		return false
 	}
 	v := reflect.ValueOf(obj)
-	return v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct &&
-		v.Elem().FieldByName("ObjectMeta").Type() == reflect.TypeFor[metav1.ObjectMeta]()
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	m := v.Elem().FieldByName("ObjectMeta")
+	return m.IsValid() && m.Type() == reflect.TypeFor[metav1.ObjectMeta]()
 }
 
 // write sends obj with method (POST creates; PUT updates obj, or its subresource) and puts the answer's metadata in

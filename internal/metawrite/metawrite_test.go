@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -146,4 +148,22 @@ func TestAWholeObjectAnswerIsTakenWhole(t *testing.T) {
 	g.Expect(takeAnswer([]byte(partial), sent)).To(Succeed())
 	g.Expect(sent.ResourceVersion).To(Equal("8"))
 	g.Expect(sent.Data).To(Equal(map[string]string{"k": "v"}), "a metadata answer leaves the rest as sent")
+}
+
+// metaless is a client.Object without an ObjectMeta field.
+type metaless struct {
+	metav1.TypeMeta
+	metav1.Object
+}
+
+func (m *metaless) DeepCopyObject() runtime.Object { return &metaless{TypeMeta: m.TypeMeta, Object: m.Object} }
+
+// TestOnlyTypedObjectsWithTheirOwnMetadataAreAnsweredWithMetadata: unstructured objects and types that hold their
+// metadata elsewhere go to the wrapped client.
+func TestOnlyTypedObjectsWithTheirOwnMetadataAreAnsweredWithMetadata(t *testing.T) {
+	g := NewWithT(t)
+	c := &metaClient{}
+	g.Expect(c.handles(&corev1.ConfigMap{})).To(BeTrue())
+	g.Expect(c.handles(&unstructured.Unstructured{})).To(BeFalse())
+	g.Expect(c.handles(&metaless{Object: &metav1.ObjectMeta{}})).To(BeFalse())
 }
