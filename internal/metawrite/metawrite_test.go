@@ -156,7 +156,9 @@ type metaless struct {
 	metav1.Object
 }
 
-func (m *metaless) DeepCopyObject() runtime.Object { return &metaless{TypeMeta: m.TypeMeta, Object: m.Object} }
+func (m *metaless) DeepCopyObject() runtime.Object {
+	return &metaless{TypeMeta: m.TypeMeta, Object: m.Object}
+}
 
 // TestOnlyTypedObjectsWithTheirOwnMetadataAreAnsweredWithMetadata: unstructured objects and types that hold their
 // metadata elsewhere go to the wrapped client.
