@@ -108,6 +108,9 @@ type Options struct {
 	// CARolloverGrace is how long a rotated CA stays trusted after its last certificate was re-issued
 	// (managedproxyconfiguration.CARolloverGrace when zero).
 	CARolloverGrace time.Duration
+	// AddOnAPI is the add-on API version the hub serves, as the manager's client speaks it (NewClientFunc); the
+	// uncached reads speak it too. Empty is v1alpha1.
+	AddOnAPI addonapi.Version
 }
 
 // hubCA is the CA of the manager's own connection to the hub: its pod's ServiceAccount CA file, read again on every
@@ -140,8 +143,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	recorder := mgr.GetEventRecorder("cluster-proxy-operator")
+	apiReader := addonapi.NewReader(mgr.GetAPIReader(), opts.AddOnAPI)
 	options := controller.Options{RateLimiter: RateLimiter()}
-	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock,
+	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock,
 		Recorder: recorder, RolloverGrace: opts.CARolloverGrace}
 	if opts.TLSProfileNamespace != "" {
 		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
@@ -164,9 +168,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		SetupWithManager(ctrl.Manager, controller.Options) error
 	}{
 		configurations,
-		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
 		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
-		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
 		&addoninstall.Reconciler{Client: mgr.GetClient()},
 	}
 	profiles, err := clusterprofile.Served(mgr.GetRESTMapper())
@@ -187,7 +191,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	// One pass per cluster, the bulk of the work on a large hub: 16 at a time.
 	return (&clusteragent.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Tunnels: opts.Tunnels, Recorder: recorder,
+		Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Tunnels: opts.Tunnels, Recorder: recorder,
 	}).SetupWithManager(mgr, controller.Options{RateLimiter: RateLimiter(), MaxConcurrentReconciles: 16})
 }
 

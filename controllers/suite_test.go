@@ -136,7 +136,7 @@ var _ = BeforeSuite(func() {
 	mgrClient = mgr.GetClient()
 	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}})).To(Succeed())
 	Expect(controllers.Setup(ctx, mgr, controllers.Options{Clock: fakeClock, Tunnels: tunnels, CountsDelay: countsDelay,
-		TLSProfileNamespace: managerNamespace, HubServer: hubServer})).To(Succeed())
+		TLSProfileNamespace: managerNamespace, HubServer: hubServer, AddOnAPI: addOnAPI})).To(Succeed())
 	mgrDone = make(chan struct{})
 	go func() {
 		defer GinkgoRecover()

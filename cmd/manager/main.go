@@ -119,7 +119,8 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer, CARolloverGrace: rolloverGrace}
+	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer, CARolloverGrace: rolloverGrace,
+		AddOnAPI: addOnAPI}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{

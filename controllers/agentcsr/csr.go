@@ -61,12 +61,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	expected := csrreview.Expected{Cluster: clusterName}
-	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err == nil && mpc.Status.Signer != nil {
-		// The add-on's status names the agent namespace the registration asked for, in the same write.
-		mca := &addonv1alpha1.ManagedClusterAddOn{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: clusterName, Name: proxyv1alpha1.AddonName}, mca); err == nil && mca.Status.Namespace != "" {
-			expected.Subject = csrreview.Subject(contract.AgentCertificateSubject(clusterName, mca.Status.Namespace, mpc.Status.Signer.CAFingerprint))
+	if csr.Spec.SignerName == csrreview.AgentSignerName && clusterName != "" {
+		var err error
+		if expected.Subject, err = r.advertisedSubject(ctx, clusterName); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 
@@ -91,6 +89,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.decide(ctx, csr, certificatesv1.CertificateDenied, result, clusterName)
 	}
 	return ctrl.Result{}, nil
+}
+
+// advertisedSubject is the agent certificate subject the operator advertises for cluster, empty while none is. The
+// add-on's status names the agent namespace the registration asked for, in the same write; that write is the
+// operator's own, and the klusterlet may ask for the certificate before the cache has seen it. So the add-on is read
+// from the API server: a denial is final, the klusterlet does not ask again.
+func (r *Reconciler) advertisedSubject(ctx context.Context, cluster string) (csrreview.Subject, error) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc); err != nil || mpc.Status.Signer == nil {
+		return csrreview.Subject{}, client.IgnoreNotFound(err)
+	}
+	mca := &addonv1alpha1.ManagedClusterAddOn{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: cluster, Name: proxyv1alpha1.AddonName}, mca); err != nil || mca.Status.Namespace == "" {
+		return csrreview.Subject{}, client.IgnoreNotFound(err)
+	}
+	return csrreview.Subject(contract.AgentCertificateSubject(cluster, mca.Status.Namespace, mpc.Status.Signer.CAFingerprint)), nil
 }
 
 // decide records the approval or denial on the CSR and says so in an Event.

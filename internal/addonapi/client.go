@@ -21,16 +21,36 @@ func NewClient(c client.Client, v Version) client.Client {
 	return &wireClient{Client: c}
 }
 
+// NewReader is NewClient for a reader alone, such as the manager's uncached API reader.
+func NewReader(r client.Reader, v Version) client.Reader {
+	if v != V1beta1 {
+		return r
+	}
+	return wireReader{r}
+}
+
+type wireReader struct {
+	client.Reader
+}
+
+func (r wireReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return read(obj, func(o runtime.Object) error { return r.Reader.Get(ctx, key, o.(client.Object), opts...) })
+}
+
+func (r wireReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return read(list, func(o runtime.Object) error { return r.Reader.List(ctx, o.(client.ObjectList), opts...) })
+}
+
 type wireClient struct {
 	client.Client
 }
 
 func (c *wireClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return read(obj, func(o runtime.Object) error { return c.Client.Get(ctx, key, o.(client.Object), opts...) })
+	return wireReader{c.Client}.Get(ctx, key, obj, opts...)
 }
 
 func (c *wireClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return read(list, func(o runtime.Object) error { return c.Client.List(ctx, o.(client.ObjectList), opts...) })
+	return wireReader{c.Client}.List(ctx, list, opts...)
 }
 
 func (c *wireClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
