@@ -277,7 +277,10 @@ func (s *System) waitAvailable(ctx context.Context) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s after %s; logs are in %s", missing, s.opts.ReadyTimeout, s.opts.WorkDir)
+			if _, err := s.SaveHubState(ctx); err != nil {
+				fmt.Fprintf(s.opts.Log, "    saving the hub's objects: %v\n", err)
+			}
+			return fmt.Errorf("%s after %s; logs and the hub's objects (hub-state.yaml) are in %s", missing, s.opts.ReadyTimeout, s.opts.WorkDir)
 		}
 		select {
 		case <-ctx.Done():

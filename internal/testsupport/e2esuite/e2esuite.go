@@ -60,6 +60,10 @@ func (s *Suite) Stop() {
 		return
 	}
 	if s.Sys != nil {
+		if s.failed {
+			path, err := s.Sys.SaveHubState(context.Background())
+			ginkgo.GinkgoWriter.Printf("the hub's objects at the end: %s (%v)\n", path, err)
+		}
 		gomega.Expect(s.Sys.Stop()).To(gomega.Succeed())
 		gomega.Expect(s.Sys.Leftovers()).To(gomega.BeEmpty(), "nothing of the clusters is left on the machine")
 	}
