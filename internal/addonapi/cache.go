@@ -43,12 +43,24 @@ type wireCache struct {
 	cache.Cache
 }
 
+// Get and List read an add-on kind without the cache's deep copy: the conversion to v1alpha1 copies the object
+// anyway, so a caller's object never shares memory with the cache.
 func (c *wireCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return read(obj, func(o runtime.Object) error { return c.Cache.Get(ctx, key, o.(client.Object), opts...) })
+	return read(obj, func(o runtime.Object) error {
+		if o != obj {
+			opts = append(opts[:len(opts):len(opts)], client.UnsafeDisableDeepCopy)
+		}
+		return c.Cache.Get(ctx, key, o.(client.Object), opts...)
+	})
 }
 
 func (c *wireCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return read(list, func(o runtime.Object) error { return c.Cache.List(ctx, o.(client.ObjectList), opts...) })
+	return read(list, func(o runtime.Object) error {
+		if o != list {
+			opts = append(opts[:len(opts):len(opts)], client.UnsafeDisableDeepCopy)
+		}
+		return c.Cache.List(ctx, o.(client.ObjectList), opts...)
+	})
 }
 
 func (c *wireCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
