@@ -65,12 +65,13 @@ func NewClientFunc(v addonapi.Version) client.NewClientFunc {
 }
 
 // CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
-// secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped, but for the
+// namespaces, secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped, but for the
 // objects apply.EnsureReplaced writes, which keep other writers' entries.
 func CacheOptions() cache.Options {
 	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&proxyv1alpha1.ClusterProxyStatus{}: {Transform: apply.KeepForeignManagedFields},
+		&corev1.Namespace{}:                 owned,
 		&corev1.Secret{}:                    owned,
 		&corev1.ConfigMap{}:                 owned,
 		&corev1.Service{}:                   owned,

@@ -26,10 +26,16 @@ const providedSignerRecheck = 10 * time.Minute
 // notReadyRecheck is how often an unusable signer secret is re-read; a user fixing it should not wait long.
 const notReadyRecheck = 10 * time.Second
 
-// reconcileNamespace creates the proxy-server namespace when it is missing.
+// reconcileNamespace creates the proxy-server namespace when it is missing. The cache holds only the namespaces the
+// operator created (a hub has one per managed cluster); one it did not create, such as Helm's, is looked up on the API
+// server.
 func (r *Reconciler) reconcileNamespace(ctx context.Context, s *scope) (ctrl.Result, error) {
 	ns := &corev1.Namespace{}
-	err := r.Client.Get(ctx, types.NamespacedName{Name: contract.Namespace(s.mpc)}, ns)
+	key := types.NamespacedName{Name: contract.Namespace(s.mpc)}
+	err := r.Client.Get(ctx, key, ns)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, ns)
+	}
 	if apierrors.IsNotFound(err) {
 		err = r.Client.Create(ctx, render.ServerNamespace(s.mpc))
 		if apierrors.IsAlreadyExists(err) {

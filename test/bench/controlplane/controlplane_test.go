@@ -417,6 +417,7 @@ func profile(t *testing.T, cfg *rest.Config, pprofAddr string, who contender) fu
 		}
 		seconds = v
 	}
+	must(t, os.MkdirAll(dir, 0o755))
 	var wg sync.WaitGroup
 	fetch := func(name string, get func() (*http.Response, error)) {
 		defer wg.Done()
