@@ -1,13 +1,9 @@
 package controllers_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"strings"
 	"time"
 
@@ -35,6 +31,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/certtest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -135,17 +132,13 @@ func clusterClient(cluster string) client.Client {
 }
 
 func newCSR(cluster, name, signer, cn string, orgs, ous []string) *certificatesv1.CertificateSigningRequest {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: cn, Organization: orgs, OrganizationalUnit: ous},
-	}, key)
+	request, err := certtest.RequestPEM(pkix.Name{CommonName: cn, Organization: orgs, OrganizationalUnit: ous})
 	Expect(err).NotTo(HaveOccurred())
 	return &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"open-cluster-management.io/cluster-name": cluster, "open-cluster-management.io/addon-name": "cluster-proxy"}},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Request:    request,
 			SignerName: signer,
 			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth},
 		},

@@ -2,12 +2,7 @@ package agentcsr
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"testing"
 	"time"
 
@@ -25,6 +20,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/certtest"
 )
 
 // TestAnAgentCSRIsReviewedAgainstTheAddOnAsTheAPIServerHasIt: the klusterlet asks for the agent certificate as soon as
@@ -65,11 +61,7 @@ func TestAnAgentCSRIsReviewedAgainstTheAddOnAsTheAPIServerHasIt(t *testing.T) {
 // agentCSR is a proxy-agent CSR as cluster's klusterlet creates it, for subject, with a fresh P-256 key.
 func agentCSR(t *testing.T, cluster string, subject pkix.Name) *certificatesv1.CertificateSigningRequest {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: subject}, key)
+	request, err := certtest.RequestPEM(subject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +69,7 @@ func agentCSR(t *testing.T, cluster string, subject pkix.Name) *certificatesv1.C
 		ObjectMeta: metav1.ObjectMeta{Name: "addon-" + cluster + "-cluster-proxy-x7k2p", Labels: map[string]string{
 			csrreview.ClusterNameLabel: cluster, csrreview.AddonNameLabel: csrreview.AddonName}},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Request:    request,
 			SignerName: csrreview.AgentSignerName,
 			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
 			Username:   "system:open-cluster-management:" + cluster + ":agent-7f9d2",

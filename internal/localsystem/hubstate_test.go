@@ -2,12 +2,7 @@ package localsystem
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"os"
 	"strings"
 	"testing"
@@ -18,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/certtest"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
@@ -43,10 +39,14 @@ func TestTheHubStateHoldsEveryKindAndNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	request, err := certtest.RequestPEM(pkix.Name{CommonName: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	csr := &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: "addon-cluster1-cluster-proxy-x7k2p"},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    certificateRequest(t),
+			Request:    request,
 			SignerName: "open-cluster-management.io/proxy-agent-signer",
 			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageClientAuth},
 		},
@@ -81,18 +81,4 @@ func TestTheHubStateHoldsEveryKindAndNoSecret(t *testing.T) {
 	if strings.Contains(state, "not-in-the-state") || strings.Contains(state, secret.Name) {
 		t.Error("the hub state holds a Secret")
 	}
-}
-
-// certificateRequest is a PEM certificate request of a fresh P-256 key.
-func certificateRequest(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "agent"}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
