@@ -196,3 +196,10 @@ func mpcSuffix() string { return rand.String(5) }
 func tlsKeyPair(s *corev1.Secret) (tls.Certificate, error) {
 	return tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
 }
+
+// must returns v, failing the spec on err.
+func must[T any](v T, err error) T {
+	GinkgoHelper()
+	Expect(err).NotTo(HaveOccurred())
+	return v
+}

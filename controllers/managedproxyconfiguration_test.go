@@ -504,8 +504,8 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 			Expect(err).NotTo(HaveOccurred(), name)
 		}
 		Expect(get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]).To(Equal(userCA.CertPEM))
-		Expect(k8s.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "cluster-proxy-signer"}, &corev1.Secret{})).NotTo(Succeed(),
-			"a Provided signer never generates its own CA")
+		Expect(get(Default, &corev1.Secret{}, ns, "cluster-proxy-signer").Data["ca.crt"]).To(Equal(userCA.CertPEM),
+			"a Provided signer never generates its own CA: it signs with a copy of the user's")
 	})
 
 	It("reports ProxyServerDeployed=False when the Deployment is refused, and recovers", func() {

@@ -101,7 +101,7 @@ var _ = Describe("ProxyCertificate", func() {
 		Expect(leaf.Subject.CommonName).To(Equal("tool"))
 
 		By("a pass asks to be called again at the renewal time, which is what renews the certificate")
-		r := &proxycertificate.Reconciler{Client: k8s, APIReader: k8s, Clock: fakeClock, Recorder: events.NewFakeRecorder(10)}
+		r := &proxycertificate.Reconciler{Client: k8s, Clock: fakeClock, Recorder: events.NewFakeRecorder(10)}
 		res, err := r.Reconcile(ctx(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pc)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.RequeueAfter).To(BeNumerically("~", first.Status.RenewalTime.Sub(fakeClock.Now()), time.Second))
@@ -167,86 +167,61 @@ var _ = Describe("ProxyCertificate", func() {
 		mpc := newMPC()
 		createMPC(mpc)
 		expectReady(mpc)
+		expectRolloverWithOverlap(mpc, func() {
+			live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			live.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "2026-11-20"}
+			Expect(k8s.Update(ctx(), live)).To(Succeed())
+		})
+	})
+
+	It("rolls a replaced Provided CA over with the same overlap, and keeps the last good CA while the secret is broken", func() {
+		caNS := "user-ca-" + mpcSuffix()
+		Expect(k8s.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: caNS}})).To(Succeed())
+		first := must(certs.NewCA("my-company-ca", 5*365*24*time.Hour, fakeClock.Now()))
+		userSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "my-ca", Namespace: caNS},
+			Data: map[string][]byte{"ca.crt": first.CertPEM, "ca.key": first.KeyPEM}}
+		Expect(k8s.Create(ctx(), userSecret)).To(Succeed())
+		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
+			m.Spec.Authentication.Signer = proxyv1alpha1.ManagedProxyConfigurationCertificateSigner{
+				Type:     proxyv1alpha1.Provided,
+				Provided: &proxyv1alpha1.AuthenticationProvided{SecretRef: &proxyv1alpha1.SecretReference{Name: "my-ca", Namespace: caNS}},
+			}
+		})
+		createMPC(mpc)
+		expectReady(mpc)
 		ns := mpc.Spec.ProxyServer.Namespace
-		oldBundle := get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]
-		oldServer := get(Default, &corev1.Secret{}, ns, "proxy-server")
-		oldClient := get(Default, &corev1.Secret{}, ns, "proxy-client")
-		oldCA := certificateStatus(Default, ns, "proxy-server").Status.IssuerFingerprint
-		Expect(handshake(oldServer, oldBundle, oldClient, oldBundle)).To(Succeed())
+		firstCA := certs.Fingerprint(first.Cert)
+		Expect(certificateStatus(Default, ns, "proxy-server").Status.IssuerFingerprint).To(Equal(firstCA))
 
-		By("recording every bundle the operator publishes during the rotation")
-		watchCtx, stop := context.WithCancel(ctx())
-		defer stop()
-		w, err := k8sWatch.Watch(watchCtx, &corev1.SecretList{}, client.InNamespace(ns))
-		Expect(err).NotTo(HaveOccurred())
-		bundles := make(chan []byte, 100)
-		go func() {
-			defer GinkgoRecover()
-			for ev := range w.ResultChan() {
-				if s, ok := ev.Object.(*corev1.Secret); ok && ev.Type != watch.Deleted && s.Name == "proxy-server-ca" {
-					bundles <- s.Data["ca.crt"]
-				}
-			}
-		}()
-
-		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
-		live.Annotations = map[string]string{proxyv1alpha1.RotateCAAnnotation: "2026-11-20"}
-		Expect(k8s.Update(ctx(), live)).To(Succeed())
-
-		By("every certificate is re-issued under the new CA; the old CA stays trusted for the grace period")
-		var newCA string
-		Eventually(func(g Gomega) {
-			mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
-			g.Expect(mpcNow.Status.Signer).NotTo(BeNil())
-			newCA = mpcNow.Status.Signer.CAFingerprint
-			g.Expect(newCA).NotTo(Equal(oldCA))
-			for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
-				g.Expect(certificateStatus(g, ns, name).Status.IssuerFingerprint).To(Equal(newCA), name)
-			}
-			g.Expect(get(g, &corev1.Secret{}, ns, "cluster-proxy-signer").Annotations).To(HaveKey("proxy.open-cluster-management.io/previous-ca-unused-since"))
-		}, timeout, interval).Should(Succeed())
-		Consistently(func(g Gomega) {
-			g.Expect(get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Status.Signer.BundleFingerprints).To(ConsistOf(newCA, oldCA))
-		}, 2*time.Second, interval).Should(Succeed(), "the pods may still serve old-CA certificates until their volumes update")
-
-		By("after the grace period, the old CA leaves the bundle")
-		fakeClock.Step(managedproxyconfiguration.CARolloverGrace)
+		By("a key that does not match the certificate: SignerReady=False names the secret and the key, and the last good CA keeps signing")
+		other := must(certs.NewCA("someone-else", 5*365*24*time.Hour, fakeClock.Now()))
+		userSecret.Data = map[string][]byte{"ca.crt": first.CertPEM, "ca.key": other.KeyPEM}
+		Expect(k8s.Update(ctx(), userSecret)).To(Succeed())
 		poke(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name))
 		Eventually(func(g Gomega) {
-			mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
-			g.Expect(mpcNow.Status.Signer.BundleFingerprints).To(Equal([]string{newCA}))
-			signer := get(g, &corev1.Secret{}, ns, "cluster-proxy-signer")
-			g.Expect(signer.Data).NotTo(HaveKey("previous-ca.crt"))
+			expectCondition(g, mpc, proxyv1alpha1.ConditionSignerReady, metav1.ConditionFalse, proxyv1alpha1.ReasonSignerSecretInvalid,
+				caNS+"/my-ca", "ca.key does not match ca.crt", "the last good CA "+firstCA+" keeps signing")
 		}, timeout, interval).Should(Succeed())
-		expectReady(mpc)
-		newBundle := get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]
-		newServer := get(Default, &corev1.Secret{}, ns, "proxy-server")
-		newClient := get(Default, &corev1.Secret{}, ns, "proxy-client")
-		stop()
-
-		var overlap []byte
-	collect:
-		for {
-			select {
-			case b := <-bundles:
-				if parsed, err := certs.ParseCertificates(b); err == nil && len(parsed) == 2 {
-					overlap = b
-				}
-			default:
-				break collect
-			}
+		Expect(eventReasons(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name))).To(ContainElement(proxyv1alpha1.ReasonSignerSecretInvalid))
+		issuedMeanwhile := &proxyv1alpha1.ProxyCertificate{
+			ObjectMeta: metav1.ObjectMeta{Name: "while-broken", Namespace: ns},
+			Spec: proxyv1alpha1.ProxyCertificateSpec{SecretName: "while-broken", CommonName: "while-broken",
+				Usages: []proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageClientAuth}, IssuerRef: proxyv1alpha1.IssuerReference{Name: mpc.Name}},
 		}
-		Expect(overlap).NotTo(BeNil(), "the bundle held the old and the new CA for a while")
-		Expect(eventReasons(mpc)).To(ContainElements("CARotated", "CARolloverComplete"))
+		Expect(k8s.Create(ctx(), issuedMeanwhile)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(certificateStatus(g, ns, "while-broken").Status.IssuerFingerprint).To(Equal(firstCA))
+		}, timeout, interval).Should(Succeed(), "a new certificate is issued by the last good CA")
+		Expect(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Status.Signer.BundleFingerprints).To(Equal([]string{firstCA}))
 
-		By("real handshakes across every pair of states a peer can be in during the rollover")
-		Expect(handshake(newServer, oldBundle, oldClient, oldBundle)).To(Succeed(), "a client with the old bundle trusts a new server leaf")
-		Expect(handshake(oldServer, oldBundle, newClient, oldBundle)).To(Succeed(), "a server with the old bundle trusts a new client leaf")
-		Expect(handshake(oldServer, overlap, oldClient, overlap)).To(Succeed(), "overlap bundle, old leaves")
-		Expect(handshake(newServer, overlap, oldClient, overlap)).To(Succeed(), "overlap bundle, new server leaf")
-		Expect(handshake(oldServer, overlap, newClient, overlap)).To(Succeed(), "overlap bundle, new client leaf")
-		Expect(handshake(newServer, newBundle, newClient, newBundle)).To(Succeed(), "new bundle, new leaves")
-		Expect(handshake(oldServer, newBundle, oldClient, newBundle)).NotTo(Succeed(), "control: the old CA is no longer trusted")
+		By("a new CA in the secret: the same rollover with an overlap as a self-signed rotation")
+		expectRolloverWithOverlap(mpc, func() {
+			second := must(certs.NewCA("my-company-ca-2", 5*365*24*time.Hour, fakeClock.Now()))
+			userSecret.Data = map[string][]byte{"ca.crt": second.CertPEM, "ca.key": second.KeyPEM}
+			Expect(k8s.Update(ctx(), userSecret)).To(Succeed())
+			poke(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name))
+		})
+		expectCondition(Default, mpc, proxyv1alpha1.ConditionSignerReady, metav1.ConditionTrue, proxyv1alpha1.ReasonSignerReady)
 	})
 
 	It("rotates a self-signed CA when two thirds of its life have passed", func() {
@@ -380,3 +355,88 @@ spec: {policyName: deny-blocked-secret, validationActions: [Deny]}
 		}, 2*timeout, interval).Should(Succeed())
 	})
 })
+
+// expectRolloverWithOverlap runs rotate, which replaces the CA of mpc (Ready), and checks the rollover: every
+// certificate is re-issued under the new CA while the old one stays in the bundle, the old one leaves it only after
+// the grace period, and a real TLS handshake works across every pair of states two peers can be in meanwhile.
+func expectRolloverWithOverlap(mpc *proxyv1alpha1.ManagedProxyConfiguration, rotate func()) {
+	GinkgoHelper()
+	ns := mpc.Spec.ProxyServer.Namespace
+	oldBundle := get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]
+	oldServer := get(Default, &corev1.Secret{}, ns, "proxy-server")
+	oldClient := get(Default, &corev1.Secret{}, ns, "proxy-client")
+	oldCA := certificateStatus(Default, ns, "proxy-server").Status.IssuerFingerprint
+	Expect(handshake(oldServer, oldBundle, oldClient, oldBundle)).To(Succeed())
+
+	By("recording every bundle the operator publishes during the rotation")
+	watchCtx, stop := context.WithCancel(ctx())
+	defer stop()
+	w, err := k8sWatch.Watch(watchCtx, &corev1.SecretList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	bundles := make(chan []byte, 100)
+	go func() {
+		defer GinkgoRecover()
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*corev1.Secret); ok && ev.Type != watch.Deleted && s.Name == "proxy-server-ca" {
+				bundles <- s.Data["ca.crt"]
+			}
+		}
+	}()
+
+	rotate()
+
+	By("every certificate is re-issued under the new CA; the old CA stays trusted for the grace period")
+	var newCA string
+	Eventually(func(g Gomega) {
+		mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+		g.Expect(mpcNow.Status.Signer).NotTo(BeNil())
+		newCA = mpcNow.Status.Signer.CAFingerprint
+		g.Expect(newCA).NotTo(Equal(oldCA))
+		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert"} {
+			g.Expect(certificateStatus(g, ns, name).Status.IssuerFingerprint).To(Equal(newCA), name)
+		}
+		g.Expect(get(g, &corev1.Secret{}, ns, "cluster-proxy-signer").Annotations).To(HaveKey("proxy.open-cluster-management.io/previous-ca-unused-since"))
+	}, timeout, interval).Should(Succeed())
+	Consistently(func(g Gomega) {
+		g.Expect(get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name).Status.Signer.BundleFingerprints).To(ConsistOf(newCA, oldCA))
+	}, 2*time.Second, interval).Should(Succeed(), "the pods may still serve old-CA certificates until their volumes update")
+
+	By("after the grace period, the old CA leaves the bundle")
+	fakeClock.Step(managedproxyconfiguration.CARolloverGrace)
+	poke(get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name))
+	Eventually(func(g Gomega) {
+		mpcNow := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+		g.Expect(mpcNow.Status.Signer.BundleFingerprints).To(Equal([]string{newCA}))
+		signer := get(g, &corev1.Secret{}, ns, "cluster-proxy-signer")
+		g.Expect(signer.Data).NotTo(HaveKey("previous-ca.crt"))
+	}, timeout, interval).Should(Succeed())
+	expectReady(mpc)
+	newBundle := get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]
+	newServer := get(Default, &corev1.Secret{}, ns, "proxy-server")
+	newClient := get(Default, &corev1.Secret{}, ns, "proxy-client")
+	stop()
+
+	var overlap []byte
+collect:
+	for {
+		select {
+		case b := <-bundles:
+			if parsed, err := certs.ParseCertificates(b); err == nil && len(parsed) == 2 {
+				overlap = b
+			}
+		default:
+			break collect
+		}
+	}
+	Expect(overlap).NotTo(BeNil(), "the bundle held the old and the new CA for a while")
+	Expect(eventReasons(mpc)).To(ContainElements("CARotated", "CARolloverComplete"))
+
+	By("real handshakes across every pair of states a peer can be in during the rollover")
+	Expect(handshake(newServer, oldBundle, oldClient, oldBundle)).To(Succeed(), "a client with the old bundle trusts a new server leaf")
+	Expect(handshake(oldServer, oldBundle, newClient, oldBundle)).To(Succeed(), "a server with the old bundle trusts a new client leaf")
+	Expect(handshake(oldServer, overlap, oldClient, overlap)).To(Succeed(), "overlap bundle, old leaves")
+	Expect(handshake(newServer, overlap, oldClient, overlap)).To(Succeed(), "overlap bundle, new server leaf")
+	Expect(handshake(oldServer, overlap, newClient, overlap)).To(Succeed(), "overlap bundle, new client leaf")
+	Expect(handshake(newServer, newBundle, newClient, newBundle)).To(Succeed(), "new bundle, new leaves")
+	Expect(handshake(oldServer, newBundle, oldClient, newBundle)).NotTo(Succeed(), "control: the old CA is no longer trusted")
+}

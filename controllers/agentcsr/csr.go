@@ -139,7 +139,7 @@ func (r *Reconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 		}
 		return ctrl.Result{}, err
 	}
-	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
+	sgn, err := signer.Load(ctx, r.Client, mpc)
 	var notReady *signer.NotReadyError
 	if errors.As(err, &notReady) {
 		return ctrl.Result{RequeueAfter: signerRetry}, nil

@@ -203,6 +203,29 @@ var agentIssuerChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
+// toIssuer is a request for the configuration that issues a ProxyCertificate: one a user created, which the
+// configuration does not own, holds its CA in the bundle too.
+func toIssuer(_ context.Context, o client.Object) []reconcile.Request {
+	pc, ok := o.(*proxyv1alpha1.ProxyCertificate)
+	if !ok || pc.Spec.IssuerRef.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: pc.Spec.IssuerRef.Name}}}
+}
+
+// issuingCAChanged passes only the ProxyCertificate events that change which CA signed a live certificate.
+var issuingCAChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		return e.Object.(*proxyv1alpha1.ProxyCertificate).Status.IssuerFingerprint != ""
+	},
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.(*proxyv1alpha1.ProxyCertificate).Status.IssuerFingerprint !=
+			e.ObjectNew.(*proxyv1alpha1.ProxyCertificate).Status.IssuerFingerprint
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
 // allConfigurations are a request for every ManagedProxyConfiguration.
 func (r *Reconciler) allConfigurations(ctx context.Context) []reconcile.Request {
 	return index.Requests(ctx, r.Client, &proxyv1alpha1.ManagedProxyConfigurationList{})
@@ -233,6 +256,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&proxyv1alpha1.ProxyCertificate{}).
 		Owns(&addonv1alpha1.ClusterManagementAddOn{}).
+		// An earlier CA stays in the bundle while a certificate it signed is live, the users' own included.
+		Watches(&proxyv1alpha1.ProxyCertificate{}, handler.EnqueueRequestsFromMapFunc(toIssuer),
+			builder.WithPredicates(issuingCAChanged)).
 		// The default configuration's CA stays in the bundle while agents hold certificates it signed.
 		Watches(&proxyv1alpha1.ClusterProxyStatus{}, handler.EnqueueRequestsFromMapFunc(toDefaultConfiguration),
 			builder.WithPredicates(agentIssuerChanged)).

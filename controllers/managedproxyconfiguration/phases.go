@@ -20,8 +20,9 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 )
 
-// providedSignerRecheck is how often a user-provided CA secret, which the cache does not watch, is re-read.
-const providedSignerRecheck = 10 * time.Minute
+// providedSignerRecheck is how often a user-provided CA secret, which the cache does not watch, is re-read: a
+// replaced secret starts its rollover within it. One uncached GET per Provided configuration.
+const providedSignerRecheck = 30 * time.Second
 
 // notReadyRecheck is how often an unusable signer secret is re-read; a user fixing it should not wait long.
 const notReadyRecheck = 10 * time.Second

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +33,10 @@ const (
 	// previousCAUnusedAnnotation on the signer secret records when the previous CA stopped signing any live
 	// certificate: it leaves the bundle CARolloverGrace later.
 	previousCAUnusedAnnotation = "proxy.open-cluster-management.io/previous-ca-unused-since"
+	// caSourceAnnotation on the signer secret is caSourceProvided when its CA is a copy of a Provided secret's; a
+	// return to SelfSigned then rolls over to a CA of the operator's own.
+	caSourceAnnotation = "proxy.open-cluster-management.io/ca-source"
+	caSourceProvided   = "Provided"
 	// CARolloverGrace is how long, by default (Reconciler.RolloverGrace), the previous CA stays in the bundle after
 	// every certificate it signed was re-issued: pods serve the new certificates only once the kubelet has updated
 	// their Secret volumes (its sync period plus its cache's TTL, about a minute each), and a client that read a
@@ -39,23 +44,25 @@ const (
 	CARolloverGrace = 3 * time.Minute
 )
 
-// reconcileSigner makes the CA ready to sign (generating or rotating a self-signed one) and publishes the bundle
-// every peer trusts: the current CA plus, during a rollover, each earlier CA that still has live certificates.
+// reconcileSigner makes the CA ready to sign (generating or rotating a self-signed one, taking in a Provided one) and
+// publishes the bundle every peer trusts: the current CA plus, during a rollover, each earlier CA that still has live
+// certificates.
 func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result, error) {
 	mpc := s.mpc
 	var secret *corev1.Secret
 	var err error
 	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
-		secret, s.ca, err = signer.ReadCA(ctx, r.Client, r.APIReader, mpc)
+		secret, s.ca, err = r.ensureProvidedCA(ctx, mpc)
 	} else {
 		secret, s.ca, err = r.ensureSelfSignedCA(ctx, mpc)
 	}
+	// A Provided secret that is missing or unusable leaves the last good CA signing: notReady says why.
 	var notReady *signer.NotReadyError
-	if errors.As(err, &notReady) {
+	if errors.As(err, &notReady) && s.ca == nil {
 		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, false, notReady.Reason, notReady.Message)
 		return ctrl.Result{RequeueAfter: notReadyRecheck}, nil
 	}
-	if err != nil {
+	if err != nil && notReady == nil {
 		return ctrl.Result{}, err
 	}
 
@@ -64,7 +71,7 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	var graceLeft time.Duration
-	finish := len(retained) == 0 && mpc.Spec.Authentication.Signer.Type != proxyv1alpha1.Provided && len(secret.Data[signer.KeyPreviousCA]) > 0
+	finish := len(retained) == 0 && len(secret.Data[signer.KeyPreviousCA]) > 0
 	if finish {
 		if graceLeft, err = r.previousCAGrace(ctx, mpc, secret); err != nil {
 			return ctrl.Result{}, err
@@ -90,17 +97,33 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 	for _, c := range bundle {
 		s.status.Signer.BundleFingerprints = append(s.status.Signer.BundleFingerprints, certs.Fingerprint(c))
 	}
-	if len(retained) > 0 {
+	result := ctrl.Result{RequeueAfter: graceLeft}
+	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
+		result = lowestRequeue(result, ctrl.Result{RequeueAfter: providedSignerRecheck})
+	}
+	switch {
+	case notReady != nil:
+		r.warnKeptCA(mpc, s.status, notReady)
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, false, notReady.Reason,
+			fmt.Sprintf("%s; the last good CA %s keeps signing", notReady.Message, certs.Fingerprint(s.ca.Cert)))
+		result = lowestRequeue(result, ctrl.Result{RequeueAfter: notReadyRecheck})
+	case len(retained) > 0:
 		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, true, proxyv1alpha1.ReasonCARollover,
 			fmt.Sprintf("CA %s signs; %d earlier CA(s) stay trusted until every certificate they issued is re-issued", certs.Fingerprint(s.ca.Cert), len(retained)))
-	} else {
+	default:
 		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionSignerReady, true, proxyv1alpha1.ReasonSignerReady,
 			fmt.Sprintf("CA %s signs, valid until %s", certs.Fingerprint(s.ca.Cert), s.ca.Cert.NotAfter.UTC().Format(time.RFC3339)))
 	}
-	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
-		return ctrl.Result{RequeueAfter: providedSignerRecheck}, nil
+	return result, nil
+}
+
+// warnKeptCA emits a Warning Event when the Provided secret turns unusable (or unusable for another reason) while an
+// earlier CA keeps signing; the condition carries it for as long as it lasts.
+func (r *Reconciler) warnKeptCA(mpc *proxyv1alpha1.ManagedProxyConfiguration, status *proxyv1alpha1.ManagedProxyConfigurationStatus, notReady *signer.NotReadyError) {
+	if c := meta.FindStatusCondition(status.Conditions, proxyv1alpha1.ConditionSignerReady); c != nil && c.Status == metav1.ConditionFalse && c.Reason == notReady.Reason {
+		return
 	}
-	return ctrl.Result{RequeueAfter: graceLeft}, nil
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeWarning, notReady.Reason, "ReadProvidedCA", "%s; the last good CA keeps signing", notReady.Message)
 }
 
 // previousCAGrace is how long the previous CA, which signs no live certificate any more, stays in the bundle: it
@@ -110,12 +133,9 @@ func (r *Reconciler) previousCAGrace(ctx context.Context, mpc *proxyv1alpha1.Man
 	since, err := time.Parse(time.RFC3339, secret.Annotations[previousCAUnusedAnnotation])
 	if err != nil {
 		since = now
-		annotations := map[string]string{previousCAUnusedAnnotation: now.UTC().Format(time.RFC3339)}
-		if handled := secret.Annotations[rotationHandledAnnotation]; handled != "" {
-			annotations[rotationHandledAnnotation] = handled
-		}
-		signerSecret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, secret.Data, annotations)
-		if _, err := apply.Ensure(ctx, r.Client, signerSecret); err != nil {
+		annotations := carriedAnnotations(secret)
+		annotations[previousCAUnusedAnnotation] = now.UTC().Format(time.RFC3339)
+		if _, err := r.writeSignerSecret(ctx, mpc, secret.Data, annotations); err != nil {
 			return 0, err
 		}
 	}
@@ -130,71 +150,130 @@ func (r *Reconciler) rolloverGrace() time.Duration {
 	return CARolloverGrace
 }
 
-// ensureSelfSignedCA generates the CA once, and rotates it when 2/3 of its life has passed or a rotation was
-// requested with RotateCAAnnotation.
+// ensureSelfSignedCA generates the CA once, and rotates it when 2/3 of its life has passed, a rotation was requested
+// with RotateCAAnnotation, or the CA is one a Provided secret gave.
 func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*corev1.Secret, *certs.KeyPair, error) {
 	now := r.Clock.Now()
-	secret, ca, err := signer.ReadCA(ctx, r.Client, r.Client, mpc)
+	secret, ca, err := signer.ReadCA(ctx, r.Client, mpc)
 	var notReady *signer.NotReadyError
 	if err != nil && !errors.As(err, &notReady) {
 		return nil, nil, err
 	}
+	requested := mpc.Annotations[proxyv1alpha1.RotateCAAnnotation]
 	if ca == nil {
 		// Missing or unusable: the operator owns this secret, so it makes a new CA.
 		next, err := certs.NewCA(CACommonName, CAValidity, now)
 		if err != nil {
 			return nil, nil, err
 		}
-		secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: next.CertPEM, signer.KeyCAKey: next.KeyPEM}, mpc.Annotations[proxyv1alpha1.RotateCAAnnotation])
+		secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: next.CertPEM, signer.KeyCAKey: next.KeyPEM},
+			map[string]string{rotationHandledAnnotation: requested})
 		if err != nil {
 			return nil, nil, err
 		}
 		r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAGenerated", "GenerateCA", "Generated CA %s in secret %s/%s", certs.Fingerprint(next.Cert), secret.Namespace, secret.Name)
 		return secret, next, nil
 	}
-	requested := mpc.Annotations[proxyv1alpha1.RotateCAAnnotation]
 	rotationRequested := requested != "" && requested != secret.Annotations[rotationHandledAnnotation]
-	if !rotationRequested && !certs.CANeedsRotation(ca.Cert, now) {
+	wasProvided := secret.Annotations[caSourceAnnotation] == caSourceProvided
+	if !rotationRequested && !wasProvided && !certs.CANeedsRotation(ca.Cert, now) {
 		return secret, ca, nil
 	}
 	next, err := certs.NewCA(CACommonName, CAValidity, now)
 	if err != nil {
 		return nil, nil, err
 	}
-	_, crossPEM, err := certs.CrossSign(next, ca, now)
+	return r.rollOver(ctx, mpc, ca, next, map[string]string{rotationHandledAnnotation: requested})
+}
+
+// ensureProvidedCA takes the CA of the Provided secret in: the first time as it is, and when it changes by a rollover
+// from the CA signing so far, as a self-signed rotation does. While the secret is missing or unusable, the CA signing
+// so far (the last good one) keeps signing and the NotReadyError says why; it is returned alone only when there is
+// none.
+func (r *Reconciler) ensureProvidedCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*corev1.Secret, *certs.KeyPair, error) {
+	secret, current, err := signer.ReadCA(ctx, r.Client, mpc)
+	var notReady *signer.NotReadyError
+	if err != nil && !errors.As(err, &notReady) {
+		return nil, nil, err
+	}
+	provided, err := signer.ReadProvided(ctx, r.APIReader, mpc)
+	if err != nil {
+		if current == nil || !errors.As(err, &notReady) {
+			return nil, nil, err
+		}
+		return secret, current, err
+	}
+	annotations := map[string]string{caSourceAnnotation: caSourceProvided}
+	if current == nil {
+		secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: provided.CertPEM, signer.KeyCAKey: provided.KeyPEM}, annotations)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAProvided", "ReadProvidedCA", "Signing with the provided CA %s", certs.Fingerprint(provided.Cert))
+		return secret, provided, nil
+	}
+	if certs.Fingerprint(current.Cert) == certs.Fingerprint(provided.Cert) {
+		return secret, current, nil
+	}
+	return r.rollOver(ctx, mpc, current, provided, annotations)
+}
+
+// rollOver makes next the CA that signs, and keeps prev as the previous CA: both are published in the bundle before
+// anything is issued under next, and next cross-signed by prev is served after the leaves issued during the
+// overlap, so peers still holding a bundle with prev alone trust them.
+func (r *Reconciler) rollOver(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, prev, next *certs.KeyPair, annotations map[string]string) (*corev1.Secret, *certs.KeyPair, error) {
+	data := map[string][]byte{
+		signer.KeyCACert:     next.CertPEM,
+		signer.KeyCAKey:      next.KeyPEM,
+		signer.KeyPreviousCA: certs.EncodeBundle(prev.Cert),
+	}
+	note := "both stay trusted until every certificate is re-issued"
+	if _, crossPEM, err := certs.CrossSign(next, prev, r.Clock.Now()); err == nil {
+		data[signer.KeyCrossSignedCA] = crossPEM
+	} else {
+		// An expired previous CA vouches for nothing: peers trusting it alone are lost anyway.
+		note = fmt.Sprintf("both stay trusted until every certificate is re-issued; no cross-signed CA (%v)", err)
+	}
+	secret, err := r.writeSignerSecret(ctx, mpc, data, annotations)
 	if err != nil {
 		return nil, nil, err
 	}
-	secret, err = r.writeSignerSecret(ctx, mpc, map[string][]byte{
-		signer.KeyCACert:        next.CertPEM,
-		signer.KeyCAKey:         next.KeyPEM,
-		signer.KeyPreviousCA:    certs.EncodeBundle(ca.Cert),
-		signer.KeyCrossSignedCA: crossPEM,
-	}, requested)
-	if err != nil {
-		return nil, nil, err
-	}
-	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARotated", "RotateCA", "Rotated CA %s to %s; both stay trusted until every certificate is re-issued",
-		certs.Fingerprint(ca.Cert), certs.Fingerprint(next.Cert))
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARotated", "RotateCA", "Rotated CA %s to %s; %s",
+		certs.Fingerprint(prev.Cert), certs.Fingerprint(next.Cert), note)
 	return secret, next, nil
 }
 
-func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, data map[string][]byte, handled string) (*corev1.Secret, error) {
-	var annotations map[string]string
-	if handled != "" {
-		annotations = map[string]string{rotationHandledAnnotation: handled}
+// writeSignerSecret writes the signer secret with data and the non-empty annotations.
+func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, data map[string][]byte, annotations map[string]string) (*corev1.Secret, error) {
+	kept := map[string]string{}
+	for k, v := range annotations {
+		if v != "" {
+			kept[k] = v
+		}
 	}
-	secret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, data, annotations)
+	if len(kept) == 0 {
+		kept = nil
+	}
+	secret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, data, kept)
 	if _, err := apply.Ensure(ctx, r.Client, secret); err != nil {
 		return nil, err
 	}
 	return secret, nil
 }
 
+// carriedAnnotations are the annotations of the signer secret that outlive a rollover's steps: the rotation request
+// handled and where the CA came from.
+func carriedAnnotations(secret *corev1.Secret) map[string]string {
+	return map[string]string{
+		rotationHandledAnnotation: secret.Annotations[rotationHandledAnnotation],
+		caSourceAnnotation:        secret.Annotations[caSourceAnnotation],
+	}
+}
+
 // finishRollover forgets the previous CA once nothing issued by it remains.
 func (r *Reconciler) finishRollover(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, secret *corev1.Secret) error {
 	data := map[string][]byte{signer.KeyCACert: secret.Data[signer.KeyCACert], signer.KeyCAKey: secret.Data[signer.KeyCAKey]}
-	if _, err := r.writeSignerSecret(ctx, mpc, data, secret.Annotations[rotationHandledAnnotation]); err != nil {
+	if _, err := r.writeSignerSecret(ctx, mpc, data, carriedAnnotations(secret)); err != nil {
 		return err
 	}
 	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CARolloverComplete", "RotateCA", "Every certificate is issued by CA %s; earlier CAs left the bundle",

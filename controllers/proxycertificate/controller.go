@@ -30,10 +30,9 @@ const conflictRetry = 100 * time.Millisecond
 
 // Reconciler issues and renews ProxyCertificates.
 type Reconciler struct {
-	Client    client.Client
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
+	Client   client.Client
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch
@@ -74,7 +73,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 		return ctrl.Result{}, err
 	}
 	extendedspec.Restore(mpc)
-	sgn, err := signer.Load(ctx, r.Client, r.APIReader, mpc)
+	sgn, err := signer.Load(ctx, r.Client, mpc)
 	var notReady *signer.NotReadyError
 	if errors.As(err, &notReady) {
 		setNotReady(status, pc, proxyv1alpha1.ReasonIssuerNotReady, notReady.Message)

@@ -44,52 +44,77 @@ type NotReadyError struct {
 
 func (e *NotReadyError) Error() string { return e.Message }
 
-// SecretKey is the secret that holds the CA of mpc.
+// SecretKey is the secret that holds the CA the operator signs with for mpc: one it generated (SelfSigned), or a
+// copy of the last good CA of a Provided secret, kept so that a Provided secret replaced or broken never stops
+// signing and a replaced one rolls over with an overlap.
 func SecretKey(mpc *proxyv1alpha1.ManagedProxyConfiguration) types.NamespacedName {
-	signer := mpc.Spec.Authentication.Signer
-	if signer.Type == proxyv1alpha1.Provided && signer.Provided != nil && signer.Provided.SecretRef != nil {
-		ref := signer.Provided.SecretRef
-		ns := ref.Namespace
-		if ns == "" {
-			ns = contract.Namespace(mpc)
-		}
-		return types.NamespacedName{Namespace: ns, Name: ref.Name}
-	}
 	return types.NamespacedName{Namespace: contract.Namespace(mpc), Name: proxyv1alpha1.SignerSecretName}
 }
 
-// ReadCA reads and parses the CA secret of mpc. A user-provided secret is read with uncached (it does not carry
-// the operator's label, so the cache does not hold it); the self-signed one with cached.
-func ReadCA(ctx context.Context, cached, uncached client.Reader, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*corev1.Secret, *certs.KeyPair, error) {
-	key := SecretKey(mpc)
-	reader := cached
-	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
-		reader = uncached
+// ProvidedSecretKey is the user's CA secret of a Provided signer, and whether mpc has one.
+func ProvidedSecretKey(mpc *proxyv1alpha1.ManagedProxyConfiguration) (types.NamespacedName, bool) {
+	signer := mpc.Spec.Authentication.Signer
+	if signer.Type != proxyv1alpha1.Provided || signer.Provided == nil || signer.Provided.SecretRef == nil {
+		return types.NamespacedName{}, false
 	}
+	ref := signer.Provided.SecretRef
+	ns := ref.Namespace
+	if ns == "" {
+		ns = contract.Namespace(mpc)
+	}
+	return types.NamespacedName{Namespace: ns, Name: ref.Name}, true
+}
+
+// ReadCA reads and parses the CA the operator signs with for mpc (SecretKey). Missing or unusable, it is a
+// NotReadyError: the ManagedProxyConfiguration reconciler has not written it yet.
+func ReadCA(ctx context.Context, reader client.Reader, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*corev1.Secret, *certs.KeyPair, error) {
+	key := SecretKey(mpc)
 	secret := &corev1.Secret{}
 	if err := reader.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, &NotReadyError{
-				Reason:  proxyv1alpha1.ReasonSignerSecretMissing,
-				Message: fmt.Sprintf("signer secret %s not found: create it with ca.crt and ca.key, or set signer.type: SelfSigned", key),
-			}
+			return nil, nil, &NotReadyError{Reason: proxyv1alpha1.ReasonIssuerNotReady, Message: fmt.Sprintf("CA secret %s is not written yet", key)}
 		}
-		return nil, nil, fmt.Errorf("get signer secret %s: %w", key, err)
+		return nil, nil, fmt.Errorf("get CA secret %s: %w", key, err)
 	}
 	ca, err := certs.ParseCA(secret.Data[KeyCACert], secret.Data[KeyCAKey])
 	if err != nil {
-		return secret, nil, &NotReadyError{
-			Reason:  proxyv1alpha1.ReasonSignerSecretInvalid,
-			Message: fmt.Sprintf("signer secret %s is not a usable CA: %v", key, err),
-		}
+		return secret, nil, &NotReadyError{Reason: proxyv1alpha1.ReasonIssuerNotReady, Message: fmt.Sprintf("CA secret %s is not a usable CA: %v", key, err)}
 	}
 	return secret, ca, nil
 }
 
+// ReadProvided reads and parses the user's CA secret of a Provided signer with reader (uncached: the secret does not
+// carry the operator's label, so the cache does not hold it). What a user must fix is a NotReadyError whose message
+// names the secret and, when it is malformed, its key.
+func ReadProvided(ctx context.Context, reader client.Reader, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*certs.KeyPair, error) {
+	key, ok := ProvidedSecretKey(mpc)
+	if !ok {
+		return nil, &NotReadyError{Reason: proxyv1alpha1.ReasonSignerSecretMissing, Message: "signer.provided.secretRef is not set"}
+	}
+	secret := &corev1.Secret{}
+	if err := reader.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &NotReadyError{
+				Reason:  proxyv1alpha1.ReasonSignerSecretMissing,
+				Message: fmt.Sprintf("signer secret %s not found: create it with ca.crt and ca.key, or set signer.type: SelfSigned", key),
+			}
+		}
+		return nil, fmt.Errorf("get signer secret %s: %w", key, err)
+	}
+	ca, err := certs.ParseCA(secret.Data[KeyCACert], secret.Data[KeyCAKey])
+	if err != nil {
+		return nil, &NotReadyError{
+			Reason:  proxyv1alpha1.ReasonSignerSecretInvalid,
+			Message: fmt.Sprintf("signer secret %s is not a usable CA: %v", key, err),
+		}
+	}
+	return ca, nil
+}
+
 // Load returns the signer of mpc, ready to issue: the CA is readable and the published bundle already trusts it,
 // so no certificate is issued under a CA its peers have not been given yet.
-func Load(ctx context.Context, cached, uncached client.Reader, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*Signer, error) {
-	secret, ca, err := ReadCA(ctx, cached, uncached, mpc)
+func Load(ctx context.Context, cached client.Reader, mpc *proxyv1alpha1.ManagedProxyConfiguration) (*Signer, error) {
+	secret, ca, err := ReadCA(ctx, cached, mpc)
 	if err != nil {
 		return nil, err
 	}
