@@ -140,6 +140,18 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		}
 	})
 
+	It("uses a proxy-server namespace someone else created, found on the API server, without trying to create it", func() {
+		mpc := newMPC()
+		// Helm's release namespace, say: it carries no label of the operator's, so the manager's cache does not hold it.
+		Expect(k8s.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mpc.Spec.ProxyServer.Namespace}})).To(Succeed())
+		expectQuiet()
+		before := requests.WritesTo("namespaces")
+		createMPC(mpc)
+		expectReady(mpc)
+		expectQuiet()
+		Expect(requests.WritesTo("namespaces")).To(Equal(before), "no create answered AlreadyExists")
+	})
+
 	It("honours deploy.ports on the Services, the Deployment and the command line", func() {
 		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
 			m.Spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{Ports: proxyv1alpha1.ManagedProxyConfigurationDeployPorts{
