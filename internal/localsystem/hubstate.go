@@ -6,9 +6,16 @@ import (
 	"fmt"
 	"os"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
 	"sigs.k8s.io/yaml"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
 // hubKinds are what SaveHubState writes: what a reader of a failed start needs to follow an agent's registration
@@ -18,13 +25,13 @@ var hubKinds = []struct {
 	gvk      schema.GroupVersionKind
 	dropSpec bool
 }{
-	{gvk: schema.GroupVersionKind{Group: "cluster.open-cluster-management.io", Version: "v1", Kind: "ManagedClusterList"}},
-	{gvk: schema.GroupVersionKind{Group: "addon.open-cluster-management.io", Version: "v1beta1", Kind: "ManagedClusterAddOnList"}},
-	{gvk: schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequestList"}},
-	{gvk: schema.GroupVersionKind{Group: "proxy.open-cluster-management.io", Version: "v1alpha1", Kind: "ClusterProxyStatusList"}},
-	{gvk: schema.GroupVersionKind{Group: "proxy.open-cluster-management.io", Version: "v1alpha1", Kind: "ManagedProxyConfigurationList"}},
-	{gvk: schema.GroupVersionKind{Group: "work.open-cluster-management.io", Version: "v1", Kind: "ManifestWorkList"}, dropSpec: true},
-	{gvk: schema.GroupVersionKind{Group: "events.k8s.io", Version: "v1", Kind: "EventList"}},
+	{gvk: clusterv1.SchemeGroupVersion.WithKind("ManagedClusterList")},
+	{gvk: addonv1beta1.SchemeGroupVersion.WithKind("ManagedClusterAddOnList")},
+	{gvk: certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequestList")},
+	{gvk: proxyv1alpha1.GroupVersion.WithKind("ClusterProxyStatusList")},
+	{gvk: proxyv1alpha1.GroupVersion.WithKind("ManagedProxyConfigurationList")},
+	{gvk: workv1.SchemeGroupVersion.WithKind("ManifestWorkList"), dropSpec: true},
+	{gvk: eventsv1.SchemeGroupVersion.WithKind("EventList")},
 }
 
 // SaveHubState writes the hub's objects of hubKinds, as YAML, to hub-state.yaml in the work folder, and returns its
