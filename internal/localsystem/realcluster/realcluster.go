@@ -7,7 +7,8 @@
 // forward, so nothing leaves the machine and two clusters reach each other only through a program on the machine
 // that listens on one side and dials the other (a forward proxy). Pods are masqueraded to the node's address inside
 // the namespace, so they too can reach the machine's side. Every cluster uses the same pod (100.64.0.0/24) and
-// service (100.65.0.0/16) ranges without collision.
+// service (100.65.0.0/16) ranges without collision. CutNetwork (network.go) takes a cluster off the network for a
+// while, and then restores its network as it was.
 //
 // The daemons of a node run in a private mount namespace that covers /run, /var/lib and /var/log with the cluster's
 // own folders, so nothing they write leaks onto the machine. Stop leaves nothing behind (processes, mounts,
@@ -213,12 +214,18 @@ func (c *Cluster) start(ctx context.Context) error {
 	return c.waitReady(ctx, cs)
 }
 
-// createNetwork makes the namespace and its veth pair.
+// createNetwork makes the guard route, then the namespace and its veth pair.
 func (c *Cluster) createNetwork() error {
-	host, node := c.name, c.name+"n"
 	if err := guardRoute("replace"); err != nil {
 		return err
 	}
+	return c.createVethPair()
+}
+
+// createVethPair makes the cluster's network namespace and the veth pair that joins it to the machine: the machine's
+// end named after the namespace, with HostIP/24, the node's end eth0 in the namespace, with NodeIP/24.
+func (c *Cluster) createVethPair() error {
+	host, node := c.name, c.name+"n"
 	steps := [][]string{
 		{"netns", "add", c.name},
 		{"link", "add", host, "type", "veth", "peer", "name", node},
