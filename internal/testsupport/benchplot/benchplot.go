@@ -1,7 +1,7 @@
 // Package benchplot draws the benchmarks' figures as small SVG charts, so docs/performance.md can show them without a
-// plotting tool: a line chart of series over a numeric axis (a fleet size), and a bar chart of named values, one bar
-// per name or a group of bars per name. The figures themselves are kept as JSON beside the plots (figures.go), so the
-// plots can be drawn again without measuring.
+// plotting tool: a line chart of series over a numeric axis (a fleet size), a bar chart of named values, one bar per
+// name or a group of bars per name, and a timeline of events against intervals (timeline.go). The figures themselves
+// are kept as JSON beside the plots (figures.go), so the plots can be drawn again without measuring.
 package benchplot
 
 import (

@@ -24,6 +24,9 @@ type Loop struct {
 type Failure struct {
 	At  time.Time
 	Err string
+	// LastOK is when the loop last got an answer before this failure (its start if it never did): failures with the
+	// same LastOK are one run of consecutive failures.
+	LastOK time.Time
 }
 
 // Start starts a loop against cfg (each request bounded by 10 s) with a pause of every between requests.
@@ -39,6 +42,7 @@ func Start(cfg *rest.Config, every time.Duration) (*Loop, error) {
 	l := &Loop{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
+		lastOK := time.Now()
 		for ctx.Err() == nil {
 			_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
 			if ctx.Err() != nil {
@@ -46,9 +50,10 @@ func Start(cfg *rest.Config, every time.Duration) (*Loop, error) {
 			}
 			l.mu.Lock()
 			if err != nil {
-				l.failures = append(l.failures, Failure{At: time.Now(), Err: err.Error()})
+				l.failures = append(l.failures, Failure{At: time.Now(), Err: err.Error(), LastOK: lastOK})
 			} else {
 				l.ok++
+				lastOK = time.Now()
 			}
 			l.mu.Unlock()
 			select {
