@@ -145,7 +145,8 @@ E2E_PREREQUISITES := build node-assets image ocm-local helm squid curl
 
 .PHONY: e2e
 e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem): a hub and two managed clusters whose pods run (one behind squid over TLS, one digit-named), OCM as pods, helm install with 3 proxy-server replicas; real clients.
-	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v
+	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout 60m -v -ginkgo.v \
+		-ginkgo.label-filter='!soak'
 	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
 .PHONY: e2e-olm
@@ -267,6 +268,24 @@ test-rbac: envtest-assets ## The manager as deployed (its ServiceAccount, the ru
 .PHONY: bench-fleet
 bench-fleet: ## Simulated agents (the product's, own certificates, real mTLS gRPC) against one proxy-server: memory per idle agent, tunnel-health CPU per round next to the previous design, a proxy-server restart (BENCH_AGENTS=1000,10000, BENCH_ROUNDS, BENCH_IDLE, BENCH_OUT).
 	go test -tags bench ./test/bench/fleet -run '^TestFleet$$' -count=1 -v -timeout 60m
+
+# SOAK_DURATION is how long make soak injects faults (a Go duration in h, m and s); SOAK_SEED draws them (empty: from
+# the clock, printed, so a run can be drawn again); SOAK_OUT is where the report goes, its plot beside it (.svg).
+SOAK_DURATION ?= 10m
+SOAK_SEED ?=
+SOAK_OUT ?= $(BIN_DIR)/soak.json
+# SOAK_TIMEOUT is SOAK_DURATION and 40 minutes more, for the system's start, the faults still recovering at the end,
+# the settling and the report; empty when SOAK_DURATION is not written in h, m and s.
+SOAK_TIMEOUT = $(shell echo '$(SOAK_DURATION)' | awk '{ d = $$0; s = 0; \
+	while (match(d, /^[0-9]+(\.[0-9]+)?[hms]/)) { u = substr(d, RLENGTH, 1); s += substr(d, 1, RLENGTH - 1) * (u == "h" ? 3600 : u == "m" ? 60 : 1); d = substr(d, RLENGTH + 1) } \
+	if (d == "" && s > 0) printf "%ds", s + 2400 }')
+
+.PHONY: soak
+soak: $(E2E_PREREQUISITES) ## Random faults under load on the real clusters of make e2e, not in CI: every 5-25 s one of 12 kinds (pods deleted or SIGKILLed, rolling updates, squid, leaf and CA rotations, a cluster's network cut), at most 2 at once, each waiting for recovery; streams replaced as they end and probed for hangs every minute; a report of failed requests and stream ends against faults, hung streams, recovery, the manager's Events, goroutines and memory, end state (SOAK_DURATION=10m, SOAK_SEED, SOAK_OUT=bin/soak.json and .svg).
+	@[ -n "$(SOAK_TIMEOUT)" ] || { echo "SOAK_DURATION=$(SOAK_DURATION): write it in h, m and s, e.g. 10m or 1h30m" >&2; exit 2; }
+	SOAK_DURATION="$(SOAK_DURATION)" SOAK_SEED="$(SOAK_SEED)" SOAK_OUT="$(abspath $(SOAK_OUT))" NODE_ASSETS="$(NODE_ASSETS)" \
+		KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e/... -count=1 -timeout $(SOAK_TIMEOUT) -v -ginkgo.v \
+		-ginkgo.timeout=$(SOAK_TIMEOUT) -ginkgo.label-filter=soak
 
 .PHONY: bench-data-plane
 bench-data-plane: envtest-assets ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1 (and a kube-apiserver for the hub's aggregated path): bulk, latency, 64 clients, 1,000 streams, upload (BENCH_PHASES, BENCH_MODES narrow it; BENCH_OUT).

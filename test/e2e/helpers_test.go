@@ -352,16 +352,20 @@ func podUIDs(c client.Client, namespace string, labels map[string]string) []stri
 // replicas agents of every cluster.
 func expectAgentsOnEveryReplica(replicas int) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		answers, err := sys.ReplicaAgents(ctx())
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(answers).To(HaveLen(replicas))
-		for pod, agents := range answers {
-			for _, cluster := range clusterNames() {
-				g.Expect(agents[cluster]).To(HaveLen(replicas), "replica %s: the agents of %s", pod, cluster)
-			}
+	Eventually(func(g Gomega) { agentsOnEveryReplica(g, replicas) }).WithTimeout(3 * time.Minute).Should(Succeed())
+}
+
+// agentsOnEveryReplica asserts that each of the replicas proxy-server replicas is Ready and its /agents lists replicas
+// agents of every cluster.
+func agentsOnEveryReplica(g Gomega, replicas int) {
+	answers, err := sys.ReplicaAgents(ctx())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(answers).To(HaveLen(replicas))
+	for pod, agents := range answers {
+		for _, cluster := range clusterNames() {
+			g.Expect(agents[cluster]).To(HaveLen(replicas), "replica %s: the agents of %s", pod, cluster)
 		}
-	}).WithTimeout(3 * time.Minute).Should(Succeed())
+	}
 }
 
 // expectAgentsRolledOutWith waits until every cluster runs 3 agent pods, none of them going away, each started with
@@ -624,14 +628,25 @@ func forgeSignature(jwt string) string {
 // probePod is the name of a running pod of the probe workload, read with cfg.
 func probePod(cfg *rest.Config) string {
 	GinkgoHelper()
-	pods := must(must(kubernetes.NewForConfig(cfg)).CoreV1().Pods(workloadNamespace).List(ctx(), metav1.ListOptions{LabelSelector: "app=probe"}))
+	return must(findProbePod(ctx(), cfg))
+}
+
+// findProbePod is probePod without failing the spec: a soak looks for the pod again while a way in is down.
+func findProbePod(c context.Context, cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	pods, err := cs.CoreV1().Pods(workloadNamespace).List(c, metav1.ListOptions{LabelSelector: "app=probe"})
+	if err != nil {
+		return "", err
+	}
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			return p.Name
+			return p.Name, nil
 		}
 	}
-	Fail("no running probe pod")
-	return ""
+	return "", errors.New("no running probe pod")
 }
 
 // goExec runs command in pod with client-go's websocket or SPDY executor and cfg, and returns its standard output.
@@ -675,30 +690,51 @@ func goPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int,
 // it when closed, and the channel ForwardPorts' result arrives on when it ends.
 func startPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, chan struct{}, <-chan error) {
 	GinkgoHelper()
-	cs := must(kubernetes.NewForConfig(cfg))
+	local, stop, done, err := openPortForward(cfg, pod, websocket, port)
+	Expect(err).NotTo(HaveOccurred())
+	return local, stop, done
+}
+
+// openPortForward is startPortForward without failing the spec.
+func openPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, chan struct{}, <-chan error, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, nil, nil, err
+	}
 	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(workloadNamespace).Name(pod).SubResource("portforward").URL()
 	var dialer httpstream.Dialer
 	if websocket {
-		dialer = must(portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg))
+		if dialer, err = portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg); err != nil {
+			return 0, nil, nil, err
+		}
 	} else {
 		rt, upgrader, err := spdy.RoundTripperFor(cfg)
-		Expect(err).NotTo(HaveOccurred())
+		if err != nil {
+			return 0, nil, nil, err
+		}
 		dialer = spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
 	}
 	stop, ready := make(chan struct{}), make(chan struct{})
-	fw := must(portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, GinkgoWriter, GinkgoWriter))
+	fw, err := portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, GinkgoWriter, GinkgoWriter)
+	if err != nil {
+		return 0, nil, nil, err
+	}
 	done := make(chan error, 1)
 	go func() { done <- fw.ForwardPorts() }()
 	select {
 	case <-ready:
 	case err := <-done:
-		Fail(fmt.Sprintf("port-forward to %s: %v", pod, err))
+		return 0, nil, nil, fmt.Errorf("port-forward to %s: %w", pod, err)
 	case <-time.After(30 * time.Second):
 		close(stop)
-		Fail("port-forward to " + pod + " not ready in 30 s")
+		return 0, nil, nil, fmt.Errorf("port-forward to %s not ready in 30 s", pod)
 	}
-	ports := must(fw.GetPorts())
-	return int(ports[0].Local), stop, done
+	ports, err := fw.GetPorts()
+	if err != nil {
+		close(stop)
+		return 0, nil, nil, err
+	}
+	return int(ports[0].Local), stop, done, nil
 }
 
 // leaderLease is the manager's leader-election Lease.
@@ -713,8 +749,13 @@ type watchRecord struct {
 
 // recordWatch records w until it ends or the spec does.
 func recordWatch(w watch.Interface) *watchRecord {
-	r := &watchRecord{done: make(chan struct{})}
 	DeferCleanup(w.Stop)
+	return followWatch(w)
+}
+
+// followWatch records w until it ends; whoever started it stops it.
+func followWatch(w watch.Interface) *watchRecord {
+	r := &watchRecord{done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		for ev := range w.ResultChan() {
