@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -748,21 +750,35 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		cluster := "c-" + mpcSuffix()
 		newCluster(cluster)
 		installAddOn(cluster)
-		var subject addonv1alpha1.Subject
-		Eventually(func(g Gomega) {
-			mca := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
-			for _, r := range mca.Status.Registrations {
-				if r.SignerName == "open-cluster-management.io/proxy-agent-signer" {
-					subject = r.Subject
-				}
-			}
-			g.Expect(subject.User).NotTo(BeEmpty())
-		}, timeout, interval).Should(Succeed())
+		subject := advertisedAgentSubject(cluster)
 		agent := clusterClient(cluster)
 		signer := "open-cluster-management.io/proxy-agent-signer"
 
 		good := newCSR(cluster, "good-"+cluster, signer, subject.User, subject.Groups, subject.OrganizationUnits)
 		Expect(agent.Create(ctx(), good)).To(Succeed())
+		var notAfter time.Time
+		Eventually(func(g Gomega) {
+			csr, state := csrState(g, good.Name)
+			g.Expect(state).To(Equal(certificatesv1.CertificateApproved))
+			g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
+			chain, err := certs.ParseCertificates(csr.Status.Certificate)
+			g.Expect(err).NotTo(HaveOccurred())
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(bundle)
+			_, err = chain[0].Verify(x509.VerifyOptions{Roots: roots, CurrentTime: fakeClock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+			g.Expect(err).NotTo(HaveOccurred(), "signed by the configuration's CA")
+			g.Expect(chain[0].Subject.CommonName).To(Equal(subject.User))
+			g.Expect(chain[0].ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}))
+			g.Expect(chain[0].NotAfter).To(BeTemporally("~", fakeClock.Now().Add(180*24*time.Hour), time.Hour))
+
+			cps := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
+			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(cps.Status.AgentCertificateNotAfter.Time).To(BeTemporally("~", chain[0].NotAfter, time.Second))
+			notAfter = cps.Status.AgentCertificateNotAfter.Time
+		}, timeout, interval).Should(Succeed())
+
+		// Creation times have seconds: the requests below must be later than the first to supersede it.
+		Eventually(time.Now).Should(BeTemporally(">=", good.CreationTimestamp.Add(time.Second)))
 		hubClient := newCSR(cluster, "kubeclient-"+cluster, "kubernetes.io/kube-apiserver-client",
 			"system:open-cluster-management:cluster:"+cluster+":addon:cluster-proxy:agent:agent1",
 			[]string{"system:open-cluster-management:cluster:" + cluster + ":addon:cluster-proxy"}, nil)
@@ -778,20 +794,7 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		Expect(agent.Create(ctx(), unrelated)).To(Succeed())
 
 		Eventually(func(g Gomega) {
-			csr, state := csrState(g, good.Name)
-			g.Expect(state).To(Equal(certificatesv1.CertificateApproved))
-			g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
-			chain, err := certs.ParseCertificates(csr.Status.Certificate)
-			g.Expect(err).NotTo(HaveOccurred())
-			roots := x509.NewCertPool()
-			roots.AppendCertsFromPEM(bundle)
-			_, err = chain[0].Verify(x509.VerifyOptions{Roots: roots, CurrentTime: fakeClock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-			g.Expect(err).NotTo(HaveOccurred(), "signed by the configuration's CA")
-			g.Expect(chain[0].Subject.CommonName).To(Equal(subject.User))
-			g.Expect(chain[0].ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}))
-			g.Expect(chain[0].NotAfter).To(BeTemporally("~", fakeClock.Now().Add(180*24*time.Hour), time.Hour))
-
-			csr, state = csrState(g, hubClient.Name)
+			csr, state := csrState(g, hubClient.Name)
 			g.Expect(state).To(Equal(certificatesv1.CertificateApproved))
 			g.Expect(csr.Status.Certificate).To(BeEmpty(), "kube-apiserver-client certificates are signed by kube-controller-manager")
 
@@ -801,11 +804,17 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			csr, state = csrState(g, hijack.Name)
 			g.Expect(state).To(Equal(certificatesv1.CertificateDenied))
 			g.Expect(csr.Status.Conditions[0].Reason).To(Equal("UnexpectedRequestor"), "an agent cannot ask for another cluster's certificate")
-
-			cps := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
-			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(cps.Status.AgentCertificateNotAfter.Time).To(BeTemporally("~", chain[0].NotAfter, time.Second))
 		}, timeout, interval).Should(Succeed())
+
+		By("the signed request, superseded by a later one, is deleted; the status keeps the certificate it carried")
+		Eventually(func() error {
+			return k8s.Get(ctx(), client.ObjectKeyFromObject(good), &certificatesv1.CertificateSigningRequest{})
+		}, timeout, interval).Should(Satisfy(apierrors.IsNotFound))
+		poke(get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy"))
+		Consistently(func(g Gomega) {
+			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.AgentCertificateNotAfter.Time).To(BeTemporally("==", notAfter))
+		}, 2*time.Second, interval).Should(Succeed())
 		Consistently(func(g Gomega) {
 			_, state := csrState(g, unrelated.Name)
 			g.Expect(state).To(BeEmpty(), "CSRs of other signers are left alone")
@@ -828,6 +837,35 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			g.Expect(state).To(Equal(certificatesv1.CertificateDenied))
 			g.Expect(csr.Status.Conditions[0].Reason).To(Equal("ClusterNotAccepted"))
 		}, timeout, interval).Should(Succeed())
+	})
+
+	It("deletes each finished CSR of an agent that a later request supersedes, so OCM's klusterlet never meets its limit of 10 on the hub", func() {
+		cluster := "c-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		subject := advertisedAgentSubject(cluster)
+		agent := clusterClient(cluster)
+		var previous *certificatesv1.CertificateSigningRequest
+		for i := range 12 { // a CA rotation a few minutes apart, twelve times within the hour the hub keeps an issued CSR
+			if previous != nil {
+				// Creation times have seconds: the klusterlet's next request comes in a later one.
+				Eventually(time.Now).Should(BeTemporally(">=", previous.CreationTimestamp.Add(time.Second)))
+			}
+			csr := newCSR(cluster, fmt.Sprintf("renewal-%d-%s", i, cluster), "open-cluster-management.io/proxy-agent-signer",
+				subject.User, subject.Groups, subject.OrganizationUnits)
+			Expect(agent.Create(ctx(), csr)).To(Succeed())
+			Eventually(func(g Gomega) {
+				issued, state := csrState(g, csr.Name)
+				g.Expect(state).To(Equal(certificatesv1.CertificateApproved))
+				g.Expect(issued.Status.Certificate).NotTo(BeEmpty())
+				list := &certificatesv1.CertificateSigningRequestList{}
+				g.Expect(k8s.List(ctx(), list, client.MatchingLabels{"open-cluster-management.io/cluster-name": cluster,
+					"open-cluster-management.io/addon-name": "cluster-proxy"})).To(Succeed())
+				g.Expect(list.Items).To(HaveLen(1), "request %d: only the latest is left", i+1)
+			}, timeout, interval).Should(Succeed())
+			previous = csr
+		}
+		Expect(statusCondition(Default, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
 	})
 
 	It("installs on the clusters a Placement selects, and removes the add-on from clusters that leave", func() {
@@ -988,3 +1026,19 @@ func envValue(env []corev1.EnvVar, name string) string {
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// advertisedAgentSubject waits for the subject the add-on's status asks cluster's agent certificate to carry.
+func advertisedAgentSubject(cluster string) addonv1alpha1.Subject {
+	GinkgoHelper()
+	var subject addonv1alpha1.Subject
+	Eventually(func(g Gomega) {
+		mca := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+		for _, r := range mca.Status.Registrations {
+			if r.SignerName == "open-cluster-management.io/proxy-agent-signer" {
+				subject = r.Subject
+			}
+		}
+		g.Expect(subject.User).NotTo(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+	return subject
+}

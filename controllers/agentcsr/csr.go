@@ -5,6 +5,7 @@ package agentcsr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -18,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -36,7 +38,7 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 }
 
-// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval;certificatesigningrequests/status,verbs=update
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer;kubernetes.io/kube-apiserver-client,verbs=approve
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=open-cluster-management.io/proxy-agent-signer,verbs=sign
@@ -47,10 +49,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, csr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	clusterName := csr.Labels[csrreview.ClusterNameLabel]
+	if err := r.deleteSuperseded(ctx, csr); err != nil {
+		return ctrl.Result{}, err
+	}
 	if failed(csr) || (approved(csr) && (len(csr.Status.Certificate) > 0 || csr.Spec.SignerName != csrreview.AgentSignerName)) {
 		return ctrl.Result{}, nil // decided, and signed where the operator signs: nothing left to do
 	}
-	clusterName := csr.Labels[csrreview.ClusterNameLabel]
 	// Approval is a security decision: the cluster's acceptance is read from the API server, not the cache, so a
 	// revocation made a moment ago is seen. CSRs are few.
 	cluster := &clusterv1.ManagedCluster{}
@@ -162,6 +167,45 @@ func (r *Reconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, "Signed", "Sign", "Signed CSR %s of cluster %s with CA %s",
 		csr.Name, csr.Labels[csrreview.ClusterNameLabel], certs.Fingerprint(sgn.CA.Cert))
 	return ctrl.Result{}, nil
+}
+
+// deleteSuperseded deletes the finished CSRs (issued, denied or failed) of csr's cluster, add-on and signer that a
+// later one of them supersedes: the klusterlet asks again only once it is done with its last request. OCM's
+// klusterlet stops asking for certificates of an add-on while 10 of its CSRs are on the hub, and the hub keeps an
+// issued CSR an hour; without this, a few CA rotations within the hour leave the agents without a certificate.
+func (r *Reconciler) deleteSuperseded(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	cluster := csr.Labels[csrreview.ClusterNameLabel]
+	if cluster == "" {
+		return nil
+	}
+	list := &certificatesv1.CertificateSigningRequestList{}
+	if err := r.Client.List(ctx, list, client.MatchingLabels{csrreview.ClusterNameLabel: cluster, csrreview.AddonNameLabel: proxyv1alpha1.AddonName}); err != nil {
+		return err
+	}
+	var latest metav1.Time
+	for i := range list.Items {
+		if c := &list.Items[i]; c.Spec.SignerName == csr.Spec.SignerName && latest.Before(&c.CreationTimestamp) {
+			latest = c.CreationTimestamp
+		}
+	}
+	for i := range list.Items {
+		// Only one created in an earlier second than the latest: creation times have seconds, and two in one second
+		// cannot be told apart, so both stay until a later one supersedes them.
+		c := &list.Items[i]
+		if c.Spec.SignerName != csr.Spec.SignerName || !c.CreationTimestamp.Before(&latest) || !finished(c) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete superseded CSR %s: %w", c.Name, err)
+		}
+		log.FromContext(ctx).V(1).Info("Deleted a superseded CSR", "csr", c.Name, "cluster", cluster)
+	}
+	return nil
+}
+
+// finished says whether nothing more happens to csr: denied, failed, or approved with its certificate issued.
+func finished(csr *certificatesv1.CertificateSigningRequest) bool {
+	return failed(csr) || (approved(csr) && len(csr.Status.Certificate) > 0)
 }
 
 func approved(csr *certificatesv1.CertificateSigningRequest) bool {

@@ -288,7 +288,9 @@ func setProxySettings(st *proxyv1alpha1.ClusterProxyStatusStatus, s *scope, gene
 }
 
 // setCertificate reports the agent certificate from the newest signed CSR of the cluster, and returns when to look
-// again (its expiry).
+// again (its expiry). The hub deletes an issued CSR an hour after its approval (kube-controller-manager's CSR
+// cleaner), and the operator deletes the ones a later request supersedes: with none left, the certificate the status
+// recorded is still the agents'.
 func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.ClusterProxyStatusStatus, cluster string, generation int64, now time.Time) (time.Duration, error) {
 	list := &certificatesv1.CertificateSigningRequestList{}
 	// Read-only, on every pass: no deep copies of the cache.
@@ -302,25 +304,26 @@ func (r *Reconciler) setCertificate(ctx context.Context, st *proxyv1alpha1.Clust
 		}
 	}
 	sort.Slice(signed, func(i, j int) bool { return signed[j].CreationTimestamp.Before(&signed[i].CreationTimestamp) })
-	c := metav1.Condition{Type: proxyv1alpha1.ConditionCertificateReady, Status: metav1.ConditionFalse, ObservedGeneration: generation,
-		Reason: proxyv1alpha1.ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
-	var requeue time.Duration
 	for _, csr := range signed {
 		chain, err := certs.ParseCertificates(csr.Status.Certificate)
 		if err != nil {
 			continue
 		}
-		notAfter := chain[0].NotAfter
-		st.AgentCertificateNotAfter = &metav1.Time{Time: notAfter}
+		st.AgentCertificateNotAfter = &metav1.Time{Time: chain[0].NotAfter}
 		st.AgentCertificateAuthorityKeyID = hex.EncodeToString(chain[0].AuthorityKeyId)
-		if now.Before(notAfter) {
-			c.Status, c.Reason = metav1.ConditionTrue, proxyv1alpha1.ReasonAgentCertificateIssued
-			c.Message = "agent certificate valid until " + notAfter.UTC().Format(time.RFC3339)
-			requeue = notAfter.Sub(now)
-		} else {
-			c.Reason, c.Message = proxyv1alpha1.ReasonCertificateExpired, "agent certificate expired at "+notAfter.UTC().Format(time.RFC3339)
-		}
 		break
+	}
+	c := metav1.Condition{Type: proxyv1alpha1.ConditionCertificateReady, Status: metav1.ConditionFalse, ObservedGeneration: generation,
+		Reason: proxyv1alpha1.ReasonWaitingForCSR, Message: "no signed agent certificate yet: OCM's klusterlet requests it once the add-on is registered"}
+	var requeue time.Duration
+	switch notAfter := st.AgentCertificateNotAfter; {
+	case notAfter == nil:
+	case now.Before(notAfter.Time):
+		c.Status, c.Reason = metav1.ConditionTrue, proxyv1alpha1.ReasonAgentCertificateIssued
+		c.Message = "agent certificate valid until " + notAfter.UTC().Format(time.RFC3339)
+		requeue = notAfter.Sub(now)
+	default:
+		c.Reason, c.Message = proxyv1alpha1.ReasonCertificateExpired, "agent certificate expired at "+notAfter.UTC().Format(time.RFC3339)
 	}
 	meta.SetStatusCondition(&st.Conditions, c)
 	return requeue, nil
