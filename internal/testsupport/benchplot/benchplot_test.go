@@ -2,31 +2,19 @@ package benchplot
 
 import (
 	"bytes"
-	"encoding/xml"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 )
 
-// elements decodes svg and counts its elements by name; it fails on XML that does not parse.
+// elements counts the elements of svg by name; it fails on XML that does not parse.
 func elements(g Gomega, svg string) map[string]int {
-	d := xml.NewDecoder(strings.NewReader(svg))
-	out := map[string]int{}
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		g.Expect(err).NotTo(HaveOccurred(), svg)
-		if s, ok := tok.(xml.StartElement); ok {
-			out[s.Name.Local]++
-		}
-	}
+	out, err := Elements(svg)
+	g.Expect(err).NotTo(HaveOccurred(), svg)
+	return out
 }
 
 func TestLineDrawsEverySeriesAtEveryPoint(t *testing.T) {

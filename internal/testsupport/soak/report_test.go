@@ -1,11 +1,7 @@
 package soak
 
 import (
-	"bytes"
 	"encoding/json"
-	"encoding/xml"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/benchplot"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 )
 
@@ -244,18 +241,9 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// elements decodes svg and counts its elements by name; it fails on XML that does not parse.
+// elements counts the elements of svg by name; it fails on XML that does not parse.
 func elements(g Gomega, svg string) map[string]int {
-	d := xml.NewDecoder(bytes.NewReader([]byte(svg)))
-	out := map[string]int{}
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		g.Expect(err).NotTo(HaveOccurred(), svg)
-		if s, ok := tok.(xml.StartElement); ok {
-			out[s.Name.Local]++
-		}
-	}
+	out, err := benchplot.Elements(svg)
+	g.Expect(err).NotTo(HaveOccurred(), svg)
+	return out
 }
