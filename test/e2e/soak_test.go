@@ -16,6 +16,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -311,6 +312,9 @@ func componentUsage() ([]soak.Usage, error) {
 		}
 		u := soak.Usage{Component: component}
 		for _, p := range pods {
+			if p.Status.Phase != corev1.PodRunning {
+				continue // a pod that cannot start (its Secret missing, say) has no figures; the end state tells
+			}
 			raw, err := cs.CoreV1().Pods(namespace).ProxyGet("http", p.Name, strconv.Itoa(port), "/metrics", nil).DoRaw(ctx())
 			if err != nil {
 				return fmt.Errorf("/metrics of %s pod %s: %w", component, p.Name, err)
