@@ -231,21 +231,27 @@ func (l *lines) contains(s string) bool {
 	return strings.Contains(l.b.String(), s)
 }
 
-// once runs each mark's action once, so asking again does not repeat it.
-type once struct {
+// resend makes a stream's mark again while the stream has not carried it: a mark made before the stream truly
+// follows (a log's follow begins after its response headers) would otherwise never show.
+type resend struct {
 	mu   sync.Mutex
-	done map[string]bool
+	last map[string]time.Time
 }
 
-func (o *once) do(mark string, f func()) {
+// markResendEvery is how long a mark is waited for before it is made again.
+const markResendEvery = 3 * time.Second
+
+func (o *resend) do(mark string, f func()) {
 	o.mu.Lock()
-	first := !o.done[mark]
-	if o.done == nil {
-		o.done = map[string]bool{}
+	if o.last == nil {
+		o.last = map[string]time.Time{}
 	}
-	o.done[mark] = true
+	due := time.Since(o.last[mark]) >= markResendEvery
+	if due {
+		o.last[mark] = time.Now()
+	}
 	o.mu.Unlock()
-	if first {
+	if due {
 		go f()
 	}
 }
@@ -275,7 +281,7 @@ func openExecStream(c context.Context, cfg *rest.Config, pod string) (*longStrea
 	in, input := io.Pipe()
 	out := &lines{}
 	streaming, cancel := context.WithCancel(c)
-	var sent once
+	var sent resend
 	s := newLongStream("exec", func(mark string) bool {
 		sent.do(mark, func() { _, _ = fmt.Fprintln(input, "mark "+mark) })
 		return out.contains("mark " + mark + "\n")
@@ -305,7 +311,7 @@ func openLogStream(c context.Context, cfg *rest.Config, pod string, direct typed
 		return nil, err
 	}
 	out := &lines{}
-	var sent once
+	var sent resend
 	s := newLongStream("logs -f", func(mark string) bool {
 		sent.do(mark, func() { markByRequest(streaming, direct, pod, mark) })
 		return out.contains("GET /healthz?mark=" + mark + "\n")
