@@ -3,6 +3,7 @@ package agent
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -32,6 +33,13 @@ type endpoint struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// packets counts the DATA packets either way, and toHub says whether the last one went to the hub: a connection
+	// quiet since an answer went to its client is between requests (tunnel.closePaused). seen is packets at the
+	// previous closePaused pass, which alone uses it.
+	packets atomic.Uint64
+	toHub   atomic.Bool
+	seen    uint64
 }
 
 func (t *tunnel) newEndpoint(conn net.Conn) *endpoint {
@@ -57,6 +65,7 @@ func (e *endpoint) close() {
 // the hub learns to slow down (there is no per-connection flow control in the protocol), but only while the
 // destination keeps taking data: one that takes none for StallTimeout is closed.
 func (e *endpoint) enqueue(data []byte) {
+	e.carried(false)
 	var stall *time.Timer
 	defer func() {
 		if stall != nil {
@@ -94,6 +103,12 @@ func (e *endpoint) enqueue(data []byte) {
 	e.queued += len(data)
 	e.mu.Unlock()
 	wake(e.wake)
+}
+
+// carried records a DATA packet of the connection, to the hub or from it.
+func (e *endpoint) carried(toHub bool) {
+	e.packets.Add(1)
+	e.toHub.Store(toHub)
 }
 
 func (e *endpoint) queuedBytes() int {
@@ -173,6 +188,7 @@ func (e *endpoint) readLoop() {
 		}
 		if n > 0 {
 			a.metrics.bytesToHub.Add(float64(n))
+			e.carried(true)
 		}
 		if err != nil {
 			return

@@ -17,6 +17,12 @@ const (
 	dialDraining  = "draining"  // the agent is shutting down
 )
 
+// How a drain closed a connection, the how label of cluster_proxy_agent_drained_connections_total.
+const (
+	drainedPaused = "paused" // in a pause between requests
+	drainedCut    = "cut"    // still busy at the drain timeout
+)
+
 type metrics struct {
 	registry    *prometheus.Registry
 	tunnels     prometheus.Gauge
@@ -25,6 +31,7 @@ type metrics struct {
 	connects    *prometheus.CounterVec
 	bytesToHub  prometheus.Counter
 	bytesToDest prometheus.Counter
+	drained     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -50,10 +57,14 @@ func newMetrics() *metrics {
 			Name: "cluster_proxy_agent_server_connects_total",
 			Help: "Attempts to open a tunnel to a proxy-server by result (success, error, duplicate).",
 		}, []string{"result"}),
+		drained: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cluster_proxy_agent_drained_connections_total",
+			Help: "Connections closed while the agent shut down, by how: paused (between requests) or cut (busy at the drain timeout).",
+		}, []string{"how"}),
 		bytesToHub:  bytes.WithLabelValues("to_hub"),
 		bytesToDest: bytes.WithLabelValues("from_hub"),
 	}
-	m.registry.MustRegister(m.tunnels, m.connections, m.dials, m.connects, bytes,
+	m.registry.MustRegister(m.tunnels, m.connections, m.dials, m.connects, bytes, m.drained,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -222,6 +222,27 @@ func (t *tunnel) openConns() int {
 	return len(t.conns)
 }
 
+// closePaused closes each connection that has carried no packet since the previous pass and whose last packet was an
+// answer to the hub: on a kept-alive connection, that is a pause between requests. Its client sees the connection end
+// before it sends its next request and dials again, reaching an agent that is not going away; a request whose answer
+// has not come, or is still coming, keeps its connection. It returns how many connections it closed.
+func (t *tunnel) closePaused() int {
+	t.mu.Lock()
+	var paused []*endpoint
+	for _, e := range t.conns {
+		n := e.packets.Load()
+		if n == e.seen && e.toHub.Load() {
+			paused = append(paused, e)
+		}
+		e.seen = n
+	}
+	t.mu.Unlock()
+	for _, e := range paused {
+		e.close() // its reader answers CLOSE_RSP
+	}
+	return len(paused)
+}
+
 // dial serves a DIAL_REQ in its own goroutine, which then carries the connection's destination-to-hub direction.
 func (t *tunnel) dial(req *client.DialRequest) {
 	if t.a.draining.Load() {

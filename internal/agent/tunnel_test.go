@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,19 +292,106 @@ func TestDrainsOnShutdown(t *testing.T) {
 	}()
 	g.Eventually(env.srv.drainsSeen).Should(Equal(1))
 	g.Expect(a.Ready()).To(BeFalse())
-	// New dials are refused; the open connection still works until it closes.
+	// New dials are refused; the open connection, which has not had its first answer yet, still works.
 	_, err = env.srv.dial(ctx, clusterAddress)
 	g.Expect(err).To(MatchError(ContainSubstring("shutting down")))
+	g.Consistently(stopped).WithTimeout(200 * time.Millisecond).ShouldNot(BeClosed())
 	_, err = io.WriteString(held, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
 	g.Expect(err).NotTo(HaveOccurred())
-	resp, err := http.ReadResponse(bufio.NewReader(held), nil)
+	r := bufio.NewReader(held)
+	resp, err := http.ReadResponse(r, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
-	g.Consistently(stopped).WithTimeout(200 * time.Millisecond).ShouldNot(BeClosed())
 
-	_ = held.Close()
+	// Answered and quiet, the connection pauses between requests: the drain closes it and ends.
+	_, err = r.ReadByte()
+	g.Expect(err).To(HaveOccurred())
 	g.Eventually(stopped).WithTimeout(5 * time.Second).Should(BeClosed())
 	g.Eventually(env.srv.activeStreams).Should(BeZero())
+	g.Expect(counterValue(a.metrics.drained.WithLabelValues(drainedPaused))).To(Equal(1.0))
+	g.Expect(counterValue(a.metrics.drained.WithLabelValues(drainedCut))).To(BeZero())
+}
+
+// A rolling update replaces an agent while hub clients keep their connections alive from request to request. The
+// drain closes each connection in a pause between its requests, so every client dials again, reaches the agent that
+// stays and loses nothing; none is left to cut at the drain timeout in the middle of an answer.
+func TestDrainMovesKeptAliveClientsToAnotherAgentBetweenRequests(t *testing.T) {
+	g := NewWithT(t)
+	env := newEnv(t)
+	opts := env.options(t)
+	opts.DrainTimeout = 30 * time.Second
+	going, stop := runAgent(t, opts)
+	waitForTunnel(g, going, 1)
+
+	// Each client sends a request, reads its answer and waits 60 ms, on one connection.
+	const clients = 6
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var answered [clients]atomic.Int64
+	var mu sync.Mutex
+	var failures []error
+	for i := range clients {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return env.srv.dial(ctx, clusterAddress) },
+		}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				body, err := c.Get("http://" + clusterAddress + "/small")
+				if err == nil {
+					var b []byte
+					b, err = io.ReadAll(body.Body)
+					_ = body.Body.Close()
+					if err == nil && string(b) != "small from kube-apiserver" {
+						err = fmt.Errorf("answer %q", b)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+				} else {
+					answered[i].Add(1)
+				}
+				time.Sleep(60 * time.Millisecond)
+			}
+		}()
+	}
+	allAnsweredSince := func(base []int64) func() bool {
+		return func() bool {
+			for i := range answered {
+				if answered[i].Load() <= base[i] {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	g.Eventually(allAnsweredSince(make([]int64, clients))).WithTimeout(10 * time.Second).Should(BeTrue())
+	g.Expect(going.openConns()).To(Equal(clients), "each client keeps one connection through the agent")
+
+	opts.AgentID = "agent-2"
+	staying, _ := runAgent(t, opts)
+	waitForTunnel(g, staying, 1)
+	stop()
+	g.Expect(counterValue(going.metrics.drained.WithLabelValues(drainedPaused))).To(Equal(float64(clients)),
+		"every connection was closed in a pause between requests")
+	g.Expect(counterValue(going.metrics.drained.WithLabelValues(drainedCut))).To(BeZero(), "no connection was cut at the drain timeout")
+
+	base := make([]int64, clients)
+	for i := range answered {
+		base[i] = answered[i].Load()
+	}
+	g.Eventually(allAnsweredSince(base)).WithTimeout(10*time.Second).Should(BeTrue(), "every client is answered through the agent that stays")
+	g.Expect(staying.openConns()).To(Equal(clients))
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(failures).To(BeEmpty())
 }
 
 // settledGoroutines waits until the number of goroutines stops changing and returns it.
