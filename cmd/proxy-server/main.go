@@ -68,6 +68,7 @@ type config struct {
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
 	agentWarmup                       time.Duration
+	agentReconnectWait                time.Duration
 	peerAddress, peerCert, peerKey    string
 	peerWait                          time.Duration
 	verbosity                         int
@@ -133,6 +134,8 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	})
 	// Flags of ANP's proxy-server that configurations written for the existing addon pass in additionalArgs.
 	fs.DurationVar(&c.keepaliveTime, "keepalive-time", server.DefaultAgentKeepaliveTime, "how often the agent endpoint pings idle agents")
+	fs.DurationVar(&c.agentReconnectWait, "agent-reconnect-wait", server.DefaultAgentReconnectWait, "how long after a cluster "+
+		"lost its last agent a dial to it waits for one to connect instead of failing (0: no wait)")
 	fs.DurationVar(&c.frontendKeepalive, "frontend-keepalive-time", server.DefaultKeepaliveTime, "how often the frontends ping idle clients")
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
 	c.zap.BindFlags(fs)
@@ -231,7 +234,7 @@ func (c *config) options() server.Options {
 		TLSProfileFile:     c.tlsProfileFile,
 		ShutdownTimeout:    drainTimeout,
 		LameDuck:           minDrainDuration,
-		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive,
+		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive, AgentReconnectWait: noWaitIfZero(c.agentReconnectWait),
 		PeerWait: c.peerWait,
 	}
 }
@@ -340,4 +343,12 @@ func main() {
 		log.Error(err, "The proxy-server stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// noWaitIfZero maps a flag's 0 ("no wait") to the negative duration server.Options means it by (0 is its default).
+func noWaitIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

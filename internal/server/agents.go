@@ -14,6 +14,9 @@ type Agents struct {
 	// short list costs less per cluster than a map would.
 	connected map[string][]agentStreamCount
 	known     map[string]bool // clusters that connected at least once since start
+	// reconnecting tells whether a cluster lost its last agent less than the reconnect wait ago (the router's
+	// newestBackends.reconnecting: a cluster is the host its agents serve); nil: never.
+	reconnecting func(cluster string) bool
 }
 
 // agentStreamCount counts the open streams of one agent.
@@ -64,6 +67,12 @@ func (a *Agents) Connected(cluster string) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return len(a.connected[cluster]) > 0
+}
+
+// Reconnecting reports whether cluster has no agent connected and lost its last one so recently that a dial to it
+// waits for one to connect.
+func (a *Agents) Reconnecting(cluster string) bool {
+	return !a.Connected(cluster) && a.reconnecting != nil && a.reconnecting(cluster)
 }
 
 // Known reports whether an agent of cluster connected at least once since this process started.

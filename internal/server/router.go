@@ -42,17 +42,17 @@ type router struct {
 	pending map[int64]*link
 }
 
-// errNoAgent answers a dial to a host no agent serves, in ANP's words, which clients (tunnelclient among them) match.
-var errNoAgent = errors.New("No agent available") //nolint:staticcheck // ANP's words, matched by clients
+// errNoAgent answers a dial to a host no agent serves.
+var errNoAgent = packet.ErrNoAgent
 
 // errAgentStreamEnded answers the dials that were waiting on an agent stream when it ended.
 var errAgentStreamEnded = errors.New("the agent stream ended before the agent answered the dial")
 
-func newRouter(serverID string, serverCount int, agents *Agents, log logr.Logger) *router {
+func newRouter(serverID string, serverCount int, agents *Agents, backends *newestBackends, log logr.Logger) *router {
 	return &router{
 		header:   metadata.Pairs(header.ServerID, serverID, header.ServerCount, strconv.Itoa(serverCount)),
 		serverID: serverID,
-		backends: newNewestBackends(),
+		backends: backends,
 		agents:   agents,
 		log:      log,
 		pending:  map[int64]*link{},
@@ -311,8 +311,9 @@ func (r *router) takePending(random int64, b *backend) *link {
 }
 
 // serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets. retire
-// says whether a shutdown closes the connection once it is idle (see frontend).
-func (r *router) serveFrontend(stream packetStream, retire bool) error {
+// says whether a shutdown closes the connection once it is idle (see frontend), and pick chooses the agent stream of
+// the dial's host: newestBackends.pick, or its await for a frontend whose dials wait for reconnecting agents.
+func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host string) *backend) error {
 	f := &frontend{stream: stream, retire: retire}
 	var l *link
 	defer func() {
@@ -335,7 +336,7 @@ func (r *router) serveFrontend(stream packetStream, retire bool) error {
 				_ = f.send(packet.DialResponse(req.Random, 0, "a stream carries one connection, and this one has dialed already"))
 				continue
 			}
-			b := r.backends.pick(hostOf(req.Address))
+			b := pick(hostOf(req.Address))
 			if b == nil {
 				_ = f.send(packet.DialResponse(req.Random, 0, errNoAgent.Error()))
 				return nil
@@ -451,7 +452,8 @@ type proxyService struct {
 }
 
 func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
-	return p.r.serveFrontend(stream, true)
+	// A dial waits for a reconnecting agent while the client's stream lasts.
+	return p.r.serveFrontend(stream, true, func(host string) *backend { return p.r.backends.await(stream.Context(), host) })
 }
 
 // agentService is the agent endpoint.

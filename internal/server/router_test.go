@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
@@ -133,4 +134,81 @@ func gaugeValue(gauge prometheus.Gauge) float64 {
 		panic(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// When a cluster's agents all lose their streams at once (their forward proxy restarts), a dial through any frontend
+// waits for one to connect again, for the reconnect wait after the loss, instead of failing with "No agent
+// available"; the gRPC client here does not try again itself. After the wait, dials fail at once.
+func TestDialsThroughEveryFrontendWaitForAClusterWhoseAgentsReconnect(t *testing.T) {
+	g := NewWithT(t)
+	const wait = 10 * time.Second
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startFixture(t, false, nil, func(o *Options) { o.AgentReconnectWait, o.Clock = wait, clk })
+	target := httpTarget(t, "c1-apiserver")
+	targets := map[string]string{"c1:443": target}
+	first, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	first.Close()
+	g.Eventually(func() bool { return f.srv.Agents().Connected("c1") }).Should(BeFalse())
+	g.Expect(f.srv.Agents().Reconnecting("c1")).To(BeTrue(), "the user-server sends the cluster's requests on to wait")
+
+	type opened struct {
+		name string
+		conn net.Conn
+		br   *bufio.Reader
+		err  error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	grpcNoRetry := &TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, NoAgentWait: -1}
+	dialAll := func() <-chan opened {
+		results := make(chan opened, 3)
+		go func() {
+			conn, err := grpcNoRetry.DialCluster(ctx, "c1", 443)
+			results <- opened{"gRPC frontend", conn, bufio.NewReader(conn), err}
+		}()
+		go func() {
+			conn, br, err := httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c1:443")
+			results <- opened{"HTTP-CONNECT frontend", conn, br, err}
+		}()
+		go func() {
+			conn, err := f.srv.DialCluster(ctx, "c1", 443)
+			results <- opened{"in-process tunnel (the user-server's)", conn, bufio.NewReader(conn), err}
+		}()
+		return results
+	}
+	waiting := dialAll()
+	g.Consistently(waiting).WithTimeout(200*time.Millisecond).ShouldNot(Receive(), "the dials wait")
+	clk.Step(wait - time.Second)
+	second, err := f.agent(t, "c1", "ns1", "agent-2", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	for range 3 {
+		var o opened
+		g.Eventually(waiting).Should(Receive(&o))
+		g.Expect(o.err).NotTo(HaveOccurred(), o.name)
+		g.Expect(get(o.conn, o.br, "c1", "/after-the-reconnect")).To(Equal("c1-apiserver /after-the-reconnect"), o.name)
+		_ = o.conn.Close()
+	}
+
+	// The agents stay away past the wait: the dials waiting fail then, and later ones at once. HTTP-CONNECT says it
+	// with its status.
+	noAgent := Or(ContainSubstring("No agent available"), ContainSubstring("503 Service Unavailable"))
+	second.Close()
+	g.Eventually(func() bool { return f.srv.Agents().Connected("c1") }).Should(BeFalse())
+	waiting = dialAll()
+	g.Consistently(waiting).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
+	clk.Step(wait)
+	for range 3 {
+		var o opened
+		g.Eventually(waiting).Should(Receive(&o))
+		g.Expect(o.err).To(MatchError(noAgent), o.name)
+	}
+	g.Expect(f.srv.Agents().Reconnecting("c1")).To(BeFalse())
+	for _, o := range []func() error{
+		func() error { _, err := grpcNoRetry.DialCluster(ctx, "c1", 443); return err },
+		func() error { _, _, err := httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c1:443"); return err },
+		func() error { _, err := f.srv.DialCluster(ctx, "c1", 443); return err },
+	} {
+		g.Expect(o()).To(MatchError(noAgent))
+	}
 }

@@ -40,6 +40,10 @@ const (
 	// the first backend of its cluster, and ANP sends every dial to the first one; the ping (and gRPC's 20 s timeout)
 	// drops it within a minute.
 	DefaultAgentKeepaliveTime = 30 * time.Second
+	// DefaultAgentReconnectWait is how long a dial to a cluster that lost all its agents waits for them to come back:
+	// agents that lose their streams together (their forward proxy restarted, the network blinked) reconnect within
+	// their backoff's bound (5 s) plus a handshake.
+	DefaultAgentReconnectWait = 10 * time.Second
 	// agentKeepaliveMinTime is the shortest keepalive interval agents may use.
 	agentKeepaliveMinTime = 30 * time.Second
 	readHeaderTimeout     = 10 * time.Second
@@ -79,6 +83,9 @@ type Options struct {
 	LameDuck              time.Duration
 	FrontendKeepaliveTime time.Duration
 	AgentKeepaliveTime    time.Duration
+	// AgentReconnectWait is how long after a cluster lost its last agent a dial to it waits for an agent to connect,
+	// instead of failing at once with "No agent available": default DefaultAgentReconnectWait; negative: no wait.
+	AgentReconnectWait time.Duration
 	// Peers, when set, holds the server's readiness back after start until it holds an agent of every cluster a
 	// Ready peer holds, no peer is Ready, or PeerWait has passed (asking every PeerPollInterval): a Service then sends
 	// clients only to replicas that can serve them.
@@ -113,6 +120,10 @@ func (o *Options) defaults() {
 	if o.AgentKeepaliveTime <= 0 {
 		o.AgentKeepaliveTime = DefaultAgentKeepaliveTime
 	}
+	if o.AgentReconnectWait == 0 {
+		o.AgentReconnectWait = DefaultAgentReconnectWait
+	}
+	o.AgentReconnectWait = max(o.AgentReconnectWait, 0)
 	if o.PeerWait <= 0 {
 		o.PeerWait = DefaultPeerWait
 	}
@@ -204,7 +215,9 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 
-	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, s.log)
+	backends := newNewestBackends(opts.Clock, opts.AgentReconnectWait)
+	s.agents.reconnecting = backends.reconnecting
+	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, backends, s.log)
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates)))),

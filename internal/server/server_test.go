@@ -296,8 +296,8 @@ func TestShutdownEndsAtItsBoundWhileTunnelsAreOpen(t *testing.T) {
 
 // Behind a Service, a refused connection to the frontend is a replica that is gone but still listed: the tunnel
 // dialer tries again, and another attempt reaches a live one. A refusal is cheap and the Service picks the dead
-// replica again at random, so it gives up only after eight refusals; a cluster no replica has fails after three
-// attempts, each a tunnel.
+// replica again at random, so it gives up only after eight refusals; a cluster no replica has is tried three times at
+// once, each a tunnel, and then, unless NoAgentWait is negative as here, waited for.
 func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T) {
 	g := NewWithT(t)
 	f := startFixture(t, false, nil, nil)
@@ -313,7 +313,7 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 	var dials atomic.Int32
 	dialer := func(to func(n int32) string) *TunnelDialer {
 		dials.Store(0)
-		return &TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return &TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, NoAgentWait: -1, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, to(dials.Add(1)))
 		}}
 	}
@@ -349,7 +349,7 @@ func TestTunnelDialerTriesAgainWhenTheFrontendRefusesTheConnection(t *testing.T)
 	_, err = dialer(live).DialCluster(context.Background(), "nowhere", 443)
 	g.Expect(err).To(MatchError(ContainSubstring("dial cluster nowhere port 443")))
 	g.Expect(err).To(MatchError(ContainSubstring("No agent available")))
-	g.Expect(dials.Load()).To(BeEquivalentTo(3), "a replica without the cluster's agent is tried again")
+	g.Expect(dials.Load()).To(BeEquivalentTo(3), "a replica without the cluster's agent is tried again at once, twice")
 }
 
 // After turning unready on shutdown, both frontends still serve new connections for the lame duck, which endpoints

@@ -41,6 +41,9 @@ const (
 	ServiceProxyPort = contract.ServiceProxyPort
 	// DefaultCredentialsTTL is how long Secrets read through a hub rest.Config are reused.
 	DefaultCredentialsTTL = time.Minute
+	// DefaultNoAgentWait is Options.NoAgentWait's default: as long as client-go waits for a cluster through the
+	// user-server (ten retries a second apart).
+	DefaultNoAgentWait = tunnelclient.DefaultNoAgentWait
 )
 
 // ErrNoConfiguration is wrapped by New's error when the ManagedProxyConfiguration does not exist.
@@ -58,14 +61,19 @@ type Options struct {
 	// CredentialsTTL is how long the Secrets are reused before they are read again: default DefaultCredentialsTTL
 	// with a hub rest.Config, 0 (read on every connection) with a Reader.
 	CredentialsTTL time.Duration
+	// NoAgentWait is how long a dial waits for an agent of a cluster that has none connected, as while its agents
+	// reconnect (their forward proxy restarted, their pods replaced): default DefaultNoAgentWait; a negative value
+	// fails such a dial after the few attempts that follow at once. The dial's context bounds it too.
+	NoAgentWait time.Duration
 }
 
 // Client reaches managed clusters through the proxy-servers of one ManagedProxyConfiguration.
 type Client struct {
 	// In-cluster addresses; Resolve may map them elsewhere.
-	addrs   Addresses
-	resolve Resolver
-	creds   *hubCredentials
+	addrs       Addresses
+	resolve     Resolver
+	creds       *hubCredentials
+	noAgentWait time.Duration
 }
 
 // Addresses are where the hub cluster serves a ManagedProxyConfiguration's proxy-servers and user-server: in-cluster
@@ -122,8 +130,9 @@ func New(ctx context.Context, hubConfig *rest.Config, opts Options) (*Client, er
 	}
 	addrs := AddressesOf(mpc)
 	c := &Client{
-		addrs:   addrs,
-		resolve: opts.Resolve,
+		addrs:       addrs,
+		resolve:     opts.Resolve,
+		noAgentWait: opts.NoAgentWait,
 		creds: &hubCredentials{
 			reader: reader, namespace: addrs.Namespace, clientSecret: contract.SecretNamesOf(mpc).ProxyClient, ttl: ttl,
 		},

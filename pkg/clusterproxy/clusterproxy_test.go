@@ -3,8 +3,11 @@ package clusterproxy_test
 import (
 	"context"
 	"errors"
+	"io"
+	"maps"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +56,87 @@ func TestRESTConfigReachesEachClusterByNameThroughItsTunnel(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("base config")))
 }
 
+// An agent that reconnects (its forward proxy restarted, its pod replaced) leaves its cluster without a tunnel for a
+// moment. A request through RESTConfig that starts then waits for the agent instead of failing.
+func TestRESTConfigWaitsForAnAgentThatIsReconnecting(t *testing.T) {
+	g := NewWithT(t)
+	hub := tunneltest.Start(t, "proxy-ns")
+	api, ca := tunneltest.KubeAPIServer(t, "v1.36.3-late", nil)
+	ctx := context.Background()
+	// Every connection to the frontend goes through a relay that counts them: one per attempt to dial the cluster.
+	resolve := maps.Clone(hub.Resolve)
+	var attempts atomic.Int32
+	for in, to := range resolve {
+		if strings.HasSuffix(in, ":8090") {
+			resolve[in] = countingRelay(t, to, &attempts)
+		}
+	}
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := proxies.RESTConfig("late", &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	g.Expect(err).NotTo(HaveOccurred())
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	versions, errs := make(chan string, 1), make(chan error, 1)
+	go func() {
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			errs <- err
+			return
+		}
+		versions <- v.GitVersion
+	}()
+	// Past the attempts that follow one another at once, the request is waiting for an agent.
+	g.Eventually(attempts.Load).WithTimeout(5*time.Second).Should(BeNumerically(">", 3), "the request keeps trying")
+	g.Consistently(errs).WithTimeout(100 * time.Millisecond).ShouldNot(Receive())
+	hub.StartAgent(t, "late", api)
+	var version string
+	g.Eventually(versions).WithTimeout(10 * time.Second).Should(Receive(&version))
+	g.Expect(version).To(Equal("v1.36.3-late"))
+
+	// A client told not to wait fails after the attempts that follow at once.
+	impatient, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: resolve, NoAgentWait: -1})
+	g.Expect(err).NotTo(HaveOccurred())
+	before := attempts.Load()
+	_, err = impatient.Dialer("nowhere").DialPort(ctx, clusterproxy.KubeAPIServerPort)
+	g.Expect(err).To(MatchError(And(ContainSubstring("nowhere"), ContainSubstring("No agent available"))))
+	g.Expect(attempts.Load() - before).To(BeEquivalentTo(3))
+}
+
+// countingRelay listens on 127.0.0.1 and relays each connection to to, counting them in accepted.
+func countingRelay(t *testing.T, to string, accepted *atomic.Int32) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			out, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			go func() {
+				_, _ = io.Copy(out, in)
+				_ = out.Close()
+			}()
+			go func() {
+				_, _ = io.Copy(in, out)
+				_ = in.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 func TestProbeReportsHealthLatencyAndMissingAgents(t *testing.T) {
 	g := NewWithT(t)
 	hub := tunneltest.Start(t, "proxy-ns")
@@ -79,7 +163,7 @@ func TestProbeReportsHealthLatencyAndMissingAgents(t *testing.T) {
 	g.Expect(result.Healthy).To(BeFalse())
 	g.Expect(result.Message).To(ContainSubstring("500"))
 
-	probeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	probeCtx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = proxies.Probe(probeCtx, "no-agent")
 	g.Expect(err).To(MatchError(ContainSubstring("no-agent")))

@@ -84,7 +84,8 @@ func (c *Client) dialCluster(ctx context.Context, cluster string, port int) (net
 	if err != nil {
 		return nil, fmt.Errorf("dial cluster %s: %w", cluster, err)
 	}
-	f := tunnelclient.Frontend{Address: c.addrs.Frontend, TLS: tlsCfg, Dial: c.resolve.DialContext, Name: c.describe(c.addrs.Frontend)}
+	f := tunnelclient.Frontend{Address: c.addrs.Frontend, TLS: tlsCfg, Dial: c.resolve.DialContext, Name: c.describe(c.addrs.Frontend),
+		NoAgentWait: c.noAgentWait}
 	return f.DialCluster(ctx, cluster, port)
 }
 

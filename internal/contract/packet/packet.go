@@ -3,7 +3,15 @@
 // packets are built where their payloads are, which pool them.
 package packet
 
-import "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+import (
+	"errors"
+
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
+)
+
+// ErrNoAgent is the DIAL_RSP error of a dial to a host no connected agent serves, in ANP's words, which clients
+// (tunnelclient among them) match: nothing reached the cluster, so the request may be sent again.
+var ErrNoAgent = errors.New("No agent available") //nolint:staticcheck // ANP's words, matched by clients
 
 // DialRequest asks for a TCP connection to address; random names the dial in its answer.
 func DialRequest(address string, random int64) *client.Packet {

@@ -28,6 +28,7 @@ import (
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 )
 
 // KubeAPIServerPort is the tunnel port an agent maps to its cluster's kube-apiserver.
@@ -43,21 +44,35 @@ type Frontend struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Name is how errors name the frontend; empty means Address.
 	Name string
+	// NoAgentWait is how long DialCluster waits for an agent of the cluster after the attempts that follow at once:
+	// 0 means DefaultNoAgentWait, a negative value not at all.
+	NoAgentWait time.Duration
 }
+
+// DefaultNoAgentWait is Frontend.NoAgentWait's default: the time client-go waits for a cluster through the
+// user-server (ten retries a second apart).
+const DefaultNoAgentWait = 10 * time.Second
 
 // DialCluster opens a single-use konnectivity tunnel and dials <cluster>:<port> through it, as cluster-gateway and
 // clusteradm do; ctx bounds the dial only. Closing the connection ends the tunnel.
 //
 // Two failures are tried again on a new connection, because behind a Service another attempt reaches another
-// replica:
+// replica, and nothing was sent to the cluster:
 //   - a refused TCP connection, up to refusedAttempts in all: the endpoint that got it is gone (a killed replica the
 //     Service still lists for a moment). Each attempt picks an endpoint at random, so one dead replica of three takes
 //     n attempts running with a chance of 1 in 3^n; a refusal costs only a round trip, so there can be many.
-//   - a replica without an agent of the cluster ("No agent available"), up to noAgentAttempts in all: a new replica
-//     is Ready before the agents reach it. Each such attempt costs a tunnel (a TLS handshake), so a cluster no
-//     replica has fails after a few.
+//   - a replica without an agent of the cluster ("No agent available"): a new replica is Ready before the agents
+//     reach it, and every replica is without the cluster's agents while they reconnect (their forward proxy
+//     restarted, their pod replaced). Three attempts follow one another at once, the later ones come after a
+//     growing pause up to a second, for up to NoAgentWait (or until ctx ends); then the last error is returned. A
+//     cluster no agent serves therefore fails after NoAgentWait.
 func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
 	refusals, misses := 0, 0
+	wait := f.NoAgentWait
+	if wait == 0 {
+		wait = DefaultNoAgentWait
+	}
+	var waitingSince time.Time
 	for {
 		conn, refused, err := f.dialCluster(ctx, cluster, port)
 		switch {
@@ -67,9 +82,21 @@ func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (n
 			if refusals++; refusals == refusedAttempts {
 				return nil, err
 			}
-		case strings.Contains(err.Error(), noAgent):
-			if misses++; misses == noAgentAttempts {
+		case strings.Contains(err.Error(), packet.ErrNoAgent.Error()):
+			if misses++; misses <= noAgentRetries {
+				continue
+			}
+			if waitingSince.IsZero() {
+				waitingSince = time.Now()
+			}
+			pause := noAgentPause(misses)
+			if time.Since(waitingSince)+pause > wait {
 				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(pause):
 			}
 		default:
 			return nil, err
@@ -78,12 +105,16 @@ func (f *Frontend) DialCluster(ctx context.Context, cluster string, port int) (n
 }
 
 const (
-	// refusedAttempts and noAgentAttempts bound DialCluster's attempts (see there).
+	// refusedAttempts and noAgentRetries bound DialCluster's attempts (see there).
 	refusedAttempts = 8
-	noAgentAttempts = 3
-	// noAgent is the dial error of a proxy-server with no agent for the host (ANP's server.ErrNotFound).
-	noAgent = "No agent available"
+	noAgentRetries  = 2
 )
+
+// noAgentPause is the pause before the attempt after the misses-th "No agent available", once the noAgentRetries
+// that follow at once are spent: 250 ms doubling up to a second.
+func noAgentPause(misses int) time.Duration {
+	return min(250*time.Millisecond<<(misses-noAgentRetries-1), time.Second)
+}
 
 // dialCluster is one attempt of DialCluster; refused reports whether the TCP connection to the frontend was refused.
 func (f *Frontend) dialCluster(ctx context.Context, cluster string, port int) (_ net.Conn, refused bool, _ error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 )
 
 const testToken = "Bearer test-token"
@@ -25,6 +28,8 @@ const testToken = "Bearer test-token"
 type fakeDialer struct {
 	addr string
 	err  error // when set, every dial fails with it
+	// noAgent is how many of the next dials fail as a proxy-server without the cluster's agent answers them.
+	noAgent atomic.Int32
 
 	dials   atomic.Int32
 	closes  chan struct{} // one value per closed tunnel
@@ -40,6 +45,9 @@ func (d *fakeDialer) DialCluster(ctx context.Context, cluster string, port int) 
 	d.mu.Unlock()
 	if d.err != nil {
 		return nil, d.err
+	}
+	if d.noAgent.Add(-1) >= 0 {
+		return nil, fmt.Errorf("dial %s: %w", cluster, packet.ErrNoAgent)
 	}
 	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", d.addr)
 	if err != nil {
@@ -79,6 +87,8 @@ type fakeClusters struct {
 	mu        sync.Mutex
 	known     map[string]bool
 	connected map[string]bool
+	// away is how many of the next Connected calls of a connected cluster answer false, as while its agent reconnects.
+	away int
 }
 
 func newFakeClusters(connected ...string) *fakeClusters {
@@ -104,8 +114,14 @@ func (c *fakeClusters) Known(cluster string) bool {
 func (c *fakeClusters) Connected(cluster string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.connected[cluster] && c.away > 0 {
+		c.away--
+		return false
+	}
 	return c.connected[cluster]
 }
+
+func (c *fakeClusters) Reconnecting(string) bool { return false }
 
 // env is a user-server in front of a service-proxy stand-in.
 type env struct {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
@@ -46,6 +47,9 @@ type Dialer interface {
 type Clusters interface {
 	Connected(cluster string) bool
 	Known(cluster string) bool
+	// Reconnecting reports whether cluster has no agent connected but lost its last one so recently that a dial to
+	// it waits for one to connect.
+	Reconnecting(cluster string) bool
 }
 
 // HubReviewer answers who a token belongs to on the hub and whether a hub user may reach a cluster
@@ -293,9 +297,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 		writeNotFound(w, t.Cluster)
 		return info
 	}
-	if !s.opts.Clusters.Connected(t.Cluster) {
-		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			fmt.Sprintf("the agent of cluster %q is not connected", t.Cluster))
+	if !s.opts.Clusters.Connected(t.Cluster) && !s.opts.Clusters.Reconnecting(t.Cluster) {
+		writeNotConnected(w, t.Cluster)
 		return info
 	}
 	ctx = context.WithValue(ctx, targetKey{}, t)
@@ -313,6 +316,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 	return info
+}
+
+// writeNotConnected answers a request to a cluster whose agent is not connected here, which nothing sent on: 503
+// with Retry-After, which client-go (kubectl too) retries up to ten times a second apart, so an agent reconnecting
+// (its forward proxy restarted, its pod replaced) costs its clients a wait, not a failure.
+func writeNotConnected(w http.ResponseWriter, cluster string) {
+	w.Header().Set("Retry-After", "1")
+	proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+		fmt.Sprintf("the agent of cluster %q is not connected", cluster))
 }
 
 // writeNotFound answers a cluster this proxy-server has no agent of, as the API server answers a missing object.
@@ -422,6 +434,12 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &refused) {
 		log.V(2).Info("The service-proxy refused a service tunnel", "cluster", t.Cluster, "code", refused.code)
 		refused.write(w)
+		return
+	}
+	if errors.Is(err, packet.ErrNoAgent) {
+		// The agent left between the check above and the dial.
+		log.V(2).Info("No agent of the cluster took the dial", "cluster", t.Cluster)
+		writeNotConnected(w, t.Cluster)
 		return
 	}
 	log.Error(err, "Proxying to the service-proxy failed", "cluster", t.Cluster)

@@ -2,6 +2,7 @@ package userserver
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
@@ -134,6 +137,7 @@ func TestAnswersRefusalsWithKubernetesStatus(t *testing.T) {
 		code             int
 		reason           metav1.StatusReason
 		message          string
+		retryAfter       string
 	}{
 		{name: "no token", path: "/c1/api", code: 401, reason: metav1.StatusReasonUnauthorized, message: "bearer token"},
 		{name: "no token for an unknown cluster", path: "/nowhere/api", code: 401, reason: metav1.StatusReasonUnauthorized},
@@ -145,7 +149,7 @@ func TestAnswersRefusalsWithKubernetesStatus(t *testing.T) {
 		{name: "unknown cluster", path: "/nowhere/api", auth: testToken, code: 404, reason: metav1.StatusReasonNotFound,
 			message: `cluster "nowhere" not found`},
 		{name: "disconnected cluster", path: "/asleep/api", auth: testToken, code: 503,
-			reason: metav1.StatusReasonServiceUnavailable, message: `cluster "asleep" is not connected`},
+			reason: metav1.StatusReasonServiceUnavailable, message: `cluster "asleep" is not connected`, retryAfter: "1"},
 		{name: "escaping path", path: "/c1/api/%2e%2e/%2e%2e/c2/api", auth: testToken, code: 400,
 			reason: metav1.StatusReasonBadRequest, message: `".."`},
 		{name: "invalid cluster", path: "/Not_A_Cluster/api", auth: testToken, code: 400,
@@ -173,6 +177,7 @@ func TestAnswersRefusalsWithKubernetesStatus(t *testing.T) {
 			g.Expect(st.Code).To(BeEquivalentTo(tc.code))
 			g.Expect(st.Reason).To(Equal(tc.reason))
 			g.Expect(st.Message).To(ContainSubstring(tc.message))
+			g.Expect(resp.Header.Get("Retry-After")).To(Equal(tc.retryAfter), "a 503 that may be sent again says when")
 			g.Expect(metricValue(t, counted)).To(Equal(before + 1))
 		})
 	}
@@ -196,6 +201,28 @@ func TestTunnelFailureIs502WithoutInternals(t *testing.T) {
 	g.Expect(body).NotTo(ContainSubstring("agent-7f9c"))
 	g.Expect(metricValue(t, failures)).To(BeNumerically(">=", 1))
 	g.Expect(metricValue(t, failures)).To(BeNumerically(">", before), "this request's failed dial is counted")
+}
+
+// While a cluster's agent reconnects (its forward proxy restarted, its pod replaced), the user-server finds it not
+// connected, or its dial finds no agent. Both answers tell the client to come back, so client-go waits the moment out
+// instead of failing the request.
+func TestClientGoWaitsOutAnAgentThatIsReconnecting(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	e := newEnv(t, http.HandlerFunc(s.handler), Options{}, "c1")
+	e.clusters.mu.Lock()
+	e.clusters.away = 1
+	e.clusters.mu.Unlock()
+	e.dialer.noAgent.Store(1)
+	unavailable := requestsTotal.WithLabelValues("503")
+	before := metricValue(t, unavailable) // the metric is process-wide
+
+	cfg := &rest.Config{Host: e.frontend.URL + "/c1", BearerToken: strings.TrimPrefix(testToken, "Bearer ")}
+	body, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/ns/configmaps/cm").
+		DoRaw(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(body)).To(Equal("served /api/v1/namespaces/ns/configmaps/cm"))
+	g.Expect(metricValue(t, unavailable)-before).To(Equal(2.0), "not connected, then no agent for the dial")
 }
 
 func TestReusesTunnelsAcrossRequests(t *testing.T) {
