@@ -2,12 +2,16 @@ package clusterproxy_test
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"io"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,12 +69,14 @@ func TestRESTConfigWaitsForAnAgentThatIsReconnecting(t *testing.T) {
 	ctx := context.Background()
 	// Every connection to the frontend goes through a relay that counts them: one per attempt to dial the cluster.
 	resolve := maps.Clone(hub.Resolve)
-	var attempts atomic.Int32
+	var frontend *relay
 	for in, to := range resolve {
 		if strings.HasSuffix(in, ":8090") {
-			resolve[in] = countingRelay(t, to, &attempts)
+			frontend = startRelay(t, to)
+			resolve[in] = frontend.addr
 		}
 	}
+	attempts := &frontend.accepted
 	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: resolve})
 	g.Expect(err).NotTo(HaveOccurred())
 	cfg, err := proxies.RESTConfig("late", &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
@@ -104,26 +110,99 @@ func TestRESTConfigWaitsForAnAgentThatIsReconnecting(t *testing.T) {
 	g.Expect(attempts.Load() - before).To(BeEquivalentTo(3))
 }
 
-// countingRelay listens on 127.0.0.1 and relays each connection to to, counting them in accepted.
-func countingRelay(t *testing.T, to string, accepted *atomic.Int32) string {
+// The proxy-server or agent carrying a tunnel can die between an answer's headers and its end. client-go does not
+// send a request again once its answer began, so RESTConfig's transport does, for a GET; a watch is not held back.
+func TestRESTConfigSendsAGetAgainWhoseAnswerWasCut(t *testing.T) {
+	g := NewWithT(t)
+	var calls atomic.Int32
+	began := make(chan struct{}, 1)
+	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "true" {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm"}}}`+"\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		body := `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns"}}`
+		if calls.Add(1) == 1 {
+			// Half the answer, then the path dies.
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			_, _ = io.WriteString(w, body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			began <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	api.EnableHTTP2 = true
+	api.StartTLS()
+	t.Cleanup(api.Close)
+	path := startRelay(t, api.Listener.Addr().String())
+	go func() {
+		for range began {
+			path.cut()
+		}
+	}()
+	defer close(began)
+
+	hub := tunneltest.Start(t, "proxy-ns")
+	hub.StartAgent(t, "c1", path.addr)
+	ctx := context.Background()
+	proxies, err := clusterproxy.New(ctx, nil, clusterproxy.Options{Reader: hub.Reader(), Resolve: hub.Resolve})
+	g.Expect(err).NotTo(HaveOccurred())
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})
+	cfg, err := proxies.RESTConfig("c1", &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	g.Expect(err).NotTo(HaveOccurred())
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	cm, err := cs.CoreV1().ConfigMaps("ns").Get(ctx, "cm", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the GET whose answer was cut is sent again")
+	g.Expect(cm.Name).To(Equal("cm"))
+	g.Expect(calls.Load()).To(BeEquivalentTo(2))
+
+	watchCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w, err := cs.CoreV1().ConfigMaps("ns").Watch(watchCtx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	g.Eventually(w.ResultChan()).Should(Receive(), "a watch's events come as they are sent, not once it ends")
+}
+
+// relay listens on 127.0.0.1 and relays each connection to an address, counting them; cut closes the open ones.
+type relay struct {
+	addr     string
+	accepted atomic.Int32
+	mu       sync.Mutex
+	open     []net.Conn
+}
+
+func startRelay(t *testing.T, to string) *relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
+	r := &relay{addr: ln.Addr().String()}
 	go func() {
 		for {
 			in, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
+			r.accepted.Add(1)
 			out, err := net.Dial("tcp", to)
 			if err != nil {
 				_ = in.Close()
 				continue
 			}
+			r.mu.Lock()
+			r.open = append(r.open, in, out)
+			r.mu.Unlock()
 			go func() {
 				_, _ = io.Copy(out, in)
 				_ = out.Close()
@@ -134,7 +213,17 @@ func countingRelay(t *testing.T, to string, accepted *atomic.Int32) string {
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return r
+}
+
+// cut closes every connection the relay carries, as a process on the path that dies does.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.open {
+		_ = c.Close()
+	}
+	r.open = nil
 }
 
 func TestProbeReportsHealthLatencyAndMissingAgents(t *testing.T) {

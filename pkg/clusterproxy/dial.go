@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 
 	"k8s.io/client-go/rest"
@@ -57,6 +58,10 @@ func (d *Dialer) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // Requests dial the tunnel with the config's Dial. client-go's upgrade round trippers ignore Dial and use Proxy, so
 // Proxy gives each upgrade request a one-connection CONNECT proxy on 127.0.0.1, guarded by a credential made for that
 // request, that carries it through the tunnel.
+//
+// A GET or HEAD whose answer is cut before its end (the proxy-server or agent carrying it died) is sent again, up to
+// three times in all; such answers are read whole, up to 32 MiB, before the caller gets them. Watches, followed logs
+// and upgrades stream as they come.
 func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, error) {
 	if base == nil {
 		return nil, errors.New("clusterproxy: RESTConfig needs a base config with credentials of the managed cluster")
@@ -73,6 +78,7 @@ func (c *Client) RESTConfig(cluster string, base *rest.Config) (*rest.Config, er
 		return d.DialPort(ctx, KubeAPIServerPort)
 	}
 	cfg.Proxy = d.upgradeProxy
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return resendCut{next: rt} })
 	return cfg, nil
 }
 
