@@ -82,7 +82,8 @@ func (m *newestBackends) reconnecting(host string) bool {
 	return ok && m.clock.Since(left) < m.reconnectWait
 }
 
-// await is pick, except for a reconnecting host: it waits until a backend of it is added, reconnectWait has passed
+// await is the newest non-draining backend of host, else the newest draining one (pickLocked), except for a
+// reconnecting host without one: it waits until a backend of it is added, reconnectWait has passed
 // since it lost its last one, or ctx ends. It returns nil when host has no backend then.
 func (m *newestBackends) await(ctx context.Context, host string) *backend {
 	for {
@@ -127,13 +128,7 @@ func (m *newestBackends) all() []*backend {
 	return out
 }
 
-// pick is the newest non-draining backend of host, else the newest draining one; nil when host has none.
-func (m *newestBackends) pick(host string) *backend {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.pickLocked(host)
-}
-
+// pickLocked is the newest non-draining backend of host, else the newest draining one; nil when host has none.
 func (m *newestBackends) pickLocked(host string) *backend {
 	backends := m.byHost[host]
 	for i := len(backends) - 1; i >= 0; i-- {

@@ -70,7 +70,6 @@ func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net
 // when nil), the tunnel ends when until does (never when nil), and retire has a shutdown close it once it is idle
 // (router.retireIdle).
 func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool) (net.Conn, error) {
-	s.router.backends.await(ctx, hostOf(address))
 	for redials := 0; ; redials++ {
 		conn, err := s.dialOnce(ctx, address, group, until, retire)
 		if errors.Is(err, errAgentStreamEnded) && redials < inProcessRedials {
@@ -93,7 +92,8 @@ func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessT
 	}
 	go func() {
 		defer group.done()
-		err := s.router.serveFrontend(tunnelStream{t}, retire, s.router.backends.pick) // dial awaited a reconnecting agent
+		// The dial waits for a reconnecting agent while its caller does.
+		err := s.router.serveFrontend(tunnelStream{t}, retire, func(host string) *backend { return s.router.backends.await(ctx, host) })
 		stop()
 		t.handlerDone(err)
 	}()

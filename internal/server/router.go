@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc/metadata"
@@ -119,6 +120,7 @@ type backend struct {
 	mu    sync.Mutex
 	conns map[int64]*link // established connections, by the agent's connection ID
 	ended bool
+	gone  chan struct{} // closed when the stream ended
 }
 
 func (b *backend) send(pkt *client.Packet) error {
@@ -157,6 +159,16 @@ func (b *backend) removeConn(id int64, l *link) *link {
 	return found
 }
 
+// awaitGone waits until the stream has ended, for up to within.
+func (b *backend) awaitGone(within time.Duration) {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-b.gone:
+	case <-t.C:
+	}
+}
+
 func (b *backend) hasEnded() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -167,6 +179,9 @@ func (b *backend) hasEnded() bool {
 func (b *backend) end() map[int64]*link {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.ended {
+		close(b.gone)
+	}
 	b.ended = true
 	conns := b.conns
 	b.conns = nil
@@ -191,7 +206,7 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 		return err
 	}
 	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
-	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts}
+	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts, gone: make(chan struct{})}
 	r.backends.add(b)
 	r.agents.add(id.Cluster, id.AgentID)
 	defer func() {
@@ -312,7 +327,7 @@ func (r *router) takePending(random int64, b *backend) *link {
 
 // serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets. retire
 // says whether a shutdown closes the connection once it is idle (see frontend), and pick chooses the agent stream of
-// the dial's host: newestBackends.pick, or its await for a frontend whose dials wait for reconnecting agents.
+// the dial's host: newestBackends.await, with the context the dial waits for reconnecting agents in.
 func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host string) *backend) error {
 	f := &frontend{stream: stream, retire: retire}
 	var l *link
@@ -336,22 +351,7 @@ func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host 
 				_ = f.send(packet.DialResponse(req.Random, 0, "a stream carries one connection, and this one has dialed already"))
 				continue
 			}
-			b := pick(hostOf(req.Address))
-			if b == nil {
-				_ = f.send(packet.DialResponse(req.Random, 0, errNoAgent.Error()))
-				return nil
-			}
-			l = &link{front: f, back: b, random: req.Random}
-			if !r.addPending(l) { // it ended after pick
-				_ = f.send(packet.DialResponse(req.Random, 0, errAgentStreamEnded.Error()))
-				l = nil
-				return nil
-			}
-			if err := b.send(pkt); err != nil {
-				if r.takePending(l.random, b) != nil {
-					_ = f.send(packet.DialResponse(req.Random, 0, "the dial could not be sent to the agent: "+err.Error()))
-				}
-				l = nil
+			if l = r.dialAgent(f, pkt, pick); l == nil {
 				return nil
 			}
 		case client.PacketType_DIAL_CLS:
@@ -383,6 +383,38 @@ func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host 
 			r.log.V(2).Info("Ignoring a packet from a frontend", "type", pkt.Type)
 		}
 	}
+}
+
+// dialAgent sends a frontend's DIAL_REQ to the agent stream pick chooses and returns the dial's link. An agent stream
+// can break under the send (its forward proxy died, and the stream has not ended here yet): the dial then waits until
+// that stream is gone and goes to the agent pick chooses then, once. When no agent takes the dial, dialAgent answers
+// the frontend and returns nil.
+func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host string) *backend) *link {
+	req := pkt.GetDialRequest()
+	failure := errNoAgent.Error()
+	for range 2 {
+		b := pick(hostOf(req.Address))
+		if b == nil {
+			break
+		}
+		l := &link{front: f, back: b, random: req.Random}
+		if !r.addPending(l) { // it ended after pick, and has left the backends
+			failure = errAgentStreamEnded.Error()
+			continue
+		}
+		err := b.send(pkt)
+		if err == nil {
+			return l
+		}
+		if r.takePending(l.random, b) == nil {
+			return nil // the stream ended meanwhile, and answered the dial (backendGone)
+		}
+		failure = "the dial could not be sent to the agent: " + err.Error()
+		r.log.V(1).Info("An agent stream broke under a dial; choosing again once it is gone", "agentID", b.agentID, "err", err)
+		b.awaitGone(time.Second)
+	}
+	_ = f.send(packet.DialResponse(req.Random, 0, failure))
+	return nil
 }
 
 // frontendGone cleans up after a frontend stream: a dial still waiting is withdrawn at the agent, and a connection
