@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -185,7 +186,9 @@ func hubAccess() {
 				body, _ := io.ReadAll(resp.Body)
 				_ = resp.Body.Close()
 				g.Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))
-				g.Expect(string(body)).To(ContainSubstring(notConnected))
+				var status metav1.Status
+				g.Expect(json.Unmarshal(body, &status)).To(Succeed(), "%s", body)
+				g.Expect(status.Message).To(ContainSubstring(notConnected))
 				// Through the hub's aggregator too, the answer says when to come back: client-go waits out an agent
 				// that reconnects instead of failing.
 				g.Expect(resp.Header.Get("Retry-After")).To(Equal("1"))
