@@ -390,3 +390,55 @@ func TestFrontendsServeNewConnectionsForTheLameDuckAfterTurningUnready(t *testin
 	_, err = net.Dial("tcp", f.addrs.Frontend)
 	g.Expect(err).To(HaveOccurred(), "the frontend no longer listens")
 }
+
+// A tunnel's connection that the cluster closed, or whose proxy-server went away, closes without an error, as a TCP
+// connection its peer closed does. konnectivity's own Close reports "tunnel closed" for both: always for the second,
+// and for the first at random once the agent's CLOSE_RSP and the tunnel's end have both arrived, which each round
+// awaits (the tunnel closes its gRPC connection just before it ends) so that twenty rounds find it.
+func TestClosingATunnelWhoseOtherEndIsGoneSucceeds(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	// The target answers a byte with "bye" and closes; until then it holds the connection open.
+	target := startTCPTarget(t, func(c net.Conn) {
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			_, _ = io.WriteString(c, "bye")
+		}
+	})
+	_, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": target.addr})
+	g.Expect(err).NotTo(HaveOccurred())
+	frontendClosed := make(chan struct{}, 100)
+	dialer := &TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return closeNotifier{conn, frontendClosed}, err
+	}}
+
+	for i := range 20 {
+		conn, err := dialer.DialCluster(context.Background(), "c1", 443)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = conn.Write([]byte("?"))
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := io.ReadAll(conn)
+		g.Expect(err).NotTo(HaveOccurred(), "the cluster's close is the end of the data")
+		g.Expect(string(got)).To(Equal("bye"))
+		g.Eventually(frontendClosed).Should(Receive(), "the tunnel ends with its connection")
+		g.Expect(conn.Close()).To(Succeed(), "close %d after the cluster closed", i)
+	}
+
+	conn, err := dialer.DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.stop()).To(Succeed())
+	_, err = io.ReadAll(conn)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(conn.Close()).To(Succeed(), "close after the proxy-server went away")
+}
+
+// closeNotifier sends on closed when the connection is closed.
+type closeNotifier struct {
+	net.Conn
+	closed chan<- struct{}
+}
+
+func (c closeNotifier) Close() error {
+	c.closed <- struct{}{}
+	return c.Conn.Close()
+}

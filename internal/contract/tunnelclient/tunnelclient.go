@@ -143,7 +143,23 @@ func (f *Frontend) dialCluster(ctx context.Context, cluster string, port int) (_
 	if err != nil {
 		return nil, wasRefused.Load(), fmt.Errorf("dial cluster %s port %d through %s: %w", cluster, port, f.name(), err)
 	}
-	return conn, false, nil
+	return singleUseConn{conn}, false, nil
+}
+
+// tunnelEnded is what konnectivity's connection answers Close with when its tunnel has ended: the cluster closed
+// the connection (the tunnel of a single use ends with it), or the frontend went away.
+const tunnelEnded = "tunnel closed"
+
+// singleUseConn is the connection of a single-use tunnel. Closing it after its tunnel ended is not an error, as
+// closing a TCP connection its peer has closed is not: konnectivity's Close reports the ended tunnel when it sees
+// that before the agent's CLOSE_RSP, which is a matter of goroutine scheduling once both have arrived.
+type singleUseConn struct{ net.Conn }
+
+func (c singleUseConn) Close() error {
+	if err := c.Conn.Close(); err != nil && err.Error() != tunnelEnded {
+		return err
+	}
+	return nil
 }
 
 func (f *Frontend) name() string {
