@@ -86,15 +86,20 @@ func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessT
 		return nil, errServerStopping
 	}
 	t := newTunnel(address, s.log)
+	// The dial waits for a reconnecting agent while its caller does and the tunnel may run.
+	pickCtx, endPick := context.WithCancel(ctx)
 	stop := func() bool { return false }
 	if until != nil {
-		stop = context.AfterFunc(until, t.abort)
+		stop = context.AfterFunc(until, func() {
+			endPick()
+			t.abort()
+		})
 	}
 	go func() {
 		defer group.done()
-		// The dial waits for a reconnecting agent while its caller does.
-		err := s.router.serveFrontend(tunnelStream{t}, retire, func(host string) *backend { return s.router.backends.await(ctx, host) })
+		err := s.router.serveFrontend(tunnelStream{t}, retire, func(host string) *backend { return s.router.backends.await(pickCtx, host) })
 		stop()
+		endPick()
 		t.handlerDone(err)
 	}()
 	return t.dial(ctx)

@@ -212,3 +212,29 @@ func TestDialsThroughEveryFrontendWaitForAClusterWhoseAgentsReconnect(t *testing
 		g.Expect(o()).To(MatchError(noAgent))
 	}
 }
+
+// A shutdown does not wait for an in-process dial (the user-server's) that waits for a reconnecting agent: the dial
+// ends with the tunnels. The clock is fake and never moves, so only that can end the wait.
+func TestAShutdownEndsAnInProcessDialWaitingForAReconnectingAgent(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startFixture(t, false, nil, func(o *Options) { o.AgentReconnectWait, o.Clock = time.Minute, clk })
+	first, err := f.agent(t, "c1", "ns1", "agent-1", "host=c1", map[string]string{"c1:443": httpTarget(t, "c1-apiserver")})
+	g.Expect(err).NotTo(HaveOccurred())
+	first.Close()
+	g.Eventually(func() bool { return f.srv.Agents().Reconnecting("c1") }).Should(BeTrue())
+
+	dialed := make(chan error, 1)
+	go func() {
+		_, err := f.srv.DialCluster(context.Background(), "c1", 443)
+		dialed <- err
+	}()
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "the dial waits for the cluster's agents")
+	g.Consistently(dialed).WithTimeout(100 * time.Millisecond).ShouldNot(Receive())
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.stop() }()
+	g.Eventually(stopped).Should(Receive(BeNil()), "the shutdown ended the dial's wait")
+	g.Expect(dialed).To(Receive(HaveOccurred()))
+	g.Expect(f.srv.inProcess.count()).To(BeZero())
+}
