@@ -47,6 +47,8 @@ const (
 	axisColor, gridColor, labelColor = "#333", "#ddd", "#333"
 	// charWidth is about how wide a character of fontStyle is, to tell when a label needs two lines.
 	charWidth = 6.5
+	// legendX is where the legend's names start; legendPad is the margin right of the longest.
+	legendX, legendPad = left + plotWidth + 32, 8
 )
 
 // colors of the series, in order.
@@ -81,8 +83,12 @@ func (l Line) WriteSVG(w io.Writer) error {
 	if xmin == xmax {
 		xscale = linear(xmin-1, xmax+1)
 	}
+	var names []string
+	for _, s := range l.Series {
+		names = append(names, s.Name)
+	}
 	var b strings.Builder
-	header(&b, l.Title)
+	header(&b, l.Title, names)
 	yGrid(&b, yscale)
 	for _, x := range l.X {
 		px := left + plotWidth*xscale.at(x)
@@ -116,7 +122,7 @@ func (c Bar) WriteSVG(w io.Writer) error {
 	_, ymax := bounds(c.Values)
 	yscale := linear(0, niceMax(ymax))
 	var b strings.Builder
-	header(&b, c.Title)
+	header(&b, c.Title, c.Names)
 	yGrid(&b, yscale)
 	slot := float64(plotWidth) / float64(len(c.Values))
 	for i, v := range c.Values {
@@ -139,16 +145,18 @@ func (c Bar) writeGroups(w io.Writer) error {
 		return fmt.Errorf("chart %q: no names", c.Title)
 	}
 	var ys []float64
+	var names []string
 	for _, s := range c.Series {
 		if len(s.Y) != len(c.Names) {
 			return fmt.Errorf("chart %q: series %q has %d values for %d names", c.Title, s.Name, len(s.Y), len(c.Names))
 		}
 		ys = append(ys, s.Y...)
+		names = append(names, s.Name)
 	}
 	_, ymax := bounds(ys)
 	yscale := linear(0, niceMax(ymax))
 	var b strings.Builder
-	header(&b, c.Title)
+	header(&b, c.Title, names)
 	yGrid(&b, yscale)
 	slot := float64(plotWidth) / float64(len(c.Names))
 	barWidth := slot * 0.8 / float64(len(c.Series))
@@ -198,9 +206,14 @@ func groupLabel(b *strings.Builder, x, slot float64, name string) {
 
 func abs(i int) int { return max(i, -i) }
 
-func header(b *strings.Builder, title string) {
-	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", width, height, width, height)
-	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+// header opens the picture, wider than width when the longest of the legend's names would not fit.
+func header(b *strings.Builder, title string, legendNames []string) {
+	w := width
+	for _, name := range legendNames {
+		w = max(w, legendX+int(math.Ceil(float64(len(name))*charWidth))+legendPad)
+	}
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n", w, height, w, height)
+	fmt.Fprintf(b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, height)
 	fmt.Fprintf(b, `<text x="%d" y="22" %s font-weight="bold" fill="%s">%s</text>`+"\n", left, fontStyle, labelColor, html.EscapeString(title))
 }
 
@@ -225,7 +238,7 @@ func axes(b *strings.Builder, xLabel, yLabel string) {
 func legend(b *strings.Builder, i int, name, color string) {
 	y := top + 10 + 20*i
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/>`+"\n", left+plotWidth+14, y-10, color)
-	fmt.Fprintf(b, `<text x="%d" y="%d" %s fill="%s">%s</text>`+"\n", left+plotWidth+32, y, fontStyle, labelColor, html.EscapeString(name))
+	fmt.Fprintf(b, `<text x="%d" y="%d" %s fill="%s">%s</text>`+"\n", legendX, y, fontStyle, labelColor, html.EscapeString(name))
 }
 
 // scale maps a value to [0, 1] along an axis, with the values to label.

@@ -30,8 +30,10 @@ type Band struct {
 }
 
 const (
-	// eventColor marks an event; bandOpacity lets overlapping bands and the events show through.
+	// eventColor marks an event, which the legend names eventsName; bandOpacity lets overlapping bands and the
+	// events show through.
 	eventColor  = "#d62728"
+	eventsName  = "failed request"
 	bandOpacity = 0.4
 )
 
@@ -54,17 +56,18 @@ func (t Timeline) WriteSVG(w io.Writer) error {
 	}
 	xscale := linear(0, niceMax(t.Span))
 	x := func(v float64) float64 { return left + plotWidth*xscale.at(min(max(v, 0), t.Span)) }
-	var b strings.Builder
-	header(&b, t.Title)
 	colorOf := map[string]string{}
 	var kinds []string
 	for _, band := range t.Bands {
-		color, ok := colorOf[band.Kind]
-		if !ok {
-			color = bandColors[len(kinds)%len(bandColors)]
-			colorOf[band.Kind] = color
+		if _, ok := colorOf[band.Kind]; !ok {
+			colorOf[band.Kind] = bandColors[len(kinds)%len(bandColors)]
 			kinds = append(kinds, band.Kind)
 		}
+	}
+	var b strings.Builder
+	header(&b, t.Title, append([]string{eventsName}, kinds...))
+	for _, band := range t.Bands {
+		color := colorOf[band.Kind]
 		x0, x1 := x(band.From), x(band.To)
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="%g"><title>%s</title></rect>`+"\n",
 			x0, top, max(x1-x0, 1), plotHeight, color, bandOpacity, html.EscapeString(band.Kind))
@@ -85,7 +88,7 @@ func (t Timeline) WriteSVG(w io.Writer) error {
 			left+plotWidth*xscale.at(tick), top+plotHeight+18, fontStyle, labelColor, format(tick))
 	}
 	axes(&b, t.XLabel, "")
-	legend(&b, 0, "failed request", eventColor)
+	legend(&b, 0, eventsName, eventColor)
 	for i, kind := range kinds {
 		legend(&b, i+1, kind, colorOf[kind])
 	}

@@ -2,6 +2,7 @@ package benchplot
 
 import (
 	"bytes"
+	"encoding/xml"
 	"io"
 	"strings"
 	"testing"
@@ -34,4 +35,26 @@ func TestTimelineRejectsWhatItCannotDraw(t *testing.T) {
 	g.Expect(Timeline{Title: "t", Span: 1}.WriteSVG(io.Discard)).To(MatchError(ContainSubstring("no lanes")))
 	g.Expect(Timeline{Title: "t", Span: 1, Lanes: lanes, Bands: []Band{{Kind: "k", From: 2, To: 1}}}.WriteSVG(io.Discard)).
 		To(MatchError(ContainSubstring(`band "k" ends at 1 before it starts at 2`)))
+}
+
+// The picture widens to fit the legend's longest name, and keeps its width when every name fits.
+func TestThePictureFitsTheLegendsLongestName(t *testing.T) {
+	g := NewWithT(t)
+	widthOf := func(kinds ...string) int {
+		var b bytes.Buffer
+		var bands []Band
+		for _, k := range kinds {
+			bands = append(bands, Band{Kind: k, From: 1, To: 2})
+		}
+		g.Expect(Timeline{Title: "t", Span: 10, Lanes: []Lane{{Name: "a"}}, Bands: bands}.WriteSVG(&b)).To(Succeed())
+		var svg struct {
+			Width int `xml:"width,attr"`
+		}
+		g.Expect(xml.Unmarshal(b.Bytes(), &svg)).To(Succeed())
+		return svg.Width
+	}
+	g.Expect(widthOf("SIGKILL")).To(Equal(width))
+	long := "proxy-server rolling update"
+	g.Expect(widthOf("SIGKILL", long)).To(BeNumerically(">=", legendX+int(float64(len(long))*charWidth)),
+		"the name's end is inside the picture")
 }
