@@ -51,6 +51,11 @@ var (
 		Help: "Agent streams refused because the agent holds a tunnel to this proxy-server already (it landed here again through the entrypoint).",
 	})
 
+	movedDials = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_moved_dials_total",
+		Help: "Dials an agent left unanswered for a second that went to an agent of the same cluster that connected since.",
+	})
+
 	agentStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cluster_proxy_server_agent_streams",
 		Help: "Agent streams the proxy-server holds.",
@@ -79,5 +84,5 @@ func init() {
 	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
 		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
 			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
-	prometheus.MustRegister(identityRefusals, duplicateRefusals, agentStreams, established, connectedClusters, profile)
+	prometheus.MustRegister(identityRefusals, duplicateRefusals, movedDials, agentStreams, established, connectedClusters, profile)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,12 +23,12 @@ import (
 // client's, or an in-process tunnel's) asks for one connection: DIAL_REQ goes to the newest agent of the address's
 // host, the agent answers with DIAL_RSP (or DIAL_CLS), then DATA flows both ways until CLOSE_REQ and CLOSE_RSP.
 //
-// It speaks the protocol of ANP's proxy-server, so konnectivity-client and ANP's agent work with it, with three
+// It speaks the protocol of ANP's proxy-server, so konnectivity-client and ANP's agent work with it, with four
 // differences: an agent stream is read by the goroutine gRPC runs its handler on (ANP's runs two more per agent;
 // without them an idle agent costs the proxy-server about 48 KiB instead of 59); a DIAL_RSP is taken only from the
-// agent the dial was sent to; and
-// the dials waiting on an agent stream that ends are answered at once, with errAgentStreamEnded, instead of waiting
-// for the client's timeout.
+// agent the dial was sent to; the dials waiting on an agent stream that ends are answered at once, with
+// errAgentStreamEnded, instead of waiting for the client's timeout; and a dial an agent leaves unanswered goes to an
+// agent of its host that connects later (movePending).
 type router struct {
 	// header is what every agent stream is answered with: the server ID and count. gRPC keeps the header of a stream
 	// for the stream's life and only reads it, so the streams share one.
@@ -84,9 +85,14 @@ func (f *frontend) send(pkt *client.Packet) error {
 
 // link is the connection a frontend stream asked for.
 type link struct {
-	front   *frontend
-	back    *backend
-	random  int64
+	front *frontend
+	// back is the agent stream of the connection. While the dial is pending, movePending may change it under the
+	// router's mu, so until the agent's DIAL_RSP only code holding mu reads it (takePending, withdraw).
+	back   *backend
+	random int64
+	// address is the dial's, and sent when it was sent to back, for movePending.
+	address string
+	sent    time.Time
 	connID  atomic.Int64 // from the agent's DIAL_RSP; 0 until then
 	closing bool         // the frontend sent CLOSE_REQ; only the frontend's loop reads and writes it
 
@@ -208,6 +214,7 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
 	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts, gone: make(chan struct{})}
 	r.backends.add(b)
+	r.movePending(b)
 	r.agents.add(id.Cluster, id.AgentID)
 	defer func() {
 		r.backendGone(b)
@@ -313,6 +320,63 @@ func (r *router) addPending(l *link) bool {
 	return true
 }
 
+// isPending reports whether l's dial waits for its answer.
+func (r *router) isPending(l *link) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending[l.random] == l
+}
+
+// withdraw removes l's dial if it is still waiting for its answer, and returns the agent stream it was sent to.
+func (r *router) withdraw(l *link) *backend {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending[l.random] != l {
+		return nil
+	}
+	delete(r.pending, l.random)
+	return l.back
+}
+
+// pendingMoveAfter is how long a dial waits for its agent's answer before an agent of its host that connects later
+// takes it over (movePending). An agent answers a dial within milliseconds.
+const pendingMoveAfter = time.Second
+
+// movePending sends to b, an agent stream that just connected, each dial of b's hosts that an older stream has left
+// unanswered for pendingMoveAfter: the agent of that stream is most likely cut off (a network outage, a forward proxy
+// holding a dead connection), and the agent that just connected is the one likely to answer; with TCP's retransmit
+// back-off, the old stream may carry the dial only tens of seconds after the network is back. The old stream is told
+// DIAL_CLS, and an answer it sends after all is closed at its agent (fromAgent).
+func (r *router) movePending(b *backend) {
+	type move struct {
+		l    *link
+		from *backend
+	}
+	var moves []move
+	now := r.backends.clock.Now()
+	r.mu.Lock()
+	if b.hasEnded() {
+		r.mu.Unlock()
+		return
+	}
+	for _, l := range r.pending {
+		if l.back != b && now.Sub(l.sent) >= pendingMoveAfter && slices.Contains(b.hosts, hostOf(l.address)) {
+			moves = append(moves, move{l, l.back})
+			l.back, l.sent = b, now
+		}
+	}
+	r.mu.Unlock()
+	for _, m := range moves {
+		movedDials.Inc()
+		r.log.V(1).Info("A dial unanswered by its agent goes to an agent that connected since", "address", m.l.address,
+			"from", m.from.agentID, "to", b.agentID)
+		go func() { _ = m.from.send(packet.CloseDial(m.l.random)) }()
+		if err := b.send(packet.DialRequest(m.l.address, m.l.random)); err != nil && r.takePending(m.l.random, b) != nil {
+			_ = m.l.front.send(packet.DialResponse(m.l.random, 0, "the dial could not be sent to the agent: "+err.Error()))
+		}
+	}
+}
+
 // takePending removes and returns dial random if it was sent to b.
 func (r *router) takePending(random int64, b *backend) *link {
 	r.mu.Lock()
@@ -357,7 +421,7 @@ func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host 
 		case client.PacketType_DIAL_CLS:
 			// The client gave up. An answer that comes later is closed at the agent (fromAgent).
 			if l != nil && l.random == pkt.GetCloseDial().Random {
-				r.takePending(l.random, l.back)
+				r.withdraw(l)
 			}
 		case client.PacketType_DATA:
 			d := pkt.GetData()
@@ -397,7 +461,7 @@ func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host strin
 		if b == nil {
 			break
 		}
-		l := &link{front: f, back: b, random: req.Random}
+		l := &link{front: f, back: b, random: req.Random, address: req.Address, sent: r.backends.clock.Now()}
 		if !r.addPending(l) { // it ended after pick, and has left the backends
 			failure = errAgentStreamEnded.Error()
 			continue
@@ -407,6 +471,9 @@ func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host strin
 			return l
 		}
 		if r.takePending(l.random, b) == nil {
+			if r.isPending(l) {
+				return l // moved to an agent that connected meanwhile (movePending)
+			}
 			return nil // the stream ended meanwhile, and answered the dial (backendGone)
 		}
 		failure = "the dial could not be sent to the agent: " + err.Error()
@@ -420,8 +487,8 @@ func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host strin
 // frontendGone cleans up after a frontend stream: a dial still waiting is withdrawn at the agent, and a connection
 // still open is closed there.
 func (r *router) frontendGone(l *link) {
-	if r.takePending(l.random, l.back) != nil {
-		_ = l.back.send(packet.CloseDial(l.random))
+	if b := r.withdraw(l); b != nil {
+		_ = b.send(packet.CloseDial(l.random))
 		return
 	}
 	id := l.connID.Load()

@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -237,4 +238,67 @@ func TestAShutdownEndsAnInProcessDialWaitingForAReconnectingAgent(t *testing.T) 
 	g.Eventually(stopped).Should(Receive(BeNil()), "the shutdown ended the dial's wait")
 	g.Expect(dialed).To(Receive(HaveOccurred()))
 	g.Expect(f.srv.inProcess.count()).To(BeZero())
+}
+
+// A dial its agent leaves unanswered (the agent is cut off, its stream not yet dropped) goes, through either frontend,
+// to an agent of the same cluster that connects a second or more after the dial was sent; a dial sent less than a
+// second before such an agent connects keeps waiting for its own.
+func TestADialAnAgentLeavesUnansweredGoesToAnAgentThatConnectsLater(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := startFixture(t, false, nil, func(o *Options) { o.Clock = clk })
+	targets := map[string]string{"c1:443": httpTarget(t, "c1-apiserver")}
+	cut, err := f.agent(t, "c1", "ns1", "agent-cut", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	cut.unresponsive.Store(true)
+	moved := testutil.ToFloat64(movedDials)
+
+	type opened struct {
+		conn net.Conn
+		err  error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dialAll := func(to *testAgent) map[string]chan opened {
+		waiting := map[string]chan opened{}
+		for name, dial := range map[string]func() (net.Conn, error){
+			"gRPC frontend": func() (net.Conn, error) {
+				return (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL}).DialCluster(ctx, "c1", 443)
+			},
+			"in-process tunnel": func() (net.Conn, error) { return f.srv.DialCluster(ctx, "c1", 443) },
+		} {
+			results := make(chan opened, 1)
+			waiting[name] = results
+			go func() {
+				conn, err := dial()
+				results <- opened{conn, err}
+			}()
+			g.Eventually(to.dropped).Should(Receive(), "the silent agent got the dial of the %s", name)
+		}
+		return waiting
+	}
+
+	waiting := dialAll(cut)
+	clk.Step(pendingMoveAfter)
+	back, err := f.agent(t, "c1", "ns1", "agent-back", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, results := range waiting {
+		var o opened
+		g.Eventually(results).Should(Receive(&o), name)
+		g.Expect(o.err).NotTo(HaveOccurred(), name)
+		g.Expect(get(o.conn, bufio.NewReader(o.conn), "c1", "/moved")).To(Equal("c1-apiserver /moved"), name)
+		_ = o.conn.Close()
+	}
+	g.Expect(testutil.ToFloat64(movedDials)).To(Equal(moved+2), "each dial moved once")
+
+	// Dials sent to an agent just now are not moved by one that connects.
+	back.unresponsive.Store(true)
+	waiting = dialAll(back)
+	clk.Step(pendingMoveAfter - time.Millisecond)
+	_, err = f.agent(t, "c1", "ns1", "agent-next", "host=c1", targets)
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, results := range waiting {
+		g.Consistently(results).WithTimeout(200*time.Millisecond).ShouldNot(Receive(), name)
+	}
+	g.Expect(testutil.ToFloat64(movedDials)).To(Equal(moved + 2))
 }
