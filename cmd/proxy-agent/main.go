@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
 	"flag"
@@ -45,6 +46,7 @@ type config struct {
 	clusterName         string
 	agentID             string
 	caCert              string
+	proxyCACert         string
 	agentCert           string
 	agentKey            string
 	hubKubeconfig       string
@@ -107,7 +109,9 @@ func bindFlags(fs *flag.FlagSet, c *config, hostname string) {
 	fs.StringVar(&c.identifiers, "agent-identifiers", "", "agent identifiers sent to the proxy-server, e.g. host=<cluster>&host=<cluster>.<namespace>")
 	fs.StringVar(&c.clusterName, "cluster-name", "", "name of the managed cluster this agent serves")
 	fs.StringVar(&c.agentID, "agent-id", hostname, "ID of this agent at the proxy-servers")
-	fs.StringVar(&c.caCert, "ca-cert", "", "CA bundle that verifies the proxy-server (and an https forward proxy)")
+	fs.StringVar(&c.caCert, "ca-cert", "", "the hub's CA bundle: verifies the proxy-server and the hub's impersonator, nothing else")
+	fs.StringVar(&c.proxyCACert, "proxy-ca-cert", "", "CA bundle that verifies an https forward proxy on the TLS hop to it, and nothing else; "+
+		"empty: the system roots")
 	fs.StringVar(&c.agentCert, "agent-cert", "", "agent client certificate")
 	fs.StringVar(&c.agentKey, "agent-key", "", "agent client key")
 	fs.StringVar(&c.hubKubeconfig, "hub-kubeconfig", "", "the add-on's hub kubeconfig, for the PortForward entrypoint; optional")
@@ -159,6 +163,15 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The forward proxy's CA verifies the proxy and nothing behind it: whoever holds its key must not pass for the hub.
+	proxyRoots := func() *x509.CertPool { return nil }
+	var proxyTrust *tlsreload.Source
+	if c.proxyCACert != "" {
+		if proxyTrust, err = tlsreload.New("", "", c.proxyCACert); err != nil {
+			return fmt.Errorf("--proxy-ca-cert: %w", err)
+		}
+		proxyRoots = proxyTrust.CAPool
+	}
 	checkIdentity(source, c, log)
 
 	kube, err := kubeConfig(c.kubeconfig, resolver)
@@ -184,7 +197,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		}
 		if oidc != nil {
 			// The issuer is outside the cluster: reached the way the hub is, through the forward proxy.
-			oidc.Dial = agent.ForwardProxyDial(proxy, resolver.DialContext, source.CAPool)
+			oidc.Dial = agent.ForwardProxyDial(proxy, resolver.DialContext, proxyRoots)
 		}
 		services, err = serviceproxy.New(serviceproxy.Options{
 			Kube:                kube,
@@ -223,6 +236,7 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		Identifiers:      c.identifiers,
 		TLS:              source,
 		Proxy:            proxy,
+		ProxyRoots:       proxyRoots,
 		Dial:             resolver.DialContext,
 		ServerDial:       serverDial,
 		KubeAPIServer:    kubeAddress,
@@ -256,6 +270,9 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 	defer func() { _ = health.Close() }()
 
 	go source.Run(ctx, certReloadInterval, log.WithName("certificates"))
+	if proxyTrust != nil {
+		go proxyTrust.Run(ctx, certReloadInterval, log.WithName("proxy-ca"))
+	}
 
 	if c.leaseNamespace == "" {
 		log.Info("No lease namespace (--lease-namespace or POD_NAMESPACE): the add-on Lease is not renewed")

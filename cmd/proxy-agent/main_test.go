@@ -108,6 +108,9 @@ func TestIdentityProblemsAreTheProxyServersRefusals(t *testing.T) {
 	}
 }
 
+// proxyCA stands for a forward proxy's CA bundle; its content is not parsed by the command line.
+var proxyCA = []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+
 // withServiceProxy is a configuration whose agents run the service-proxy for one allow-listed service.
 func withServiceProxy() *proxyv1alpha1.ManagedProxyConfiguration {
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
@@ -126,7 +129,7 @@ func parseRendered(g Gomega, mpc *proxyv1alpha1.ManagedProxyConfiguration) confi
 	fs.SetOutput(io.Discard)
 	bindFlags(fs, &c, "host")
 	in := render.AgentInput{Cluster: "c1", MPC: mpc, EntrypointHost: "hub.example.com"}
-	g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
+	g.Expect(fs.Parse(render.AgentArgs(in, "ns", proxyenv.Settings{HTTPSProxy: "https://proxy.corp", CABundle: proxyCA}, proxyenv.AgentVariables{ServiceDomain: "svc.corp"}))).To(Succeed())
 	g.Expect(fs.Args()).To(BeEmpty())
 	return c
 }
@@ -143,6 +146,13 @@ func TestTheRenderedCommandLineParsesWithTheServiceCAFile(t *testing.T) {
 	mpc.Spec.ProxyAgent.AdditionalServiceCAConfigMap = "service-ca-bundle"
 	c = parseRendered(g, mpc)
 	g.Expect(c.serviceCAFile).To(Equal("/etc/service-ca/service-ca.crt"))
+}
+
+func TestTheRenderedCommandLineKeepsTheProxyCAApartFromTheHubCA(t *testing.T) {
+	g := NewWithT(t)
+	c := parseRendered(g, withServiceProxy())
+	g.Expect(c.caCert).To(Equal("/etc/ca/ca.crt"))
+	g.Expect(c.proxyCACert).To(Equal("/etc/ca/proxy-ca.crt"))
 }
 
 func TestEveryAllowedServiceProxyArgParsesWithTheAgentsFlags(t *testing.T) {

@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -55,11 +56,14 @@ type Options struct {
 	// Identifiers are sent as the agentIdentifiers metadata, e.g. "host=c1&host=c1.ns". Their hosts are the only
 	// names a dial request may use.
 	Identifiers string
-	// TLS holds the agent's client certificate and the CA bundle that verifies the proxy-server and an https forward
-	// proxy; renewed files apply to the next connection.
+	// TLS holds the agent's client certificate and the hub's CA bundle, the one root that verifies the proxy-server;
+	// renewed files apply to the next connection.
 	TLS *tlsreload.Source
 	// Proxy chooses the forward proxy for https://ServerAddress; nil, or a nil URL, dials directly.
 	Proxy func(*url.URL) (*url.URL, error)
+	// ProxyRoots verify an https forward proxy on the TLS hop to it (its caBundle), read at each connection; nil, or a
+	// nil pool, is the system roots. They never verify the proxy-server.
+	ProxyRoots func() *x509.CertPool
 	// Dial opens every network connection the agent makes (the proxy-server or forward proxy, the kube-apiserver);
 	// nil is a plain net.Dialer. --resolve overrides belong here.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -165,7 +169,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:        opts,
 		hosts:       hosts,
-		dialer:      &serverDialer{proxy: opts.Proxy, dial: opts.Dial, roots: opts.TLS.CAPool},
+		dialer:      &serverDialer{proxy: opts.Proxy, dial: opts.Dial, roots: opts.ProxyRoots},
 		metrics:     newMetrics(),
 		tunnels:     map[string]*tunnel{},
 		serverCount: 1,

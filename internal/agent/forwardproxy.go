@@ -140,7 +140,7 @@ func checkProxyURL(raw string) error {
 }
 
 // ForwardProxyDial dials as the tunnel does: through an HTTP CONNECT tunnel of the forward proxy that proxy names
-// for the address (an https proxy verified with roots, the agent's CA bundle), or directly with dial when it names
+// for the address (an https proxy verified with roots, the proxy's own CA bundle), or directly with dial when it names
 // none. What runs inside, TLS included, is end to end. The service-proxy reaches an OIDC issuer this way.
 func ForwardProxyDial(proxy func(*url.URL) (*url.URL, error), dial func(ctx context.Context, network, addr string) (net.Conn, error),
 	roots func() *x509.CertPool) func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -153,7 +153,8 @@ func ForwardProxyDial(proxy func(*url.URL) (*url.URL, error), dial func(ctx cont
 type serverDialer struct {
 	proxy func(*url.URL) (*url.URL, error)
 	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	// roots verify an https forward proxy: the agent's CA bundle, which carries the proxy's CA when it needs one.
+	// roots verify an https forward proxy and nothing else: the proxy's caBundle; nil (or a nil pool) is the system
+	// roots. The proxy-server behind it is verified by the hub's CA alone, in the TLS that runs inside the tunnel.
 	roots func() *x509.CertPool
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,24 +31,19 @@ func TestConnectsOnlyThroughTheForwardProxy(t *testing.T) {
 			g := NewWithT(t)
 			env := newEnv(t)
 			scheme, proxyCert := "http", (*tls.Certificate)(nil)
+			opts := env.options(t)
 			if overTLS {
-				// The proxy's CA is not the hub's: the agent trusts it because its CA bundle carries both.
-				proxyCA, err := certs.NewCA("test-proxy-ca", time.Hour, time.Now())
-				g.Expect(err).NotTo(HaveOccurred())
-				kp, err := certs.IssueLeaf(proxyCA, certs.LeafSpec{CommonName: "proxy", IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-					Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
-				g.Expect(err).NotTo(HaveOccurred())
-				cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
-				g.Expect(err).NotTo(HaveOccurred())
+				// The proxy's CA is not the hub's: the agent trusts it for the hop to the proxy only.
+				proxyCA := newProxyCA(t)
+				cert := proxyCA.leaf(t, "proxy", net.IPv4(127, 0, 0, 1))
 				scheme, proxyCert = "https", &cert
-				env.renewAgentCert(t, proxyCA.CertPEM)
+				opts.ProxyRoots = proxyCA.roots
 			}
 			proxy := startConnectProxy(t, proxyCert, env.resolve)
 			proxyURL := &url.URL{Scheme: scheme, Host: proxy.ln.Addr().String(), User: url.UserPassword("agent", "s3cret")}
 
 			var mu sync.Mutex
 			var dialed []string
-			opts := env.options(t)
 			opts.Proxy = fixedProxy(proxyURL)
 			opts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 				mu.Lock()
@@ -74,6 +70,107 @@ func TestConnectsOnlyThroughTheForwardProxy(t *testing.T) {
 		})
 	}
 }
+
+// proxyCA is a forward proxy's own CA, as an AddOnDeploymentConfig's proxyConfig.caBundle names it.
+type proxyCA struct {
+	ca   *certs.KeyPair
+	pool *x509.CertPool
+}
+
+func newProxyCA(t testing.TB) *proxyCA {
+	t.Helper()
+	ca, err := certs.NewCA("test-proxy-ca", time.Hour, time.Now())
+	must(t, err)
+	p := &proxyCA{ca: ca, pool: x509.NewCertPool()}
+	p.pool.AddCert(ca.Cert)
+	return p
+}
+
+func (p *proxyCA) roots() *x509.CertPool { return p.pool }
+
+// leaf is a serving certificate of the proxy's CA for name (a DNS name) and ip.
+func (p *proxyCA) leaf(t testing.TB, name string, ip net.IP) tls.Certificate {
+	t.Helper()
+	kp, err := certs.IssueLeaf(p.ca, certs.LeafSpec{CommonName: name, DNSNames: []string{name}, IPAddresses: []net.IP{ip},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
+	must(t, err)
+	cert, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
+	must(t, err)
+	return cert
+}
+
+// A forward proxy that terminates the CONNECT and answers as the proxy-server, with a certificate of its own CA for
+// the proxy-server's name (what a TLS-inspecting corporate proxy does): the agent trusts that CA for the hop to the
+// proxy, and must not trust it for the hub. Before the proxy's CA was kept apart, it sat in the agent's one bundle
+// and the man in the middle completed the agent's handshake.
+func TestAnHTTPSProxyWhoseCAForgesTheProxyServerGetsNoTunnel(t *testing.T) {
+	g := NewWithT(t)
+	env := newEnv(t)
+	proxyCA := newProxyCA(t)
+	mitm := startInterceptingProxy(t, proxyCA.leaf(t, "proxy", net.IPv4(127, 0, 0, 1)), proxyCA.leaf(t, serverName, net.IPv4(127, 0, 0, 1)))
+	opts := env.options(t)
+	opts.Proxy = fixedProxy(&url.URL{Scheme: "https", Host: mitm.ln.Addr().String()})
+	opts.ProxyRoots = proxyCA.roots
+	a, _ := runAgent(t, opts)
+
+	g.Eventually(mitm.intercepted).Should(BeNumerically(">=", 3), "the agent tried the proxy-server through the proxy")
+	g.Expect(counterValue(a.metrics.connects.WithLabelValues("error"))).To(BeNumerically(">=", 2))
+	g.Expect(mitm.handshakes()).To(BeZero(), "the agent completed a TLS handshake with a proxy-server its proxy's CA forged")
+	g.Expect(a.Tunnels()).To(BeZero())
+}
+
+// interceptingProxy is an https forward proxy that answers each CONNECT itself: it accepts the tunnel, then serves
+// TLS inside it with a forged certificate, and counts the handshakes that completed.
+type interceptingProxy struct {
+	ln        net.Listener
+	mu        sync.Mutex
+	tries, ok int
+}
+
+func startInterceptingProxy(t testing.TB, proxyCert, forged tls.Certificate) *interceptingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	p := &interceptingProxy{ln: tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{proxyCert}, MinVersion: tls.VersionTLS12})}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = p.ln.Close()
+		wg.Wait()
+	})
+	inner := &tls.Config{Certificates: []tls.Certificate{forged}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2"}}
+	go func() {
+		for {
+			c, err := p.ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer func() { _ = c.Close() }()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(c)
+				if req, err := http.ReadRequest(br); err != nil || req.Method != http.MethodConnect {
+					return
+				}
+				if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+					return
+				}
+				p.mu.Lock()
+				p.tries++
+				p.mu.Unlock()
+				if tls.Server(&bufferedConn{Conn: c, r: br}, inner).Handshake() == nil {
+					p.mu.Lock()
+					p.ok++
+					p.mu.Unlock()
+				}
+			})
+		}
+	}()
+	return p
+}
+
+func (p *interceptingProxy) intercepted() int { p.mu.Lock(); defer p.mu.Unlock(); return p.tries }
+func (p *interceptingProxy) handshakes() int  { p.mu.Lock(); defer p.mu.Unlock(); return p.ok }
 
 func TestForwardProxyRefusalsNameTheProxyButNotItsCredentials(t *testing.T) {
 	g := NewWithT(t)

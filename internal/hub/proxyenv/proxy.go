@@ -266,8 +266,10 @@ func mergeLists(lists ...[]string) []string {
 	return out
 }
 
-// TrustBundle is what the agent trusts: the certificates of hubBundle, followed by those of
-// s.CABundle when the agent talks TLS to the proxy (HTTPSProxy or HTTPProxy has scheme https).
+// TrustBundle is the one bundle a kubeconfig client trusts (client-go verifies an https proxy and the server with the
+// same certificate-authority-data, as OCM's bootstrap kubeconfigs do): the certificates of hubBundle, followed by those
+// of s.CABundle when the client talks TLS to the proxy (HTTPSProxy or HTTPProxy has scheme https). The proxy-agent does
+// not use it: it keeps the hub's roots and the proxy's apart (ProxyTrust).
 //
 // The result is plain PEM: only CERTIFICATE blocks are kept (headers and text between blocks are
 // dropped), and a certificate already present (same DER) is not repeated, so the hub's come
@@ -282,6 +284,10 @@ func TrustBundle(hubBundle []byte, s Settings) []byte {
 	}
 	return out
 }
+
+// ProxyTrust is the CA bundle that verifies the forward proxy itself on the TLS hop to it: the certificates of
+// s.CABundle when the agent talks TLS to the proxy, else empty. It is trusted for nothing else.
+func ProxyTrust(s Settings) []byte { return TrustBundle(nil, s) }
 
 func appendCertificates(out []byte, seen map[string]bool, data []byte) []byte {
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {

@@ -36,8 +36,14 @@ const (
 	AgentContainerName = "proxy-agent"
 	// AgentServiceAccountName is the agent's identity on the managed cluster.
 	AgentServiceAccountName = "cluster-proxy"
-	// AgentCASecretName holds the CA bundle the agent trusts (hub CA, plus the forward proxy's CA when needed).
+	// AgentCASecretName holds what the agent trusts, one bundle per purpose: the hub's CA bundle (AgentHubCAKey) for
+	// the proxy-server and the impersonator, and the forward proxy's CA (AgentProxyCAKey) for the TLS hop to the proxy.
 	AgentCASecretName = "cluster-proxy-ca"
+	// AgentHubCAKey is the hub CA bundle (proxy-server-ca ca.crt), the only root that vouches for the hub.
+	AgentHubCAKey = "ca.crt"
+	// AgentProxyCAKey is the forward proxy's CA bundle, present only when the agent talks TLS to its proxy and the
+	// AddOnDeploymentConfig names a caBundle. It never verifies the proxy-server or a hub client.
+	AgentProxyCAKey = "proxy-ca.crt"
 	// AgentCertSecretName is where OCM's klusterlet writes the agent certificate signed through the CSR flow.
 	AgentCertSecretName = "cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert"
 	// AgentHubKubeconfigSecretName is where OCM's klusterlet writes the add-on's hub kubeconfig.
@@ -128,7 +134,7 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 			ObjectMeta: agentMeta(AgentCASecretName, ns),
 			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{"ca.crt": proxyenv.TrustBundle(in.CABundle, settings)},
+			Data:       agentTrust(in.CABundle, settings),
 		},
 		agentDeployment(in, ns, image, settings, vars, resources, nodePlacement(in, spec)),
 	)
@@ -165,6 +171,16 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 		},
 	}
 	return work, &AgentSummary{Namespace: ns, Image: image, Proxy: settings}, nil
+}
+
+// agentTrust is the agent CA Secret's data: the hub's bundle alone under AgentHubCAKey and, kept apart so that it can
+// never vouch for the hub, the forward proxy's CA under AgentProxyCAKey when the agent needs it.
+func agentTrust(hubBundle []byte, settings proxyenv.Settings) map[string][]byte {
+	data := map[string][]byte{AgentHubCAKey: proxyenv.TrustBundle(hubBundle, proxyenv.Settings{})}
+	if proxyCA := proxyenv.ProxyTrust(settings); len(proxyCA) > 0 {
+		data[AgentProxyCAKey] = proxyCA
+	}
+	return data
 }
 
 // ServiceProxyEnabled reports whether agents run the service-proxy, which the user-server needs: it is on when the
@@ -283,19 +299,22 @@ func nodePlacement(in AgentInput, spec addonv1alpha1.AddOnDeploymentConfigSpec) 
 	return in.MPC.Spec.ProxyAgent.AgentNodePlacements[in.Cluster]
 }
 
-// AgentArgs is the proxy-agent command line.
-func AgentArgs(in AgentInput, ns string, vars proxyenv.AgentVariables) []string {
+// AgentArgs is the proxy-agent command line; settings are the forward proxy's (their CA bundle adds --proxy-ca-cert).
+func AgentArgs(in AgentInput, ns string, settings proxyenv.Settings, vars proxyenv.AgentVariables) []string {
 	args := []string{
 		"--proxy-server-host=" + in.EntrypointHost,
 		"--proxy-server-port=" + strconv.Itoa(int(EntrypointPort(in.MPC))),
 		"--agent-identifiers=" + contract.AgentIdentifiers(in.Cluster, ns),
 		"--cluster-name=" + in.Cluster,
-		"--ca-cert=" + caMount + "/ca.crt",
+		"--ca-cert=" + caMount + "/" + AgentHubCAKey,
 		"--agent-cert=" + agentCertMount + "/tls.crt",
 		"--agent-key=" + agentCertMount + "/tls.key",
 		"--hub-kubeconfig=" + hubConfigMount + "/kubeconfig",
 		"--health-server-port=" + strconv.Itoa(contract.AgentHealthPort),
 		"--lease-namespace=" + ns,
+	}
+	if len(proxyenv.ProxyTrust(settings)) > 0 {
+		args = append(args, "--proxy-ca-cert="+caMount+"/"+AgentProxyCAKey)
 	}
 	if EntrypointType(in.MPC) == proxyv1alpha1.EntryPointTypePortForward {
 		args = append(args,
@@ -342,7 +361,7 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 		Image:           image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/proxy-agent"},
-		Args:            AgentArgs(in, ns, vars),
+		Args:            AgentArgs(in, ns, settings, vars),
 		// In-cluster clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so
 		// that IP must bypass the forward proxy as well as the service names.
 		Env:             proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),

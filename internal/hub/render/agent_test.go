@@ -337,7 +337,7 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
-			name: "an https proxy with a caBundle adds the proxy CA to the trust bundle after the hub CA",
+			name: "an https proxy with a caBundle ships the proxy CA apart from the hub's, for the proxy hop only",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
 					HTTPSProxy: "https://proxy.example.com:3129", CABundle: proxyCA.CertPEM,
@@ -348,7 +348,9 @@ func TestAgentWork(t *testing.T) {
 					"HTTPS_PROXY", "https://proxy.example.com:3129", "https_proxy", "https://proxy.example.com:3129",
 					"NO_PROXY", defaultNoProxy, "no_proxy", defaultNoProxy,
 				)))
-				g.Expect(string(o.secret.Data["ca.crt"])).To(Equal(string(hub.CertPEM) + string(proxyCA.CertPEM)))
+				g.Expect(o.secret.Data).To(Equal(map[string][]byte{"ca.crt": hub.CertPEM, "proxy-ca.crt": proxyCA.CertPEM}),
+					"the proxy's CA must never vouch for the proxy-server or the impersonator")
+				g.Expect(o.container().Args).To(ContainElements("--ca-cert=/etc/ca/ca.crt", "--proxy-ca-cert=/etc/ca/proxy-ca.crt"))
 			},
 		},
 		{
@@ -363,18 +365,20 @@ func TestAgentWork(t *testing.T) {
 					"HTTPS_PROXY", "http://proxy.example.com:3128", "https_proxy", "http://proxy.example.com:3128",
 					"NO_PROXY", defaultNoProxy, "no_proxy", defaultNoProxy,
 				)))
-				g.Expect(o.secret.Data["ca.crt"]).To(Equal(hub.CertPEM))
+				g.Expect(o.secret.Data).To(Equal(map[string][]byte{"ca.crt": hub.CertPEM}))
+				g.Expect(o.container().Args).NotTo(ContainElement(HavePrefix("--proxy-ca-cert")))
 			},
 		},
 		{
-			name: "an https-scheme httpProxy with a caBundle also trusts the proxy CA",
+			name: "an https-scheme httpProxy with a caBundle also trusts the proxy CA for the proxy hop",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
 					HTTPProxy: "https://proxy.example.com", CABundle: proxyCA.CertPEM,
 				}})
 			},
 			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
-				g.Expect(string(o.secret.Data["ca.crt"])).To(Equal(string(hub.CertPEM) + string(proxyCA.CertPEM)))
+				g.Expect(o.secret.Data).To(Equal(map[string][]byte{"ca.crt": hub.CertPEM, "proxy-ca.crt": proxyCA.CertPEM}))
+				g.Expect(o.container().Args).To(ContainElement("--proxy-ca-cert=/etc/ca/proxy-ca.crt"))
 			},
 		},
 		{
@@ -923,7 +927,7 @@ func TestAgentsOfThePortForwardEntrypointDialTheProxyServerPodsByPortForward(t *
 	g := NewWithT(t)
 	m := mpc(nil) // no entrypoint: PortForward
 	m.Spec.ProxyServer.Namespace = "hub"
-	args := AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.AgentVariables{})
+	args := AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.Settings{}, proxyenv.AgentVariables{})
 	g.Expect(args).To(ContainElements("--proxy-server-host=127.0.0.1", "--port-forward-namespace=hub",
 		"--port-forward-selector="+proxyv1alpha1.ComponentLabel+"=proxy-server,"+ConfigurationLabel+"=cluster-proxy",
 		"--port-forward-port=8091"))
@@ -932,6 +936,6 @@ func TestAgentsOfThePortForwardEntrypointDialTheProxyServerPodsByPortForward(t *
 
 	m.Spec.ProxyServer.Entrypoint = &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{
 		Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}}
-	args = AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.AgentVariables{})
+	args = AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.Settings{}, proxyenv.AgentVariables{})
 	g.Expect(args).NotTo(ContainElement(HavePrefix("--port-forward")))
 }
