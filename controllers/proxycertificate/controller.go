@@ -91,7 +91,7 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 		setNotReady(status, pc, proxyv1alpha1.ReasonReservedCommonName, err.Error())
 		return ctrl.Result{}, nil
 	}
-	spec, err := leafSpec(pc)
+	spec, err := leafSpec(pc, operatorRole(pc, mpc))
 	if err != nil {
 		setNotReady(status, pc, proxyv1alpha1.ReasonIssueFailed, err.Error())
 		return ctrl.Result{}, nil

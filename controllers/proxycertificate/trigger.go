@@ -3,6 +3,7 @@ package proxycertificate
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +17,13 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
-// leafSpec turns the ProxyCertificate spec into what the certificate must contain.
-func leafSpec(pc *proxyv1alpha1.ProxyCertificate) (certs.LeafSpec, error) {
+// leafSpec turns the ProxyCertificate spec into what the certificate must contain; role, when set, is the URI SAN of
+// the operator's role the certificate is issued for (operatorRole).
+func leafSpec(pc *proxyv1alpha1.ProxyCertificate, role string) (certs.LeafSpec, error) {
 	spec := certs.LeafSpec{CommonName: pc.Spec.CommonName, DNSNames: pc.Spec.DNSNames, Duration: duration(pc)}
+	if role != "" {
+		spec.URIs = []*url.URL{contract.RoleURL(role)}
+	}
 	if pc.Spec.Subject != nil {
 		spec.Organizations = pc.Spec.Subject.Organizations
 	}
@@ -32,6 +37,10 @@ func leafSpec(pc *proxyv1alpha1.ProxyCertificate) (certs.LeafSpec, error) {
 	for _, u := range pc.Spec.Usages {
 		spec.Usages = append(spec.Usages, certs.Usage(u))
 	}
+	if len(spec.Usages) == 0 {
+		// As the schema's default: a certificate that serves TLS says so.
+		spec.Usages = []certs.Usage{certs.UsageClientAuth}
+	}
 	return spec, nil
 }
 
@@ -43,14 +52,38 @@ func reservedName(pc *proxyv1alpha1.ProxyCertificate, mpc *proxyv1alpha1.Managed
 	if !contract.ReservedCommonName(pc.Spec.CommonName) {
 		return nil
 	}
-	owner := metav1.GetControllerOf(pc)
-	own := pc.Spec.CommonName == contract.ImpersonatorCommonName &&
-		pc.Namespace == contract.Namespace(mpc) && pc.Name == proxyv1alpha1.ImpersonatorSecretName &&
-		owner != nil && owner.UID == mpc.UID && owner.Kind == "ManagedProxyConfiguration"
-	if own {
+	if pc.Spec.CommonName == contract.ImpersonatorCommonName && operatorRole(pc, mpc) == contract.ImpersonatorRoleURI {
 		return nil
 	}
+	if issuersOwn(pc, mpc, proxyv1alpha1.ImpersonatorSecretName) && pc.Spec.SecretName != proxyv1alpha1.ImpersonatorSecretName {
+		return fmt.Errorf("spec.secretName: the impersonator certificate is issued only into Secret %s, not %q",
+			proxyv1alpha1.ImpersonatorSecretName, pc.Spec.SecretName)
+	}
 	return fmt.Errorf("spec.commonName: %q is reserved for the operator's own certificates; choose another name", pc.Spec.CommonName)
+}
+
+// operatorRole is the role URI a certificate is issued with: the impersonator's or the proxy-client's, only for the
+// one ProxyCertificate the issuer renders for that role, issued into the Secret of that name; "" for every other.
+// A writer of ProxyCertificates who renames the Secret of the issuer's own certificate gets, at most, a certificate
+// without the role, in the Secret they chose.
+func operatorRole(pc *proxyv1alpha1.ProxyCertificate, mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	for role, name := range map[string]string{
+		contract.ImpersonatorRoleURI: proxyv1alpha1.ImpersonatorSecretName,
+		contract.ProxyClientRoleURI:  contract.SecretNamesOf(mpc).ProxyClient,
+	} {
+		if issuersOwn(pc, mpc, name) && pc.Spec.SecretName == name {
+			return role
+		}
+	}
+	return ""
+}
+
+// issuersOwn reports whether pc is the certificate named name that mpc renders: in the proxy-server namespace and
+// controlled by mpc.
+func issuersOwn(pc *proxyv1alpha1.ProxyCertificate, mpc *proxyv1alpha1.ManagedProxyConfiguration, name string) bool {
+	owner := metav1.GetControllerOf(pc)
+	return pc.Namespace == contract.Namespace(mpc) && pc.Name == name &&
+		owner != nil && owner.UID == mpc.UID && owner.Kind == "ManagedProxyConfiguration"
 }
 
 func duration(pc *proxyv1alpha1.ProxyCertificate) time.Duration {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"time"
 )
 
@@ -33,8 +34,10 @@ type LeafSpec struct {
 	Organizations []string
 	DNSNames      []string
 	IPAddresses   []net.IP
-	Usages        []Usage       // ext key usages; empty means server auth + client auth
-	Duration      time.Duration // lifetime
+	// URIs are URI SANs; only the operator's own certificates carry one (a role, contract.HasRole).
+	URIs     []*url.URL
+	Usages   []Usage       // ext key usages; empty means server auth + client auth
+	Duration time.Duration // lifetime
 }
 
 // effectiveUsages returns the spec's usages with the default applied.
@@ -119,6 +122,7 @@ func leafTemplate(ca *x509.Certificate, spec LeafSpec, now time.Time) (*x509.Cer
 		},
 		DNSNames:    spec.DNSNames,
 		IPAddresses: spec.IPAddresses,
+		URIs:        spec.URIs,
 		NotBefore:   now.Add(-clockSkew),
 		NotAfter:    minTime(now.Add(spec.Duration), ca.NotAfter),
 		// KeyEncipherment is meaningless for ECDSA keys but kept because

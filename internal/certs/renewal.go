@@ -3,6 +3,7 @@ package certs
 import (
 	"crypto/x509"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -92,7 +93,8 @@ func subjectMatches(leaf *x509.Certificate, spec LeafSpec) bool {
 
 func sansMatch(leaf *x509.Certificate, spec LeafSpec) bool {
 	return sameSet(leaf.DNSNames, spec.DNSNames) &&
-		sameSet(ipStrings(leaf.IPAddresses), ipStrings(spec.IPAddresses))
+		sameSet(ipStrings(leaf.IPAddresses), ipStrings(spec.IPAddresses)) &&
+		sameSet(uriStrings(leaf.URIs), uriStrings(spec.URIs))
 }
 
 // durationMatches compares the leaf's lifetime with what IssueLeaf would
@@ -116,6 +118,14 @@ func ipStrings(ips []net.IP) []string {
 	out := make([]string, 0, len(ips))
 	for _, ip := range ips {
 		out = append(out, ip.String())
+	}
+	return out
+}
+
+func uriStrings(uris []*url.URL) []string {
+	out := make([]string, 0, len(uris))
+	for _, u := range uris {
+		out = append(out, u.String())
 	}
 	return out
 }

@@ -1,12 +1,61 @@
 package contract
 
-import "strings"
+import (
+	"crypto/x509"
+	"net/url"
+	"strings"
+)
 
 // ImpersonatorCommonName is the common name of the certificate the hub side (the user-server and the aggregated API)
 // presents to an agent's service-proxy inside the tunnel. The service-proxy takes Impersonate-* headers only from a
-// client certificate of the signer's CA with this name: it is how a hub identity reaches a managed cluster without
-// the hub credential that proved it.
+// client certificate of the signer's CA with this name and ImpersonatorRoleURI: it is how a hub identity reaches a
+// managed cluster without the hub credential that proved it.
 const ImpersonatorCommonName = "open-cluster-management:cluster-proxy:impersonator"
+
+// Roles the operator writes into its own certificates as a URI SAN. A common name is what anyone allowed to create a
+// ProxyCertificate chooses; a role URI is not: the ProxyCertificate API has no URI SANs, the agent CSR review refuses
+// them, and the ProxyCertificate controller adds one only to the certificate the issuer renders for that role (its
+// name, its Secret, its namespace and its owner). A certificate is trusted for a role only when it carries the URI.
+const (
+	// ImpersonatorRoleURI marks the impersonator certificate: the one client the service-proxy serves Impersonate-*
+	// headers to.
+	ImpersonatorRoleURI = "urn:open-cluster-management:cluster-proxy:role:impersonator"
+	// ProxyClientRoleURI marks the proxy-client certificate: the hub programs' fleet-wide client of the frontends.
+	ProxyClientRoleURI = "urn:open-cluster-management:cluster-proxy:role:proxy-client"
+)
+
+// HasRole reports whether cert carries the role URI role among its URI SANs.
+func HasRole(cert *x509.Certificate, role string) bool {
+	if cert == nil {
+		return false
+	}
+	for _, u := range cert.URIs {
+		if u.String() == role {
+			return true
+		}
+	}
+	return false
+}
+
+// HasAnyRole reports whether cert carries a role URI of the operator's, whichever.
+func HasAnyRole(cert *x509.Certificate) bool {
+	return HasRole(cert, ImpersonatorRoleURI) || HasRole(cert, ProxyClientRoleURI)
+}
+
+// RoleURL is role as the URI SAN a certificate template carries.
+func RoleURL(role string) *url.URL {
+	u, err := url.Parse(role)
+	if err != nil {
+		panic("contract: role URI " + role + " does not parse: " + err.Error())
+	}
+	return u
+}
+
+// IsImpersonator reports whether a verified client certificate is the hub's impersonator: its common name and its
+// role URI. The name alone is not enough, and neither is a chain to some CA the verifier also trusts.
+func IsImpersonator(cert *x509.Certificate) bool {
+	return cert != nil && cert.Subject.CommonName == ImpersonatorCommonName && HasRole(cert, ImpersonatorRoleURI)
+}
 
 // ReservedCommonName reports whether a certificate with common name cn carries rights beyond a proxy client's (the
 // impersonator's, or an agent's for some cluster). Only the operator's own certificates may have such a name.

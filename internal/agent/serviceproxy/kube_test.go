@@ -131,6 +131,11 @@ var _ = Describe("kube-apiserver requests", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		Expect(err.Error()).To(ContainSubstring("impersonator certificate"))
 
+		By("the impersonator's name from the signer's CA without the role URI the operator alone issues")
+		_, err = p.tlsClient(namedImpersonator, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("impersonator certificate"))
+
 		By("TLS without a client certificate")
 		_, err = p.tlsClient(nil, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)

@@ -1,7 +1,8 @@
 // Package serviceproxy is the proxy-agent's service-proxy. It serves the HTTP/1.1 requests the hub sends through the
 // tunnel: kube-apiserver requests, and requests to allow-listed services, which pass through unauthenticated so the
 // service decides. A kube-apiserver request is made in one of two ways:
-//   - from the hub's impersonator (a TLS client certificate of the signer's CA with contract.ImpersonatorCommonName,
+//   - from the hub's impersonator (a TLS client certificate of the signer's CA with contract.ImpersonatorCommonName
+//     and contract.ImpersonatorRoleURI,
 //     verified where the connection is accepted), as the identity its Impersonate-* headers name, with the agent's own
 //     credential: this is how hub users arrive, and their hub credential never does;
 //   - from anyone else, with a bearer token this cluster authenticates (passed through as it came) or an ID token of
@@ -262,12 +263,13 @@ func (p *proxy) serveHubIdentity(w http.ResponseWriter, r *http.Request) {
 }
 
 // fromImpersonator reports whether the request came on a TLS connection whose client certificate, verified against
-// the signer's CA bundle when the connection was accepted, is the hub's impersonator.
+// the hub's CA bundle alone when the connection was accepted, is the hub's impersonator: its name and the role URI
+// that only the operator's own impersonator certificate carries (contract.IsImpersonator).
 func fromImpersonator(r *http.Request) bool {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return false
 	}
-	return r.TLS.VerifiedChains[0][0].Subject.CommonName == contract.ImpersonatorCommonName
+	return contract.IsImpersonator(r.TLS.VerifiedChains[0][0])
 }
 
 // authenticator is one link of the chain a bearer token goes through, in order: the managed cluster's TokenReview,

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,8 +46,9 @@ var (
 	agentTokenFile string
 
 	// The signer's CA and what it issued: the agent's serving pair, the hub's impersonator and another proxy client.
-	// foreignImpersonator has the impersonator's name from a CA the proxy does not trust.
-	signerCA, agentPair, impersonatorPair, proxyClientPair, foreignImpersonator *certs.KeyPair
+	// foreignImpersonator has the impersonator's name from a CA the proxy does not trust; namedImpersonator has the
+	// name from the signer's CA but not the role URI (what anyone who may create a ProxyCertificate could ask for).
+	signerCA, agentPair, impersonatorPair, proxyClientPair, foreignImpersonator, namedImpersonator *certs.KeyPair
 )
 
 const (
@@ -121,17 +123,18 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	var err error
 	signerCA, err = certs.NewCA("cluster-proxy-signer", time.Hour, now)
 	Expect(err).NotTo(HaveOccurred())
-	issue := func(ca *certs.KeyPair, cn string, usage certs.Usage) *certs.KeyPair {
-		kp, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: cn, Usages: []certs.Usage{usage}, Duration: time.Hour}, now)
+	issue := func(ca *certs.KeyPair, cn string, usage certs.Usage, uris ...*url.URL) *certs.KeyPair {
+		kp, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: cn, URIs: uris, Usages: []certs.Usage{usage}, Duration: time.Hour}, now)
 		Expect(err).NotTo(HaveOccurred())
 		return kp
 	}
 	agentPair = issue(signerCA, contract.AgentCommonNamePrefix+"cluster1", certs.UsageClientAuth)
-	impersonatorPair = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
+	impersonatorPair = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.RoleURL(contract.ImpersonatorRoleURI))
+	namedImpersonator = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
 	proxyClientPair = issue(signerCA, "cluster-proxy-proxy-client", certs.UsageClientAuth)
 	otherCA, err := certs.NewCA("another-signer", time.Hour, now)
 	Expect(err).NotTo(HaveOccurred())
-	foreignImpersonator = issue(otherCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
+	foreignImpersonator = issue(otherCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.RoleURL(contract.ImpersonatorRoleURI))
 })
 
 func createNamespace(ctx context.Context, cs kubernetes.Interface, name string) {
