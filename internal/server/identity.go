@@ -136,14 +136,20 @@ func admitAgent(ctx context.Context, serverID string, log logr.Logger) (AgentIde
 	return id, nil
 }
 
-// refuseAgentCertificates keeps agent certificates, which are signed by the same CA as proxy clients, off the
-// frontends: an agent may serve its own cluster, never reach others.
-func refuseAgentCertificates(cs tls.ConnectionState) error {
+// refuseNonClientCertificates keeps certificates of the signer that are not proxy clients off the frontends: an
+// agent's (signed by the same CA; an agent may serve its own cluster, never reach others) and the impersonator's (its
+// key vouches for hub users to the service-proxies; on a frontend it would be a key to every cluster that no hub
+// RBAC ever looks at). The TLS handshake has already refused a certificate without the client-auth usage.
+func refuseNonClientCertificates(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return nil
 	}
-	if cluster, ok := contract.ClusterOfAgentCommonName(cs.PeerCertificates[0].Subject.CommonName); ok {
+	leaf := cs.PeerCertificates[0]
+	if cluster, ok := contract.ClusterOfAgentCommonName(leaf.Subject.CommonName); ok {
 		return fmt.Errorf("the agent certificate of cluster %q may not use the proxy frontends", cluster)
+	}
+	if leaf.Subject.CommonName == contract.ImpersonatorCommonName || contract.HasRole(leaf, contract.ImpersonatorRoleURI) {
+		return errors.New("the impersonator certificate may not use the proxy frontends")
 	}
 	return nil
 }

@@ -220,7 +220,7 @@ func New(opts Options) (*Server, error) {
 	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, backends, s.log)
 
 	s.frontend = grpc.NewServer(
-		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseAgentCertificates)))),
+		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
 	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router})
@@ -335,7 +335,7 @@ func (s *Server) listen() error {
 		userCfg.NextProtos = []string{"h2", "http/1.1"}
 	}
 	if s.httpConnect != nil {
-		connectCfg = mutualTLS(s.frontendTLS, "http/1.1", refuseAgentCertificates)
+		connectCfg = mutualTLS(s.frontendTLS, "http/1.1", refuseNonClientCertificates)
 	}
 	l := &s.listeners
 	steps := []struct {

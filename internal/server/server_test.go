@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 )
 
@@ -72,11 +73,22 @@ func TestFrontendsRefuseClientsWithoutAProxyClientCertificate(t *testing.T) {
 	f := startFixture(t, false, nil, nil)
 	noCert := f.pki.clientTLS(t, "", "")
 	agentCert := f.agentTL("c1", "ns1")
+	// The impersonator's key vouches for hub users to the service-proxies; on a frontend it would reach every cluster
+	// with no hub RBAC asked. Refused by its name and by its role, whichever it carries.
+	impCert, impKey, _ := f.pki.issue(t, "impersonator", leafSpec{cn: contract.ImpersonatorCommonName, uris: []string{contract.ImpersonatorRoleURI}})
+	impersonator := f.pki.clientTLS(t, impCert, impKey)
+	impNameCert, impNameKey, _ := f.pki.issue(t, "impersonator-name", leafSpec{cn: contract.ImpersonatorCommonName})
+	impersonatorName := f.pki.clientTLS(t, impNameCert, impNameKey)
+	impRoleCert, impRoleKey, _ := f.pki.issue(t, "impersonator-role", leafSpec{cn: "renamed", uris: []string{contract.ImpersonatorRoleURI}})
+	impersonatorRole := f.pki.clientTLS(t, impRoleCert, impRoleKey)
 
 	for name, addr := range map[string]string{"gRPC frontend": f.addrs.Frontend, "HTTP-CONNECT": f.addrs.HTTPConnect} {
 		g.Expect(handshakeRefused(addr, noCert)).To(Succeed(), "%s without a client certificate", name)
 		// Agents hold certificates from the same CA; they may serve their cluster, not use the frontends.
 		g.Expect(handshakeRefused(addr, agentCert)).To(Succeed(), "%s with an agent certificate", name)
+		g.Expect(handshakeRefused(addr, impersonator)).To(Succeed(), "%s with the impersonator certificate", name)
+		g.Expect(handshakeRefused(addr, impersonatorName)).To(Succeed(), "%s with the impersonator's name", name)
+		g.Expect(handshakeRefused(addr, impersonatorRole)).To(Succeed(), "%s with the impersonator's role", name)
 	}
 	_, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: noCert}).DialCluster(context.Background(), "c1", 443)
 	g.Expect(err).To(HaveOccurred())

@@ -33,7 +33,8 @@ type leafSpec struct {
 	cn     string
 	orgs   []string
 	ous    []string
-	server bool // server auth with 127.0.0.1 and localhost; client auth otherwise
+	uris   []string // URI SANs (an operator role)
+	server bool     // server auth with 127.0.0.1 and localhost; client auth otherwise
 }
 
 func newTestPKI(t testing.TB, useRSA bool) *testPKI {
@@ -93,6 +94,9 @@ func (p *testPKI) issue(t testing.TB, name string, spec leafSpec) (certFile, key
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, u := range spec.uris {
+		tmpl.URIs = append(tmpl.URIs, contract.RoleURL(u))
 	}
 	if spec.server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
