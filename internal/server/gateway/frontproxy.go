@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/x509"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -40,6 +41,25 @@ type frontProxy struct {
 type verifiedProxy struct {
 	roots    *x509.CertPool // the bundle it was verified against
 	notAfter time.Time
+}
+
+// errNoFrontProxy answers every request when the hub publishes no front-proxy configuration.
+var errNoFrontProxy = errors.New("the hub publishes no front-proxy configuration (requestheader-client-ca-file in " +
+	"kube-system/extension-apiserver-authentication): only the hub kube-apiserver may call this server")
+
+// frontProxyOnly authenticates the hub kube-apiserver's front proxy (request-header, verified as k8s.io/apiserver
+// verifies it) and nothing else: no TokenReview of a bearer token, no client certificate of the hub's client CA, no
+// anonymous user. A request that comes straight to the gateway's port, past the hub's audit log and flow control, is
+// answered 401.
+func frontProxyOnly(config *authenticatorfactory.RequestHeaderConfig) authenticator.Request {
+	if config == nil {
+		return authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+			return nil, false, errNoFrontProxy
+		})
+	}
+	secure := headerrequest.NewDynamicVerifyOptionsSecure(config.CAContentProvider.VerifyOptions, config.AllowedClientNames,
+		config.UsernameHeaders, config.UIDHeaders, config.GroupHeaders, config.ExtraHeaderPrefixes)
+	return withVerifiedFrontProxies(secure, config)
 }
 
 // withVerifiedFrontProxies puts a frontProxy in front of next when the server has request-header configuration;

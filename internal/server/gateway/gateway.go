@@ -128,7 +128,9 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("gateway TLS profile: %w", err)
 	}
 	config.SecureServing.MinTLSVersion, config.SecureServing.CipherSuites = profile.Current()
-	config.Authentication.Authenticator = withVerifiedFrontProxies(config.Authentication.Authenticator, config.Authentication.RequestHeaderConfig)
+	// Only the hub kube-apiserver's front proxy authenticates here: a bearer token or a hub client certificate sent to
+	// this port directly would pass by the hub's audit log and flow control.
+	config.Authentication.Authenticator = frontProxyOnly(config.Authentication.RequestHeaderConfig)
 	// A proxied request lasts as long as the cluster's answer: watches, logs -f, exec, port-forward. The default
 	// timeout would cut them (after 60s).
 	config.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"), sets.NewString(gatewayv1alpha1.ProxySubresource))

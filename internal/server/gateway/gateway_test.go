@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -274,6 +275,40 @@ rules:
 	g.Eventually(func() string { b, _ := os.ReadFile(auditLog); return string(b) }).Should(And(
 		ContainSubstring(`"username":"alice"`), ContainSubstring(`"resource":"clusters","name":"cluster1"`),
 		ContainSubstring(`"subresource":"proxy"`)))
+
+	// Straight to the gateway's port, past the hub's audit log: a hub token and a hub client certificate get 401, and
+	// so do front-proxy headers without the front proxy's certificate.
+	direct := func(cert *tls.Certificate, header http.Header) (int, string) {
+		tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}
+		if cert != nil {
+			tc.Certificates = []tls.Certificate{*cert}
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+		req := must(http.NewRequestWithContext(ctx, http.MethodGet, "https://"+gatewayAddr+proxy+"cluster1/proxy/api", nil))
+		req.Header = header
+		resp := must(hc.Do(req))
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	g.Expect(c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "cluster1", Name: "carol"}})).To(Succeed())
+	g.Expect(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "alice"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "cluster1", Name: "carol"}}})).To(Succeed())
+	hubClients := must(kubernetes.NewForConfig(cfg))
+	carolToken := must(kubeclient.ServiceAccountToken(ctx, hubClients, "cluster1", "carol", time.Hour))
+	code, body = raw(&rest.Config{Host: cfg.Host, BearerToken: carolToken, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}},
+		http.MethodGet, proxy+"cluster1/proxy/api")
+	g.Expect(code).To(Equal(http.StatusOK), "the token works through the hub: %s", body)
+	before := len(fwd.all())
+	code, text := direct(nil, http.Header{"Authorization": {"Bearer " + carolToken}})
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "a hub token sent straight to the gateway: %s", text)
+	alicePair := must(tls.X509KeyPair(alice.CertData, alice.KeyData))
+	code, text = direct(&alicePair, http.Header{})
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "a hub client certificate sent straight to the gateway: %s", text)
+	code, text = direct(nil, http.Header{"X-Remote-User": {"system:admin"}, "X-Remote-Group": {"system:masters"}})
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "front-proxy headers without its certificate: %s", text)
+	g.Expect(fwd.all()).To(HaveLen(before), "nothing sent straight to the gateway was handed on")
 
 	// kubectl get clusters prints the table.
 	kc := filepath.Join(dir, "alice.kubeconfig")
