@@ -68,10 +68,10 @@ type ProxyCertificateSpec struct {
 	// +kubebuilder:validation:items:MaxLength=45
 	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="ipAddresses must be IP addresses"
 	IPAddresses []string `json:"ipAddresses,omitempty"`
-	// usages are the extended key usages; default server auth and client auth.
+	// usages are the extended key usages; default client auth. A certificate that serves TLS must ask for server auth.
 	// +optional
 	// +listType=set
-	// +kubebuilder:default={"server auth","client auth"}
+	// +kubebuilder:default={"client auth"}
 	Usages []KeyUsage `json:"usages,omitempty"`
 	// duration is the lifetime of the certificate.
 	// +optional
