@@ -18,6 +18,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,6 +170,9 @@ rules:
 		return u.Config()
 	}
 	alice, bob := userConfig("alice", "team"), userConfig("bob")
+	// The hub's RBAC sees a new role a moment after it is written; the gateway's authorizer keeps a denial for 10s.
+	awaitAllowed(ctx, g, alice, "list", "clusters", "", "")
+	awaitAllowed(ctx, g, alice, "get", "clusters", "proxy", "cluster1")
 	raw := func(cfg *rest.Config, method, path string) (int, []byte) {
 		rc := must(rest.RESTClientFor(withCodecs(cfg)))
 		req := rc.Verb(method)
@@ -297,8 +301,9 @@ rules:
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "cluster1", Name: "carol"}}})).To(Succeed())
 	hubClients := must(kubernetes.NewForConfig(cfg))
 	carolToken := must(kubeclient.ServiceAccountToken(ctx, hubClients, "cluster1", "carol", time.Hour))
-	code, body = raw(&rest.Config{Host: cfg.Host, BearerToken: carolToken, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}},
-		http.MethodGet, proxy+"cluster1/proxy/api")
+	carol := &rest.Config{Host: cfg.Host, BearerToken: carolToken, TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData}}
+	awaitAllowed(ctx, g, carol, "get", "clusters", "proxy", "cluster1")
+	code, body = raw(carol, http.MethodGet, proxy+"cluster1/proxy/api")
 	g.Expect(code).To(Equal(http.StatusOK), "the token works through the hub: %s", body)
 	before := len(fwd.all())
 	code, text := direct(nil, http.Header{"Authorization": {"Bearer " + carolToken}})
@@ -319,6 +324,21 @@ rules:
 
 	cancel()
 	g.Eventually(served).WithTimeout(time.Minute).Should(Receive(BeNil()))
+}
+
+// awaitAllowed waits until the hub's RBAC lets the user of cfg verb the gateway's resource (and subresource) name.
+func awaitAllowed(ctx context.Context, g *WithT, cfg *rest.Config, verb, resource, subresource, name string) {
+	cs := must(kubernetes.NewForConfig(cfg))
+	g.Eventually(func() (bool, error) {
+		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group: group, Resource: resource, Subresource: subresource, Name: name, Verb: verb}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return r.Status.Allowed, nil
+	}).WithTimeout(30*time.Second).Should(BeTrue(), "%s %s/%s %s", verb, resource, subresource, name)
 }
 
 func freePort(t *testing.T) int {
