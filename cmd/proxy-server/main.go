@@ -295,14 +295,18 @@ func main() {
 			return peerTLS.ClientConfig(host), nil
 		})
 	}
-	srv, err := server.New(opts)
-	if err != nil {
-		log.Error(err, "Unable to set up the proxy-server")
-		os.Exit(1)
-	}
 	hub, err := c.hubReviewer(log)
 	if err != nil {
 		log.Error(err, "Unable to reach the hub")
+		os.Exit(1)
+	}
+	if hub != nil {
+		// A ProxyCertificate's client certificate reaches, on the frontends, the clusters the hub's RBAC grants it.
+		opts.Hub = hub
+	}
+	srv, err := server.New(opts)
+	if err != nil {
+		log.Error(err, "Unable to set up the proxy-server")
 		os.Exit(1)
 	}
 	var user server.UserServer

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,13 +18,11 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
-// leafSpec turns the ProxyCertificate spec into what the certificate must contain; role, when set, is the URI SAN of
-// the operator's role the certificate is issued for (operatorRole).
+// leafSpec turns the ProxyCertificate spec into what the certificate must contain. Its URI SAN says what the
+// certificate is: role, when set, the operator's role it is issued for (operatorRole); otherwise a client certificate
+// names its ProxyCertificate (contract.CertificateURI), which the frontends authorize through the hub's RBAC.
 func leafSpec(pc *proxyv1alpha1.ProxyCertificate, role string) (certs.LeafSpec, error) {
 	spec := certs.LeafSpec{CommonName: pc.Spec.CommonName, DNSNames: pc.Spec.DNSNames, Duration: duration(pc)}
-	if role != "" {
-		spec.URIs = []*url.URL{contract.RoleURL(role)}
-	}
 	if pc.Spec.Subject != nil {
 		spec.Organizations = pc.Spec.Subject.Organizations
 	}
@@ -40,6 +39,12 @@ func leafSpec(pc *proxyv1alpha1.ProxyCertificate, role string) (certs.LeafSpec, 
 	if len(spec.Usages) == 0 {
 		// As the schema's default: a certificate that serves TLS says so.
 		spec.Usages = []certs.Usage{certs.UsageClientAuth}
+	}
+	switch {
+	case role != "":
+		spec.URIs = []*url.URL{contract.SANURL(role)}
+	case slices.Contains(spec.Usages, certs.UsageClientAuth):
+		spec.URIs = []*url.URL{contract.SANURL(contract.CertificateURI(pc.Namespace, pc.Name))}
 	}
 	return spec, nil
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
@@ -79,5 +80,13 @@ func TestARoleBecomesTheCertificatesURI(t *testing.T) {
 	g.Expect(spec.URIs[0].String()).To(Equal(contract.ImpersonatorRoleURI))
 	spec, err = leafSpec(pc, "")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(spec.URIs).To(BeEmpty())
+	g.Expect(spec.Usages).To(ConsistOf(certs.UsageClientAuth), "client-only unless asked")
+	g.Expect(spec.URIs).To(HaveLen(1))
+	g.Expect(spec.URIs[0].String()).To(Equal("urn:open-cluster-management:cluster-proxy:certificate:addon-ns/x"),
+		"a tenant's client certificate names its ProxyCertificate, for the frontends to authorize")
+
+	pc.Spec.Usages = []proxyv1alpha1.KeyUsage{proxyv1alpha1.UsageServerAuth}
+	spec, err = leafSpec(pc, "")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(spec.URIs).To(BeEmpty(), "a serving certificate names no client")
 }

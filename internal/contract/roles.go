@@ -37,16 +37,11 @@ func HasRole(cert *x509.Certificate, role string) bool {
 	return false
 }
 
-// HasAnyRole reports whether cert carries a role URI of the operator's, whichever.
-func HasAnyRole(cert *x509.Certificate) bool {
-	return HasRole(cert, ImpersonatorRoleURI) || HasRole(cert, ProxyClientRoleURI)
-}
-
-// RoleURL is role as the URI SAN a certificate template carries.
-func RoleURL(role string) *url.URL {
-	u, err := url.Parse(role)
+// SANURL is uri (a role, or CertificateURI) as the URI SAN a certificate template carries.
+func SANURL(uri string) *url.URL {
+	u, err := url.Parse(uri)
 	if err != nil {
-		panic("contract: role URI " + role + " does not parse: " + err.Error())
+		panic("contract: URI SAN " + uri + " does not parse: " + err.Error())
 	}
 	return u
 }
@@ -61,4 +56,42 @@ func IsImpersonator(cert *x509.Certificate) bool {
 // impersonator's, or an agent's for some cluster). Only the operator's own certificates may have such a name.
 func ReservedCommonName(cn string) bool {
 	return cn == ImpersonatorCommonName || strings.HasPrefix(cn, AgentCommonNamePrefix)
+}
+
+// CertificateURIPrefix starts the URI SAN the ProxyCertificate controller writes into every client certificate it
+// issues that has no role: certificateURIPrefix<namespace>/<name> of its ProxyCertificate. A tenant chooses the
+// common name and organizations; this URI says where the certificate came from, so the frontends can ask the hub's
+// RBAC what that ProxyCertificate may reach (CertificateIdentity).
+const CertificateURIPrefix = "urn:open-cluster-management:cluster-proxy:certificate:"
+
+// CertificateURI is the URI SAN of the ProxyCertificate namespace/name.
+func CertificateURI(namespace, name string) string { return CertificateURIPrefix + namespace + "/" + name }
+
+// CertificateOf is the ProxyCertificate a verified certificate was issued for, read from its URI SAN.
+func CertificateOf(cert *x509.Certificate) (namespace, name string, ok bool) {
+	if cert == nil {
+		return "", "", false
+	}
+	for _, u := range cert.URIs {
+		rest, found := strings.CutPrefix(u.String(), CertificateURIPrefix)
+		if !found {
+			continue
+		}
+		namespace, name, ok = strings.Cut(rest, "/")
+		return namespace, name, ok && namespace != "" && name != "" && !strings.Contains(name, "/")
+	}
+	return "", "", false
+}
+
+// The hub identity of a ProxyCertificate's certificate on the frontends: the user the hub's RBAC is asked about, and
+// its groups. A hub administrator grants a certificate clusters (get on clusters/proxy, resourceNames) by binding the
+// user, or every certificate of a namespace by binding the namespace's group.
+const (
+	CertificateUserPrefix = "cluster-proxy:certificate:"
+	CertificatesGroup     = "cluster-proxy:certificates"
+)
+
+// CertificateIdentity is the hub user and groups of the ProxyCertificate namespace/name.
+func CertificateIdentity(namespace, name string) (user string, groups []string) {
+	return CertificateUserPrefix + namespace + ":" + name, []string{CertificatesGroup, CertificatesGroup + ":" + namespace}
 }

@@ -152,7 +152,7 @@ func TestADialWhoseAgentStreamBreaksUnderItGoesToTheNextAgent(t *testing.T) {
 	front := &oneDialFrontend{dial: packet.DialRequest("c1:443", 7), closed: make(chan struct{})}
 	served := make(chan error, 1)
 	go func() {
-		served <- r.serveFrontend(front, false, func(host string) *backend { return r.backends.await(context.Background(), host) })
+		served <- r.serveFrontend(front, false, r.awaiting(context.Background()))
 	}()
 	g.Eventually(next.packets).Should(HaveLen(1), "the dial went to the agent that connected next")
 	g.Expect(next.packets()[0].GetDialRequest().GetRandom()).To(BeEquivalentTo(7))

@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 )
 
 // fixture is a running proxy-server with its certificates and a proxy client's TLS config.
@@ -36,7 +38,7 @@ func startFixture(t testing.TB, useRSA bool, newUser func(*Server) UserServer, m
 	pki := newTestPKI(t, useRSA)
 	serverCert, serverKey, _ := pki.issue(t, "proxy-server", leafSpec{cn: "proxy-server", server: true})
 	agentServerCert, agentServerKey, _ := pki.issue(t, "agent-server", leafSpec{cn: "agent-server", server: true})
-	clientCert, clientKey, _ := pki.issue(t, "proxy-client", leafSpec{cn: "cluster-proxy-proxy-client"})
+	clientCert, clientKey, _ := pki.issue(t, "proxy-client", leafSpec{cn: "cluster-proxy-proxy-client", uris: []string{contract.ProxyClientRoleURI}})
 	opts := Options{
 		ServerID:        "test-server",
 		FrontendAddr:    "127.0.0.1:0",

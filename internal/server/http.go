@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,11 @@ func (s *Server) httpConnectHandler() http.Handler {
 		switch {
 		case r.Method == http.MethodConnect:
 			s.serveConnect(w, r)
+		case r.URL.Path != "/agents" && r.URL.Path != "/tunnels":
+			http.NotFound(w, r)
+		case !fleetWide(verifiedRequestCertificate(r)):
+			// Which agents every cluster has, and probes of every tunnel: the operator's own view of the fleet.
+			http.Error(w, "only the proxy-client certificate may read "+r.URL.Path, http.StatusForbidden)
 		case r.URL.Path == "/agents":
 			s.agents.ServeHTTP(w, r)
 		case r.URL.Path == "/tunnels":
@@ -43,11 +49,18 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
 	// closes, once it is idle during a shutdown (router.retireIdle), and at the latest when the agent streams end.
-	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true)
+	cert := verifiedRequestCertificate(r)
+	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true, func(cluster string) error {
+		return s.access.check(r.Context(), cert, cluster)
+	})
 	if err != nil {
 		code := http.StatusBadGateway
-		if errors.Is(err, errNoAgent) {
+		var refused *accessError
+		switch {
+		case errors.Is(err, errNoAgent):
 			code = http.StatusServiceUnavailable
+		case errors.As(err, &refused):
+			code = http.StatusForbidden
 		}
 		http.Error(w, fmt.Sprintf("CONNECT %s: %v", r.Host, err), code)
 		return
@@ -80,6 +93,14 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	connectBuffers.Put(buf)
 	_ = tunnel.Close()
 	<-fromAgent
+}
+
+// verifiedRequestCertificate is the leaf of the client's verified chain, nil without one.
+func verifiedRequestCertificate(r *http.Request) *x509.Certificate {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return r.TLS.VerifiedChains[0][0]
 }
 
 // connectBuffers are the buffers CONNECT tunnels copy with, a pair per tunnel while it carries bytes.

@@ -58,7 +58,7 @@ var (
 // DialCluster opens a tunnel to <cluster>:<port> through the agent, in process. ctx bounds the dial only; the
 // connection lives until either end closes it or the server shuts down.
 func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net.Conn, error) {
-	conn, err := s.dial(ctx, net.JoinHostPort(cluster, strconv.Itoa(port)), &s.inProcess, s.tunnelCtx, false)
+	conn, err := s.dial(ctx, net.JoinHostPort(cluster, strconv.Itoa(port)), &s.inProcess, s.tunnelCtx, false, nil)
 	if err != nil {
 		return nil, fmt.Errorf("dial cluster %s port %d: %w", cluster, port, err)
 	}
@@ -68,10 +68,11 @@ func (s *Server) DialCluster(ctx context.Context, cluster string, port int) (net
 // dial opens an in-process tunnel to address (<host>:<port>, the host an agent identifier), and dials again when the
 // agent stream the dial went to ended before the agent answered. group counts the tunnel's stream while it runs (none
 // when nil), the tunnel ends when until does (never when nil), and retire has a shutdown close it once it is idle
-// (router.retireIdle).
-func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool) (net.Conn, error) {
+// (router.retireIdle). allow, when set, admits the cluster of the agent stream the dial goes to (frontendAccess).
+func (s *Server) dial(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool,
+	allow func(cluster string) error) (net.Conn, error) {
 	for redials := 0; ; redials++ {
-		conn, err := s.dialOnce(ctx, address, group, until, retire)
+		conn, err := s.dialOnce(ctx, address, group, until, retire, allow)
 		if errors.Is(err, errAgentStreamEnded) && redials < inProcessRedials {
 			s.log.V(1).Info("The agent stream a dial was sent to ended before the agent answered; dialing again", "address", address)
 			continue
@@ -81,7 +82,8 @@ func (s *Server) dial(ctx context.Context, address string, group *inProcessTunne
 }
 
 // dialOnce is one in-process tunnel's dial.
-func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool) (net.Conn, error) {
+func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessTunnels, until context.Context, retire bool,
+	allow func(cluster string) error) (net.Conn, error) {
 	if !group.add() {
 		return nil, errServerStopping
 	}
@@ -97,7 +99,11 @@ func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessT
 	}
 	go func() {
 		defer group.done()
-		err := s.router.serveFrontend(tunnelStream{t}, retire, func(host string) *backend { return s.router.backends.await(pickCtx, host) })
+		pick := s.router.awaiting(pickCtx)
+		if allow != nil {
+			pick = authorized(pick, allow)
+		}
+		err := s.router.serveFrontend(tunnelStream{t}, retire, pick)
 		stop()
 		endPick()
 		t.handlerDone(err)
@@ -265,6 +271,9 @@ func (t *tunnel) answer(pkt *client.Packet) (net.Conn, error) {
 			if rsp.Error == known.Error() {
 				return nil, known
 			}
+		}
+		if refused := refusalOf(rsp.Error); refused != nil {
+			return nil, refused
 		}
 		return nil, errors.New(rsp.Error)
 	}

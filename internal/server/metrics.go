@@ -46,6 +46,11 @@ var (
 		Help: "Agent streams refused because their identifiers do not match their client certificate, by reason.",
 	}, []string{"reason"})
 
+	frontendRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_frontend_refusals_total",
+		Help: "Dials of the gRPC and HTTP-CONNECT frontends refused because the client certificate may not reach the cluster, by reason.",
+	}, []string{"reason"})
+
 	duplicateRefusals = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "cluster_proxy_agent_duplicate_streams_refused_total",
 		Help: "Agent streams refused because the agent holds a tunnel to this proxy-server already (it landed here again through the entrypoint).",
@@ -78,11 +83,14 @@ var (
 )
 
 func init() {
+	for _, r := range frontendRefusalReasons {
+		frontendRefusals.WithLabelValues(r)
+	}
 	for _, r := range refusalReasons {
 		identityRefusals.WithLabelValues(r)
 	}
 	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
 		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
 			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
-	prometheus.MustRegister(identityRefusals, duplicateRefusals, movedDials, agentStreams, established, connectedClusters, profile)
+	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, agentStreams, established, connectedClusters, profile)
 }

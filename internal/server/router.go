@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -117,6 +118,7 @@ func (l *link) carried(toClient bool) {
 // backend is one agent stream.
 type backend struct {
 	stream   agent.AgentService_ConnectServer
+	cluster  string // the cluster its certificate names
 	agentID  string // scoped to the cluster: <cluster>/<agent ID>
 	hosts    []string
 	draining atomic.Bool
@@ -212,7 +214,7 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 		return err
 	}
 	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
-	b := &backend{stream: stream, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts, gone: make(chan struct{})}
+	b := &backend{stream: stream, cluster: id.Cluster, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts, gone: make(chan struct{})}
 	r.backends.add(b)
 	r.movePending(b)
 	r.agents.add(id.Cluster, id.AgentID)
@@ -392,7 +394,7 @@ func (r *router) takePending(random int64, b *backend) *link {
 // serveFrontend serves a frontend stream until the client ends it: one dial, then that connection's packets. retire
 // says whether a shutdown closes the connection once it is idle (see frontend), and pick chooses the agent stream of
 // the dial's host: newestBackends.await, with the context the dial waits for reconnecting agents in.
-func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host string) *backend) error {
+func (r *router) serveFrontend(stream packetStream, retire bool, pick picker) error {
 	f := &frontend{stream: stream, retire: retire}
 	var l *link
 	defer func() {
@@ -449,15 +451,42 @@ func (r *router) serveFrontend(stream packetStream, retire bool, pick func(host 
 	}
 }
 
+// picker chooses the agent stream a dial to host goes to; nil when none takes it, and an error when the dial is
+// refused (its message answers the client).
+type picker func(host string) (*backend, error)
+
+// awaiting picks the newest agent stream of a host, waiting for a reconnecting one while ctx lasts.
+func (r *router) awaiting(ctx context.Context) picker {
+	return func(host string) (*backend, error) { return r.backends.await(ctx, host), nil }
+}
+
+// authorized picks as next does, then lets the dial go to the stream only when allow admits its cluster.
+func authorized(next picker, allow func(cluster string) error) picker {
+	return func(host string) (*backend, error) {
+		b, err := next(host)
+		if b == nil || err != nil {
+			return b, err
+		}
+		if err := allow(b.cluster); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+}
+
 // dialAgent sends a frontend's DIAL_REQ to the agent stream pick chooses and returns the dial's link. An agent stream
 // can break under the send (its forward proxy died, and the stream has not ended here yet): the dial then waits until
 // that stream is gone and goes to the agent pick chooses then, once. When no agent takes the dial, dialAgent answers
 // the frontend and returns nil.
-func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host string) *backend) *link {
+func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick picker) *link {
 	req := pkt.GetDialRequest()
 	failure := errNoAgent.Error()
 	for range 2 {
-		b := pick(hostOf(req.Address))
+		b, err := pick(hostOf(req.Address))
+		if err != nil {
+			failure = err.Error()
+			break
+		}
 		if b == nil {
 			break
 		}
@@ -466,7 +495,7 @@ func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick func(host strin
 			failure = errAgentStreamEnded.Error()
 			continue
 		}
-		err := b.send(pkt)
+		err = b.send(pkt)
 		if err == nil {
 			return l
 		}
@@ -544,15 +573,21 @@ func hostOf(address string) string {
 	return address
 }
 
-// proxyService is the gRPC frontend: each client stream is served by the router.
+// proxyService is the gRPC frontend: each client stream is served by the router, for the clusters its client
+// certificate may reach.
 type proxyService struct {
 	client.UnimplementedProxyServiceServer
-	r *router
+	r      *router
+	access *frontendAccess
 }
 
 func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
+	ctx := stream.Context()
+	cert := verifiedPeerCertificate(ctx)
 	// A dial waits for a reconnecting agent while the client's stream lasts.
-	return p.r.serveFrontend(stream, true, func(host string) *backend { return p.r.backends.await(stream.Context(), host) })
+	return p.r.serveFrontend(stream, true, authorized(p.r.awaiting(ctx), func(cluster string) error {
+		return p.access.check(ctx, cert, cluster)
+	}))
 }
 
 // agentService is the agent endpoint.

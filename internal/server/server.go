@@ -71,6 +71,9 @@ type Options struct {
 	// The impersonator certificate, presented to agents' service-proxies when a hub user is sent on
 	// (ImpersonatorTLS); "" sends no hub users.
 	ImpersonatorCert, ImpersonatorKey string
+	// Hub answers which clusters a ProxyCertificate's client certificate may reach on the frontends (hub RBAC, get on
+	// clusters/proxy); nil: only the proxy-client certificate reaches clusters there.
+	Hub ClusterAuthorizer
 	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of every TLS listener, re-read every
 	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
 	TLSProfileFile string
@@ -150,6 +153,7 @@ type Server struct {
 	opts   Options
 	log    logr.Logger
 	router *router
+	access *frontendAccess
 	agents *Agents
 	// tunnels answers GET /tunnels.
 	tunnels *tunnelReports
@@ -223,7 +227,8 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
-	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router})
+	s.access = &frontendAccess{hub: opts.Hub, log: s.log.WithName("frontend-access")}
+	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router, access: s.access})
 
 	s.agentEndpoint = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),

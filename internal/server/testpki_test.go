@@ -96,7 +96,7 @@ func (p *testPKI) issue(t testing.TB, name string, spec leafSpec) (certFile, key
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	for _, u := range spec.uris {
-		tmpl.URIs = append(tmpl.URIs, contract.RoleURL(u))
+		tmpl.URIs = append(tmpl.URIs, contract.SANURL(u))
 	}
 	if spec.server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}

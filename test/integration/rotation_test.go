@@ -58,9 +58,9 @@ var _ = Describe("Certificate rotation under load", Ordered, func() {
 
 		By("re-issuing the agent's and the hub client's certificates under the new CA")
 		world.writeAgentCertificate("agent", clusterName, render.DefaultAgentNamespace, newCA)
-		world.writePair("proxy-client", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: "proxy-client",
+		world.writePair("proxy-client", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: "proxy-client", URIs: proxyClientRole,
 			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, time.Now())))
-		world.writePair("impersonator", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName,
+		world.writePair("impersonator", must(certs.IssueLeaf(newCA, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName, URIs: impersonatorRole,
 			Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, time.Now())))
 		world.ca = newCA
 

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -182,12 +183,18 @@ func (w *harness) issueCertificates() {
 		spec.Usages = []certs.Usage{certs.UsageServerAuth}
 		w.writePair(name, must(certs.IssueLeaf(w.ca, spec, now)))
 	}
-	client := must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: "proxy-client", Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, now))
+	client := must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: "proxy-client", URIs: proxyClientRole, Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, now))
 	w.clientCert, w.clientKey = w.writePair("proxy-client", client)
-	w.writePair("impersonator", must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName,
+	w.writePair("impersonator", must(certs.IssueLeaf(w.ca, certs.LeafSpec{CommonName: contract.ImpersonatorCommonName, URIs: impersonatorRole,
 		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: 12 * time.Hour}, now)))
 	w.writeAgentCertificate("agent", clusterName, render.DefaultAgentNamespace, w.ca)
 }
+
+// The role URIs the operator writes into its proxy-client and impersonator certificates.
+var (
+	proxyClientRole  = []*url.URL{contract.SANURL(contract.ProxyClientRoleURI)}
+	impersonatorRole = []*url.URL{contract.SANURL(contract.ImpersonatorRoleURI)}
+)
 
 func (w *harness) writePair(name string, kp *certs.KeyPair) (certPath, keyPath string) {
 	return writeFile("pki/"+name+"/tls.crt", kp.CertPEM), writeFile("pki/"+name+"/tls.key", kp.KeyPEM)

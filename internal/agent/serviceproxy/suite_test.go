@@ -129,12 +129,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return kp
 	}
 	agentPair = issue(signerCA, contract.AgentCommonNamePrefix+"cluster1", certs.UsageClientAuth)
-	impersonatorPair = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.RoleURL(contract.ImpersonatorRoleURI))
+	impersonatorPair = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.SANURL(contract.ImpersonatorRoleURI))
 	namedImpersonator = issue(signerCA, contract.ImpersonatorCommonName, certs.UsageClientAuth)
 	proxyClientPair = issue(signerCA, "cluster-proxy-proxy-client", certs.UsageClientAuth)
 	otherCA, err := certs.NewCA("another-signer", time.Hour, now)
 	Expect(err).NotTo(HaveOccurred())
-	foreignImpersonator = issue(otherCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.RoleURL(contract.ImpersonatorRoleURI))
+	foreignImpersonator = issue(otherCA, contract.ImpersonatorCommonName, certs.UsageClientAuth, contract.SANURL(contract.ImpersonatorRoleURI))
 })
 
 func createNamespace(ctx context.Context, cs kubernetes.Interface, name string) {

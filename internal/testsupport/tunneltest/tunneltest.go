@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -164,7 +165,7 @@ func Start(t testing.TB, namespace string, configure ...func(*server.Options)) *
 	agentServerCert, agentServerKey := h.issue(t, "agent-server", serving)
 	caFile := h.write(t, "ca.crt", ca.CertPEM)
 	clientLeaf, err := certs.IssueLeaf(ca, certs.LeafSpec{CommonName: "cluster-proxy-proxy-client",
-		Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, now)
+		URIs: []*url.URL{contract.SANURL(contract.ProxyClientRoleURI)}, Usages: []certs.Usage{certs.UsageClientAuth}, Duration: time.Hour}, now)
 	must(t, err)
 
 	opts := server.Options{

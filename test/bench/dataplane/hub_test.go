@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,7 +200,8 @@ func (w *world) hubRoutes() map[string]*route {
 
 // impersonator issues the certificate the proxy-server's hub users go downstream with.
 func (p *pki) impersonator(t *testing.T) (certFile, keyFile string) {
-	return p.leaf(t, "impersonator", certs.LeafSpec{CommonName: contract.ImpersonatorCommonName, Usages: []certs.Usage{certs.UsageClientAuth}})
+	return p.leaf(t, "impersonator", certs.LeafSpec{CommonName: contract.ImpersonatorCommonName,
+		URIs: []*url.URL{contract.SANURL(contract.ImpersonatorRoleURI)}, Usages: []certs.Usage{certs.UsageClientAuth}})
 }
 
 // kubeTLSTarget is the managed kube-apiserver of the hub modes, at kubeTLS.

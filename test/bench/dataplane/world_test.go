@@ -20,6 +20,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -140,9 +141,10 @@ func (p *pki) serving(t *testing.T, name string) (certFile, keyFile string) {
 	return p.leaf(t, name, certs.LeafSpec{CommonName: name, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
 }
 
-// client issues a client certificate.
+// client issues a client certificate with the proxy-client's role, which the frontends serve every cluster.
 func (p *pki) client(t *testing.T, name string) (certFile, keyFile string) {
-	return p.leaf(t, name, certs.LeafSpec{CommonName: name, Usages: []certs.Usage{certs.UsageClientAuth}})
+	return p.leaf(t, name, certs.LeafSpec{CommonName: name, URIs: []*url.URL{contract.SANURL(contract.ProxyClientRoleURI)},
+		Usages: []certs.Usage{certs.UsageClientAuth}})
 }
 
 func (p *pki) leaf(t *testing.T, name string, spec certs.LeafSpec) (certFile, keyFile string) {

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+)
+
+// ClusterAuthorizer asks the hub's RBAC whether an identity may verb clusters/proxy of a cluster
+// (hubidentity.Reviewer, which keeps its answers for a while).
+type ClusterAuthorizer interface {
+	Authorize(ctx context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error)
+}
+
+// Reasons a frontend dial is refused; the values of the refusal metric's reason label.
+const (
+	FrontendRefusalNoIdentity = "no_identity"
+	FrontendRefusalDenied     = "denied"
+	FrontendRefusalHub        = "hub_unavailable"
+)
+
+var frontendRefusalReasons = []string{FrontendRefusalNoIdentity, FrontendRefusalDenied, FrontendRefusalHub}
+
+// frontendAccess decides which clusters a client of the gRPC and HTTP-CONNECT frontends may reach, from its verified
+// client certificate (the TLS handshake has already refused agents, the impersonator and certificates of another CA):
+//   - the operator's proxy-client (its role URI): every cluster, as hub programs of the existing add-on expect;
+//   - the certificate of a ProxyCertificate (the URI the issuer writes, contract.CertificateURI): the clusters the
+//     hub's RBAC lets its identity (contract.CertificateIdentity) get clusters/proxy of;
+//   - any other: none.
+//
+// No decision rests on a name the holder chose.
+type frontendAccess struct {
+	hub ClusterAuthorizer // nil: only the proxy-client
+	log logr.Logger
+}
+
+// fleetWide reports whether cert may reach every cluster: the operator's proxy-client.
+func fleetWide(cert *x509.Certificate) bool {
+	return contract.HasRole(cert, contract.ProxyClientRoleURI)
+}
+
+// check admits cert to cluster, or says why not with an *accessError.
+func (a *frontendAccess) check(ctx context.Context, cert *x509.Certificate, cluster string) error {
+	if fleetWide(cert) {
+		return nil
+	}
+	ns, name, ok := contract.CertificateOf(cert)
+	if !ok {
+		return a.refuse(FrontendRefusalNoIdentity, "the client certificate is neither the proxy-client nor a "+
+			"ProxyCertificate's (it carries neither URI SAN the issuer writes); re-issue it as a ProxyCertificate")
+	}
+	if a.hub == nil {
+		return a.refuse(FrontendRefusalHub, "this proxy-server cannot ask the hub's RBAC, so ProxyCertificate %s/%s reaches no cluster", ns, name)
+	}
+	user, groups := contract.CertificateIdentity(ns, name)
+	d, err := a.hub.Authorize(ctx, hubidentity.Identity{User: user, Groups: groups}, cluster, "get")
+	if err != nil {
+		a.log.Error(err, "Cannot ask the hub's RBAC about a frontend client", "certificate", ns+"/"+name, "cluster", cluster)
+		return a.refuse(FrontendRefusalHub, "cannot authorize ProxyCertificate %s/%s with the hub; try again later", ns, name)
+	}
+	if !d.Allowed {
+		return a.refuse(FrontendRefusalDenied, "user %q (ProxyCertificate %s/%s) cannot get resource \"%s/%s\" in API group %q "+
+			"for cluster %q on the hub", user, ns, name, hubidentity.Resource, hubidentity.Subresource, hubidentity.Group, cluster)
+	}
+	return nil
+}
+
+func (a *frontendAccess) refuse(reason, format string, args ...any) error {
+	frontendRefusals.WithLabelValues(reason).Inc()
+	return &accessError{msg: fmt.Sprintf(format, args...)}
+}
+
+// accessError is a dial the frontend's access refused; its text travels in the DIAL_RSP and comes back as the same
+// error to an in-process tunnel (refusalOf).
+type accessError struct{ msg string }
+
+const accessErrorPrefix = "forbidden: "
+
+func (e *accessError) Error() string { return accessErrorPrefix + e.msg }
+
+// refusalOf is the accessError a DIAL_RSP's error text carries, nil for any other.
+func refusalOf(text string) error {
+	if msg, ok := strings.CutPrefix(text, accessErrorPrefix); ok {
+		return &accessError{msg: msg}
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+)
+
+// grants stands for the hub's RBAC: the clusters each user may get clusters/proxy of. It records what it was asked.
+type grants struct {
+	mu      sync.Mutex
+	allowed map[string][]string
+	asked   []hubidentity.Identity
+	down    bool
+}
+
+func (g *grants) Authorize(_ context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.asked = append(g.asked, id)
+	if g.down {
+		return hubidentity.Decision{}, errors.New("the hub is down")
+	}
+	for _, c := range g.allowed[id.User] {
+		if c == cluster && verb == "get" {
+			return hubidentity.Decision{Allowed: true}, nil
+		}
+	}
+	return hubidentity.Decision{}, nil
+}
+
+// Who holds a client certificate of the signer decides nothing on the frontends: the proxy-client reaches every
+// cluster, a ProxyCertificate's certificate the clusters the hub's RBAC grants its identity, and a certificate
+// without either URI SAN the issuer writes (whatever its name) none.
+func TestFrontendsLetAProxyCertificateReachOnlyTheClustersTheHubGrantsIt(t *testing.T) {
+	g := NewWithT(t)
+	toolUser, toolGroups := contract.CertificateIdentity("team-a", "tool")
+	hub := &grants{allowed: map[string][]string{toolUser: {"c1"}}}
+	f := startFixture(t, false, nil, func(o *Options) { o.Hub = hub })
+	for _, c := range []string{"c1", "c2"} {
+		_, err := f.agent(t, c, "ns", "agent-"+c, "host="+c+"&host="+c+".ns", map[string]string{c + ":443": httpTarget(t, c+"-apiserver")})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	issue := func(name string, spec leafSpec) *tlsConfigOf {
+		cert, key, _ := f.pki.issue(t, name, spec)
+		return &tlsConfigOf{name: name, cfg: f.pki.clientTLS(t, cert, key)}
+	}
+	tool := issue("tool", leafSpec{cn: "anything", orgs: []string{"system:masters"}, uris: []string{contract.CertificateURI("team-a", "tool")}})
+	// A tenant may name its certificate like the proxy-client; without the role URI it is no more than a stranger.
+	lookalike := issue("lookalike", leafSpec{cn: "cluster-proxy-proxy-client"})
+
+	reach := func(c *tlsConfigOf, cluster string) (grpcErr, connectErr error) {
+		conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: c.cfg}).DialCluster(context.Background(), cluster, 443)
+		if err == nil {
+			_, err = get(conn, bufio.NewReader(conn), cluster, "/")
+			_ = conn.Close()
+		}
+		grpcErr = err
+		cc, br, err := httpConnect(f.addrs.HTTPConnect, c.cfg, cluster+":443")
+		if err == nil {
+			_, err = get(cc, br, cluster, "/")
+			_ = cc.Close()
+		}
+		return grpcErr, err
+	}
+
+	for _, cluster := range []string{"c1", "c2"} {
+		grpcErr, connectErr := reach(&tlsConfigOf{name: "proxy-client", cfg: f.proxyTL}, cluster)
+		g.Expect(grpcErr).NotTo(HaveOccurred(), "the proxy-client reaches %s through gRPC", cluster)
+		g.Expect(connectErr).NotTo(HaveOccurred(), "the proxy-client reaches %s through CONNECT", cluster)
+	}
+
+	grpcErr, connectErr := reach(tool, "c1")
+	g.Expect(grpcErr).NotTo(HaveOccurred(), "the granted cluster through gRPC")
+	g.Expect(connectErr).NotTo(HaveOccurred(), "the granted cluster through CONNECT")
+	grpcErr, connectErr = reach(tool, "c2")
+	g.Expect(grpcErr).To(MatchError(ContainSubstring(`ProxyCertificate team-a/tool) cannot get resource "clusters/proxy"`)))
+	g.Expect(connectErr).To(MatchError(ContainSubstring("403 Forbidden")))
+	hub.mu.Lock()
+	g.Expect(hub.asked).NotTo(BeEmpty())
+	for _, id := range hub.asked {
+		g.Expect(id.User).To(Equal(toolUser), "the hub is asked about the certificate's ProxyCertificate, never its subject")
+		g.Expect(id.Groups).To(Equal(toolGroups))
+	}
+	hub.mu.Unlock()
+
+	for _, cluster := range []string{"c1", "c2"} {
+		grpcErr, connectErr = reach(lookalike, cluster)
+		g.Expect(grpcErr).To(MatchError(ContainSubstring("neither the proxy-client nor a ProxyCertificate's")), cluster)
+		g.Expect(connectErr).To(MatchError(ContainSubstring("403 Forbidden")), cluster)
+	}
+
+	// The fleet's agents and tunnel probes are the operator's view: the proxy-client's only.
+	for _, path := range []string{"/agents", "/tunnels"} {
+		resp, err := httpsClient(tool.cfg).Get("https://" + f.addrs.HTTPConnect + path)
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusForbidden), path)
+	}
+
+	// A hub that cannot answer opens nothing.
+	hub.mu.Lock()
+	hub.down = true
+	hub.mu.Unlock()
+	grpcErr, connectErr = reach(tool, "c2")
+	g.Expect(grpcErr).To(MatchError(ContainSubstring("cannot authorize ProxyCertificate team-a/tool with the hub")))
+	g.Expect(connectErr).To(HaveOccurred())
+}
+
+func TestWithoutAHubAProxyCertificateReachesNoClusterOnTheFrontends(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, nil)
+	_, err := f.agent(t, "c1", "ns", "agent-c1", "host=c1&host=c1.ns", map[string]string{"c1:443": httpTarget(t, "c1-apiserver")})
+	g.Expect(err).NotTo(HaveOccurred())
+	cert, key, _ := f.pki.issue(t, "tool", leafSpec{cn: "tool", uris: []string{contract.CertificateURI("team-a", "tool")}})
+	_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.pki.clientTLS(t, cert, key)}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).To(MatchError(ContainSubstring("cannot ask the hub's RBAC")))
+	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: f.proxyTL}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred(), "the proxy-client needs no hub")
+	_ = conn.Close()
+}
+
+type tlsConfigOf struct {
+	name string
+	cfg  *tls.Config
+}
