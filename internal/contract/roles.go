@@ -59,13 +59,15 @@ func ReservedCommonName(cn string) bool {
 }
 
 // CertificateURIPrefix starts the URI SAN the ProxyCertificate controller writes into every client certificate it
-// issues that has no role: certificateURIPrefix<namespace>/<name> of its ProxyCertificate. A tenant chooses the
+// issues that has no role: CertificateURIPrefix<namespace>/<name> of its ProxyCertificate. A tenant chooses the
 // common name and organizations; this URI says where the certificate came from, so the frontends can ask the hub's
 // RBAC what that ProxyCertificate may reach (CertificateIdentity).
 const CertificateURIPrefix = "urn:open-cluster-management:cluster-proxy:certificate:"
 
 // CertificateURI is the URI SAN of the ProxyCertificate namespace/name.
-func CertificateURI(namespace, name string) string { return CertificateURIPrefix + namespace + "/" + name }
+func CertificateURI(namespace, name string) string {
+	return CertificateURIPrefix + namespace + "/" + name
+}
 
 // CertificateOf is the ProxyCertificate a verified certificate was issued for, read from its URI SAN.
 func CertificateOf(cert *x509.Certificate) (namespace, name string, ok bool) {
