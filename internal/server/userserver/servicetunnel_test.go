@@ -39,6 +39,9 @@ type tunnelingProxy struct {
 }
 
 func (p *tunnelingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if answerSelfReview(w, r) {
+		return
+	}
 	if r.Method != http.MethodConnect {
 		p.perRequest.ServeHTTP(w, r)
 		return
@@ -113,7 +116,7 @@ func TestServiceRequestsGoThroughOneServiceTunnelAsTheyAre(t *testing.T) {
 	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Service", []string{"prometheus"}))
 	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Port", []string{"9090"}))
 	g.Expect(sp.connects[0]).To(HaveKeyWithValue("Cluster-Proxy-Proto", []string{"http"}))
-	g.Expect(e.dialer.dials.Load()).To(BeEquivalentTo(1))
+	g.Expect(e.dialer.dials.Load()).To(BeEquivalentTo(2), "the service tunnel, and the kept-alive connection that asked the cluster about the token once")
 }
 
 func TestTheServiceProxysRefusalOfAServiceTunnelReachesTheClient(t *testing.T) {
@@ -136,7 +139,7 @@ func TestTheServiceProxysRefusalOfAServiceTunnelReachesTheClient(t *testing.T) {
 	}
 	g.Expect(sp.connectCount()).To(Equal(2), "a refusal is not remembered: the service may come up")
 	open, _, _ := e.dialer.stats()
-	g.Expect(open).To(BeZero(), "a refused tunnel is closed")
+	g.Expect(open).To(Equal(1), "a refused tunnel is closed; what stays open is the kept-alive connection that asked the cluster about the token")
 }
 
 // An agent older than the user-server answers a CONNECT as any service request; its services take the per-request
@@ -263,6 +266,21 @@ func TestARequestWithABodyThatMeetsARolledBackAgentKeepsItsBody(t *testing.T) {
 	g.Expect(bodies).To(Equal([]string{serviceHost + " query=up", "c1:7443 query=down"}))
 }
 
+// answerSelfReview stands in for the cluster's kube-apiserver behind the service-proxy when the user-server asks it
+// about a token: testToken authenticates, any other does not. It reports whether r was that question.
+func answerSelfReview(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.URL.Path != "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" {
+		return false
+	}
+	if r.Header.Get("Authorization") != testToken {
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+		return true
+	}
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"kind":"SelfSubjectAccessReview","status":{"allowed":true}}`)
+	return true
+}
+
 func TestHTTPSServicesTakeThePerRequestForm(t *testing.T) {
 	g := NewWithT(t)
 	var s seen
@@ -366,4 +384,50 @@ func TestAHeldBodyIsClosedOnceByWhoeverHasIt(t *testing.T) {
 	g.Expect(c.closes.Load()).To(BeZero(), "taken: the held body neither reads nor closes it")
 	got, _ := io.ReadAll(c)
 	g.Expect(string(got)).To(Equal("body"), "nothing of a taken body was read")
+}
+
+// "Bearer garbage" is not a credential: for a service whose callers must bring a bearer token, a token the hub does
+// not know goes on only once the cluster says it authenticates, and the cluster's answer is kept for a while. A
+// service that authenticates its callers itself (token=optional) gets what the caller sent.
+func TestABearerTokenServiceGetsOnlyTokensThatAuthenticate(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	sp := newTunnelingProxy(t, http.HandlerFunc(s.handler))
+	var reviews atomic.Int32
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" {
+			reviews.Add(1)
+		}
+		sp.ServeHTTP(w, r)
+	})
+	allowed := allowlist.List{
+		{Namespace: "monitoring", Name: "prometheus", Port: 9090},
+		{Namespace: "monitoring", Name: "grafana", Port: 3000, TokenOptional: true},
+	}
+	e := newEnv(t, counted, Options{Allowed: allowed}, "c1")
+	call := func(path, auth string) (int, string) {
+		t.Helper()
+		resp, err := e.frontend.Client().Do(e.request(t, http.MethodGet, path, http.Header{"Authorization": {auth}}))
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	for range 2 {
+		code, body := call(prometheusPath, "Bearer garbage")
+		g.Expect(code).To(Equal(http.StatusUnauthorized), body)
+		g.Expect(decodeStatus(t, body).Message).To(ContainSubstring(`authenticates neither on the hub nor on cluster "c1"`))
+	}
+	g.Expect(s.count()).To(BeZero(), "nothing reached the service")
+	g.Expect(reviews.Load()).To(BeEquivalentTo(1), "the cluster's refusal is kept")
+
+	code, body := call(prometheusPath, testToken)
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	g.Expect(s.last().Header.Get("Authorization")).To(Equal(testToken), "a token that authenticates goes on as it came")
+
+	code, body = call("/c1/api/v1/namespaces/monitoring/services/http:grafana:3000/proxy-service/login", "Bearer the-services-own")
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	g.Expect(s.last().Header.Get("Authorization")).To(Equal("Bearer the-services-own"), "token=optional: the service decides")
+	g.Expect(reviews.Load()).To(BeEquivalentTo(2), "the cluster was asked about the first two tokens only")
 }

@@ -128,6 +128,7 @@ type Server struct {
 	opts     Options
 	started  time.Time
 	pool     *pool
+	tokens   *clusterTokens // BearerToken services' callers who are not hub users
 	proxy    *httputil.ReverseProxy
 	ready    atomic.Bool
 	hijacked hijackedConns
@@ -175,6 +176,7 @@ func New(opts Options) *Server {
 		},
 		hijacked: hijackedConns{conns: map[*hijackedConn]struct{}{}},
 	}
+	s.tokens = newClusterTokens(s.pool, opts.ServiceProxyPort, opts.Clock.Now)
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:   s.rewrite,
 		Transport: s.pool,
@@ -301,6 +303,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 		writeNotConnected(w, t.Cluster)
 		return info
 	}
+	if svc := t.Service; svc != nil && id == nil && !s.opts.Allowed.AllowsWithoutToken(svc.Namespace, svc.Name, svc.Port) &&
+		!s.callerAuthenticates(w, r, t) {
+		return info
+	}
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	if t.Service != nil {
 		route, err := s.pool.serviceRoute(ctx, t)
@@ -388,6 +394,30 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 		return &hubID, false
 	}
 	return &hubID, true
+}
+
+// callerAuthenticates checks, for a service whose callers must bring a bearer token (callerAuthentication
+// BearerToken), that a token which is not a hub user's authenticates on the cluster (its TokenReview, or its OIDC
+// issuer, through the service-proxy) before the request reaches the service: "a token" must be a valid one. It
+// answers the request and returns false otherwise.
+func (s *Server) callerAuthenticates(w http.ResponseWriter, r *http.Request, t Target) bool {
+	token := proxyhttp.BearerToken(r.Header)
+	if token == "" {
+		return true
+	}
+	ok, err := s.tokens.authenticates(r.Context(), t.Cluster, token)
+	if err != nil {
+		klog.FromContext(r.Context()).Error(err, "Cannot review a service caller's token on the cluster", "cluster", t.Cluster)
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("cannot authenticate the request with cluster %q; try again later", t.Cluster))
+		return false
+	}
+	if !ok {
+		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			fmt.Sprintf("the bearer token authenticates neither on the hub nor on cluster %q", t.Cluster))
+		return false
+	}
+	return true
 }
 
 // impersonatedKey marks a request that goes to the cluster's kube-apiserver as a hub user: through the tunnels on

@@ -36,6 +36,12 @@ func (s *seen) handler(w http.ResponseWriter, r *http.Request) {
 	_, _ = fmt.Fprintf(w, "served %s", r.URL.Path)
 }
 
+func (s *seen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
 func (s *seen) last() *http.Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
