@@ -237,13 +237,14 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 	if answered.IsZero() {
 		answered = s.opts.Clock.Now()
 	}
-	if info.cluster != "" {
-		label := info.cluster
+	// A cluster no agent has reached this proxy-server is not one: a name anyone may send must not become a series.
+	if info.cluster != "" && (s.opts.MetricsWithoutCluster || s.opts.Clusters.Known(info.cluster)) {
+		label, verbLabel := info.cluster, metricVerb(verb)
 		if s.opts.MetricsWithoutCluster {
 			label = ""
 		}
-		clusterRequests.WithLabelValues(label, via, verb, strconv.Itoa(code)).Inc()
-		clusterRequestSeconds.WithLabelValues(label, via, verb).Observe(answered.Sub(start).Seconds())
+		clusterRequests.WithLabelValues(label, via, verbLabel, strconv.Itoa(code)).Inc()
+		clusterRequestSeconds.WithLabelValues(label, via, verbLabel).Observe(answered.Sub(start).Seconds())
 	}
 	user := info.user
 	if user == "" {
@@ -394,6 +395,15 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 		return &hubID, false
 	}
 	return &hubID, true
+}
+
+// metricVerb keeps the verb label to the verbs of the HTTP methods Kubernetes serves; any other method is "other".
+func metricVerb(verb string) string {
+	switch verb {
+	case "get", "create", "update", "patch", "delete", "options", "connect":
+		return verb
+	}
+	return "other"
 }
 
 // callerAuthenticates checks, for a service whose callers must bring a bearer token (callerAuthentication

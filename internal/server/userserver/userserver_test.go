@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -564,4 +565,37 @@ func TestServesTokenlessRequestsOnlyToServicesThatAuthenticateTheirCallers(t *te
 
 	code, _ := e.get(t, "/c1/api/v1/namespaces/monitoring/services/http:grafana:3000/proxy-service/")
 	g.Expect(code).To(Equal(http.StatusOK), "with a token, the other service is reached as before")
+}
+
+// Whatever a caller sends as the cluster and the method, with or without credentials, adds no metric series: a
+// cluster no agent has reached this proxy-server is not counted per cluster, and a method Kubernetes does not serve
+// is the verb "other".
+func TestMadeUpClustersAndMethodsAddNoMetricSeries(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, http.HandlerFunc((&seen{}).handler), Options{}, "c1")
+	send := func(i int) {
+		t.Helper()
+		method := fmt.Sprintf("M%d", i)
+		for _, path := range []string{fmt.Sprintf("/made-up-%d/api", i), "/c1/api"} {
+			for _, auth := range []string{"", testToken} {
+				h := http.Header{}
+				if auth != "" {
+					h.Set("Authorization", auth)
+				}
+				resp, err := e.frontend.Client().Do(e.request(t, method, path, h))
+				g.Expect(err).NotTo(HaveOccurred())
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+	}
+	send(0) // the bounded series these requests may add, once
+	series := func() int {
+		return testutil.CollectAndCount(clusterRequests) + testutil.CollectAndCount(clusterRequestSeconds) + testutil.CollectAndCount(requestsTotal)
+	}
+	before := series()
+	for i := 1; i <= 200; i++ {
+		send(i)
+	}
+	g.Expect(series()).To(Equal(before), "200 made-up clusters and methods added series")
 }
