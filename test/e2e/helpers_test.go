@@ -266,6 +266,11 @@ const frontendServerName = "proxy-entrypoint." + localsystem.Namespace + ".svc"
 // every konnectivity client of the existing addon does.
 func grpcHealthz(cluster string) (string, error) {
 	cert, key, ca := hubClientFiles()
+	return grpcHealthzAs(cert, key, ca, cluster)
+}
+
+// grpcHealthzAs is grpcHealthz with the client certificate in cert and key.
+func grpcHealthzAs(cert, key, ca, cluster string) (string, error) {
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
 		return "", err
@@ -301,6 +306,11 @@ func grpcHealthz(cluster string) (string, error) {
 // name resolved to its NodePort (the serving certificate names the Service).
 func curlHealthz(cluster string) (string, error) {
 	cert, key, ca := hubClientFiles()
+	return curlHealthzAs(cert, key, ca, cluster)
+}
+
+// curlHealthzAs is curlHealthz with the client certificate in cert and key.
+func curlHealthzAs(cert, key, ca, cluster string) (string, error) {
 	proxy := fmt.Sprintf("%s:%d", frontendServerName, localsystem.HTTPConnectNodePort)
 	cmd := exec.Command("curl", "-sS", "--max-time", "15", "--proxytunnel",
 		"--resolve", proxy+":"+sys.Hub.NodeIP.String(), "-x", "https://"+proxy,

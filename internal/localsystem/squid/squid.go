@@ -35,6 +35,7 @@ type Squid struct {
 	port    int
 	tlsPort int
 	caPEM   []byte
+	ca      *certs.KeyPair
 
 	mu   sync.Mutex
 	proc *process.Process
@@ -101,7 +102,7 @@ func Start(dir string, opts Options) (*Squid, error) {
 	if err := os.WriteFile(keyFile, leaf.KeyPEM, 0o644); err != nil { //nolint:gosec // squid's user must read it
 		return nil, err
 	}
-	s := &Squid{dir: dir, ip: opts.Listen, port: opts.Port, tlsPort: opts.TLSPort, caPEM: ca.CertPEM}
+	s := &Squid{dir: dir, ip: opts.Listen, port: opts.Port, tlsPort: opts.TLSPort, caPEM: ca.CertPEM, ca: ca}
 	if s.port == 0 {
 		s.port = ports.Free()
 	}
@@ -147,6 +148,10 @@ func (s *Squid) address(port int) string { return net.JoinHostPort(s.ip.String()
 // CA is the PEM of the CA that issued the certificate TLSURL serves, for an AddOnDeploymentConfig's
 // proxyConfig.caBundle and a kubeconfig's certificate-authority-data.
 func (s *Squid) CA() []byte { return append([]byte(nil), s.caPEM...) }
+
+// CAPair is the proxy's CA with its key: what whoever runs the proxy holds. The end-to-end suite signs with it what
+// such an attacker would sign.
+func (s *Squid) CAPair() *certs.KeyPair { return s.ca }
 
 // CAFile is the same PEM as CA, as a file (for curl --proxy-cacert).
 func (s *Squid) CAFile() string { return filepath.Join(s.dir, "ca.crt") }
