@@ -30,9 +30,13 @@ const conflictRetry = 100 * time.Millisecond
 
 // Reconciler issues and renews ProxyCertificates.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	Client client.Client
+	// APIReader reads the Secret again, past the cache, before a certificate is issued: a pass that follows its own
+	// issuance (woken by its status write) may find the cache still holding the certificate it replaced, and would
+	// issue twice. Nil reads through Client.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch
@@ -97,6 +101,14 @@ func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCerti
 		return ctrl.Result{}, nil
 	}
 	reason, leaf := needsIssue(secret, pc, spec, sgn, now)
+	if reason != "" && r.APIReader != nil {
+		live := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pc.Namespace, Name: pc.Spec.SecretName}, live); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+		secret = live
+		reason, leaf = needsIssue(secret, pc, spec, sgn, now)
+	}
 	if reason != "" {
 		setIssuing(status, pc, string(reason))
 		leaf, err = r.issue(ctx, pc, spec, sgn, reason, now)
