@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -147,7 +149,8 @@ func New(opts Options) (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(gatewayv1alpha1.GroupVersion.Group, scheme, runtime.NewParameterCodec(scheme), codecs)
 	group.VersionedResourcesStorageMap[gatewayv1alpha1.GroupVersion.Version] = map[string]rest.Storage{
 		gatewayv1alpha1.Resource: newClusterStorage(s.hub),
-		gatewayv1alpha1.Resource + "/" + gatewayv1alpha1.ProxySubresource: &proxyStorage{clusters: s.hub, forward: opts.Forward},
+		gatewayv1alpha1.Resource + "/" + gatewayv1alpha1.ProxySubresource: &proxyStorage{clusters: s.hub, forward: opts.Forward,
+			authorizer: config.Authorization.Authorizer},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("gateway API group: %w", err)
@@ -171,6 +174,9 @@ func (s *Server) Run(ctx context.Context) error {
 type proxyStorage struct {
 	clusters *clusterSet
 	forward  Forwarder
+	// authorizer is the server's (the hub's RBAC by SubjectAccessReview), asked again for an upgrade: the hub
+	// kube-apiserver authorized the request's method, get for a websocket exec, and a stream into a cluster needs create.
+	authorizer authorizer.Authorizer
 }
 
 var _ rest.Connecter = &proxyStorage{}
@@ -204,10 +210,40 @@ func (p *proxyStorage) Connect(ctx context.Context, name string, _ runtime.Objec
 				fmt.Sprintf("the path %q is not under clusters/%s/proxy", r.URL.Path, name))
 			return
 		}
+		if verb := hubidentity.RequestVerb(r); verb != hubidentity.Verb(r.Method) && !p.allows(w, r, u, verb, name) {
+			return
+		}
 		// The front proxy's headers named the user to this server; the cluster gets the user as impersonation only.
 		proxyhttp.RemoveHeaderPrefix(r.Header, "X-Remote-")
 		p.forward.ServeHubIdentity(w, r, name, path, id)
 	}), nil
+}
+
+// allows asks the server's authorizer whether u may verb the proxy of cluster, and answers the request when not.
+func (p *proxyStorage) allows(w http.ResponseWriter, r *http.Request, u user.Info, verb, cluster string) bool {
+	if p.authorizer == nil {
+		return true
+	}
+	decision, reason, err := p.authorizer.Authorize(r.Context(), authorizer.AttributesRecord{
+		User: u, Verb: verb, APIGroup: gatewayv1alpha1.GroupVersion.Group, APIVersion: gatewayv1alpha1.GroupVersion.Version,
+		Resource: gatewayv1alpha1.Resource, Subresource: gatewayv1alpha1.ProxySubresource, Name: cluster, ResourceRequest: true,
+	})
+	switch {
+	case err != nil:
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"cannot authorize the request with the hub; try again later")
+		return false
+	case decision != authorizer.DecisionAllow:
+		msg := fmt.Sprintf("User %q cannot %s resource \"%s/%s\" in API group %q for cluster %q on the hub: a stream "+
+			"(exec, attach, port-forward) needs %s", u.GetName(), verb, gatewayv1alpha1.Resource, gatewayv1alpha1.ProxySubresource,
+			gatewayv1alpha1.GroupVersion.Group, cluster, verb)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, msg)
+		return false
+	}
+	return true
 }
 
 // ProxyPath is what follows /clusters/<name>/proxy in an escaped request path, "/" when nothing does; ok is false

@@ -275,6 +275,25 @@ rules:
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(echo).To(Equal("ping\n"))
 
+	// A reader is not a writer: with get on clusters/proxy alone, dave reads the cluster but opens no stream into it.
+	g.Expect(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "reader"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{group}, Resources: []string{"clusters/proxy"}, ResourceNames: []string{"cluster1"}, Verbs: []string{"get"}},
+	}})).To(Succeed())
+	g.Expect(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "dave"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reader"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "dave"}}})).To(Succeed())
+	dave := userConfig("dave")
+	awaitAllowed(ctx, g, dave, "get", "clusters", "proxy", "cluster1")
+	code, body = raw(dave, http.MethodGet, proxy+"cluster1/proxy/api")
+	g.Expect(code).To(Equal(http.StatusOK), string(body))
+	daveConn := dialTLS(t, cfg.Host, dave)
+	defer daveConn.Close()
+	_, err = fmt.Fprintf(daveConn, "GET %scluster1/proxy/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", proxy)
+	g.Expect(err).NotTo(HaveOccurred())
+	daveStatus, err := bufio.NewReader(daveConn).ReadString('\n')
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(daveStatus).To(HavePrefix("HTTP/1.1 403"), "an upgrade with get alone")
+
 	// The hub's audit log names the user, the cluster and the verb.
 	g.Eventually(func() string { b, _ := os.ReadFile(auditLog); return string(b) }).Should(And(
 		ContainSubstring(`"username":"alice"`), ContainSubstring(`"resource":"clusters","name":"cluster1"`),

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"net/http"
 	"sort"
 	"strings"
@@ -111,6 +112,16 @@ func WithIdentity(ctx context.Context, id Identity) context.Context {
 func FromContext(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
+}
+
+// RequestVerb is the authorization verb of a request on clusters/proxy: create for a connection upgrade (exec,
+// attach, port-forward over SPDY or websockets, whose websocket form is a GET), which opens a stream into the cluster
+// rather than reading it, else Verb of its method.
+func RequestVerb(r *http.Request) string {
+	if httpstream.IsUpgradeRequest(r) {
+		return "create"
+	}
+	return Verb(r.Method)
 }
 
 // Verb is the authorization verb of an HTTP method on clusters/proxy, as the Kubernetes API server names it for a

@@ -326,3 +326,18 @@ func TestAnAgentWithoutTLSOnItsTunnelPortIsNamedOlderToHubUsers(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusOK), st.Message)
 	g.Expect(old.last().Header.Get("Authorization")).To(Equal("Bearer cluster1-own-token"))
 }
+
+// A websocket exec is a GET that opens a stream into the cluster: the hub is asked for create, as for SPDY's POST,
+// so that get on clusters/proxy reads a cluster without opening streams into it.
+func TestAnUpgradeIsAuthorizedOnTheHubAsCreate(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{}
+	h := newHubEnv(t, p, hub, "cluster1", Options{}, p.impersonator)
+	upgrade := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io"}}
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces/default/pods/p/exec?command=sh", hubToken, upgrade)
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(st.Message).To(ContainSubstring(`cannot create resource "clusters/proxy"`))
+	_, asked := hub.asked()
+	g.Expect(asked).To(ConsistOf("cluster1 create"))
+}

@@ -232,7 +232,7 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 	if via == viaUserServer {
 		requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
 	}
-	verb := hubidentity.Verb(r.Method)
+	verb := hubidentity.RequestVerb(r)
 	answered := rec.answeredAt
 	if answered.IsZero() {
 		answered = s.opts.Clock.Now()
@@ -377,7 +377,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 	if s.opts.SkipHubAuthorization {
 		return &hubID, true
 	}
-	verb := hubidentity.Verb(r.Method)
+	verb := hubidentity.RequestVerb(r)
 	decision, err := s.opts.Hub.Authorize(r.Context(), hubID, t.Cluster, verb)
 	if err != nil {
 		log.Error(err, "Cannot ask the hub's RBAC", "cluster", t.Cluster, "user", hubID.User)
