@@ -3,6 +3,7 @@
 package proxyhttp
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -37,6 +38,41 @@ func BearerToken(h http.Header) string {
 		return ""
 	}
 	return parts[1]
+}
+
+// webSocketBearerPrefix starts the websocket subprotocol in which a browser-like client sends its bearer token, as
+// the kube-apiserver reads it (base64url.bearer.authorization.k8s.io.<base64url of the token>).
+const webSocketBearerPrefix = "base64url.bearer.authorization.k8s.io."
+
+// TakeWebSocketBearer removes from h the websocket subprotocols that carry a bearer token and returns the token of
+// the first ("" when none carries one, or it does not decode). A token there is a credential like Authorization's:
+// it must be reviewed like one, and go no further than Authorization would.
+func TakeWebSocketBearer(h http.Header) string {
+	values := h.Values("Sec-Websocket-Protocol")
+	if len(values) == 0 {
+		return ""
+	}
+	token := ""
+	var kept []string
+	for _, v := range values {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if encoded, ok := strings.CutPrefix(p, webSocketBearerPrefix); ok {
+				if raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(encoded, "=")); err == nil && token == "" {
+					token = string(raw)
+				}
+				continue
+			}
+			if p != "" {
+				kept = append(kept, p)
+			}
+		}
+	}
+	h.Del("Sec-Websocket-Protocol")
+	if len(kept) > 0 {
+		h.Set("Sec-Websocket-Protocol", strings.Join(kept, ", "))
+	}
+	return token
 }
 
 // WriteStatus answers with a failure Status as the kube-apiserver does, so kubectl and client-go show the message

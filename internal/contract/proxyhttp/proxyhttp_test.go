@@ -1,6 +1,7 @@
 package proxyhttp
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +30,26 @@ func TestBearerToken(t *testing.T) {
 		}
 		g.Expect(BearerToken(h)).To(Equal(want), "Authorization %q", value)
 	}
+}
+
+func TestTakeWebSocketBearerRemovesEveryTokenProtocolAndReturnsTheFirst(t *testing.T) {
+	g := NewWithT(t)
+	enc := func(tok string) string {
+		return "base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(tok))
+	}
+	h := http.Header{}
+	h.Add("Sec-WebSocket-Protocol", enc("hub-token")+", v5.channel.k8s.io")
+	h.Add("Sec-WebSocket-Protocol", "v4.channel.k8s.io, "+enc("second"))
+	g.Expect(TakeWebSocketBearer(h)).To(Equal("hub-token"))
+	g.Expect(h.Values("Sec-Websocket-Protocol")).To(Equal([]string{"v5.channel.k8s.io, v4.channel.k8s.io"}))
+
+	only := http.Header{"Sec-Websocket-Protocol": {enc("t")}}
+	g.Expect(TakeWebSocketBearer(only)).To(Equal("t"))
+	g.Expect(only).NotTo(HaveKey("Sec-Websocket-Protocol"), "nothing left to offer")
+	g.Expect(TakeWebSocketBearer(http.Header{"Sec-Websocket-Protocol": {"v5.channel.k8s.io"}})).To(BeEmpty())
+	bad := http.Header{"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io.!!!, v5.channel.k8s.io"}}
+	g.Expect(TakeWebSocketBearer(bad)).To(BeEmpty())
+	g.Expect(bad.Values("Sec-Websocket-Protocol")).To(Equal([]string{"v5.channel.k8s.io"}), "a token that does not decode is still removed")
 }
 
 func TestWriteStatusAnswersAKubernetesStatus(t *testing.T) {

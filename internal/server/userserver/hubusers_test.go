@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,4 +342,19 @@ func TestAnUpgradeIsAuthorizedOnTheHubAsCreate(t *testing.T) {
 	g.Expect(st.Message).To(ContainSubstring(`cannot create resource "clusters/proxy"`))
 	_, asked := hub.asked()
 	g.Expect(asked).To(ConsistOf("cluster1 create"))
+}
+
+// A hub token in a websocket subprotocol is a hub token: reviewed on the hub, and left there.
+func TestAHubTokenInAWebsocketSubprotocolStaysOnTheHub(t *testing.T) {
+	g := NewWithT(t)
+	p := newPKI(t)
+	hub := &fakeHub{allowed: map[string]bool{"cluster1": true}}
+	h := newHubEnv(t, p, hub, "cluster1", Options{}, p.impersonator)
+	protocol := "base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(strings.TrimPrefix(hubToken, "Bearer ")))
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", "", http.Header{"Sec-Websocket-Protocol": {protocol + ", v5.channel.k8s.io"}})
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	got := h.seen.last()
+	g.Expect(got.Header.Get("Impersonate-User")).To(Equal("cluster:hub:system:serviceaccount:team:alice"), "reviewed on the hub as the user")
+	g.Expect(got.Header.Get("Authorization")).To(BeEmpty())
+	g.Expect(got.Header.Values("Sec-Websocket-Protocol")).To(Equal([]string{"v5.channel.k8s.io"}), "the token went no further")
 }

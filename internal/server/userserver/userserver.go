@@ -202,6 +202,10 @@ const (
 // ServeHTTP answers with a Kubernetes Status itself when the request cannot go to the cluster, and proxies it
 // otherwise.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A token in a websocket subprotocol is reviewed, and goes on or stays here, as Authorization's does.
+	if token := proxyhttp.TakeWebSocketBearer(r.Header); token != "" && r.Header.Get("Authorization") == "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
 	s.serveAndRecord(w, r, r.URL.EscapedPath(), viaUserServer, nil)
 }
 
@@ -209,6 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // clusters/proxy of cluster (the aggregated API). escapedPath is what follows proxy/ in the aggregated path, with its
 // leading slash: a kube-apiserver path, or the service form. r's own credential headers are not sent on.
 func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity) {
+	proxyhttp.TakeWebSocketBearer(r.Header) // the hub authenticated the user; no credential of theirs goes on
 	s.serveAndRecord(w, r, "/"+url.PathEscape(cluster)+escapedPath, viaAggregated, &id)
 }
 
