@@ -667,6 +667,45 @@ var _ = Describe("Cluster agents", Ordered, func() {
 		Expect(managerLog.lines()).To(BeEmpty(), "the manager logs neither")
 	})
 
+	It("takes no AddOnDeploymentConfig of another cluster's namespace, and keeps the last good agent", func() {
+		cluster, other := "c-"+mpcSuffix(), "c-"+mpcSuffix()
+		newCluster(cluster)
+		newCluster(other)
+		for ns, proxy := range map[string]string{cluster: "http://own-proxy.example:3128", other: "https://them:their-secret@their-proxy.example:3129"} {
+			Expect(k8s.Create(ctx(), &addonv1alpha1.AddOnDeploymentConfig{
+				ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns},
+				Spec:       addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{HTTPProxy: proxy}},
+			})).To(Succeed())
+		}
+		installAddOn(cluster, addonv1alpha1.AddOnConfig{
+			ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: "addon.open-cluster-management.io", Resource: "addondeploymentconfigs"},
+			ConfigReferent:      addonv1alpha1.ConfigReferent{Namespace: cluster, Name: "cfg"},
+		})
+		Eventually(func(g Gomega) {
+			g.Expect(envValue(agentDeployment(g, cluster).Spec.Template.Spec.Containers[0].Env, "HTTP_PROXY")).To(Equal("http://own-proxy.example:3128"))
+		}, timeout, interval).Should(Succeed())
+
+		By("whoever may edit the cluster's add-on points it at the other namespace's configuration, and its proxy password")
+		Eventually(func(g Gomega) {
+			mca := get(g, &addonv1alpha1.ManagedClusterAddOn{}, cluster, "cluster-proxy")
+			mca.Spec.Configs[0].Namespace = other
+			g.Expect(k8s.Update(ctx(), mca)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			applied := statusCondition(g, cluster, "ProxySettingsApplied")
+			g.Expect(applied.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(applied.Reason).To(Equal(proxyv1alpha1.ReasonConfigOfAnotherNamespace))
+			g.Expect(applied.Message).To(ContainSubstring("spec.configs[0].namespace"))
+		}, timeout, interval).Should(Succeed())
+		Consistently(func(g Gomega) {
+			work, _ := agentManifests(g, cluster)
+			raw, err := json.Marshal(work.Spec)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(raw)).NotTo(ContainSubstring("their-secret"))
+			g.Expect(envValue(agentDeployment(g, cluster).Spec.Template.Spec.Containers[0].Env, "HTTP_PROXY")).To(Equal("http://own-proxy.example:3128"))
+		}, 2*time.Second, interval).Should(Succeed())
+	})
+
 	DescribeTable("keeps the last good work and names the field of a bad configuration",
 		func(breakIt func(*addonv1alpha1.AddOnDeploymentConfig), reason, field string) {
 			cluster := "c-" + mpcSuffix()

@@ -158,6 +158,9 @@ const (
 	ReasonInvalidCustomizedVariable = "InvalidCustomizedVariable"
 	// ReasonConfigNotFound: a configuration the add-on references does not exist.
 	ReasonConfigNotFound = "ConfigurationNotFound"
+	// ReasonConfigOfAnotherNamespace: the add-on's spec.configs names an AddOnDeploymentConfig of another cluster's
+	// namespace, whose settings (a proxy password among them) are not this cluster's to use.
+	ReasonConfigOfAnotherNamespace = "ConfigurationOfAnotherNamespace"
 )
 
 // Reasons of the Approved and Denied conditions the manager writes on the add-on's CertificateSigningRequests, and of

@@ -46,6 +46,13 @@ func (r *Reconciler) resolveConfigs(ctx context.Context, s *scope) error {
 		return nil
 	}
 	s.adcRef = ns + "/" + name
+	if ref.FromAddOn && ns != s.mca.Namespace {
+		// Whoever may edit this cluster's add-on must not get another namespace's proxy credentials into its agent.
+		s.problem = &proxyenv.FieldError{Field: field + ".namespace", Reason: proxyv1alpha1.ReasonConfigOfAnotherNamespace,
+			Message: fmt.Sprintf("AddOnDeploymentConfig %s is not in the cluster's namespace %s: put one there, or make it the "+
+				"ClusterManagementAddOn's default", s.adcRef, s.mca.Namespace)}
+		return nil
+	}
 	s.adc = &addonv1alpha1.AddOnDeploymentConfig{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s.adc); err != nil {
 		s.adc = nil

@@ -25,6 +25,8 @@ type Ref struct {
 	Name, Namespace string
 	// Field is where the reference is written, e.g. "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]".
 	Field string
+	// FromAddOn says the reference is the add-on's own (spec.configs), not the ClusterManagementAddOn's default.
+	FromAddOn bool
 }
 
 // Find finds the config of group/resource in the add-on's spec.configs, else (cma may be nil) in the
@@ -37,7 +39,8 @@ func Find(mca *addonv1alpha1.ManagedClusterAddOn, cma *addonv1alpha1.ClusterMana
 			if ns == "" {
 				ns = mca.Namespace
 			}
-			return Ref{Name: c.Name, Namespace: ns, Field: fmt.Sprintf("ManagedClusterAddOn %s/%s spec.configs[%d]", mca.Namespace, mca.Name, i)}
+			return Ref{Name: c.Name, Namespace: ns, Field: fmt.Sprintf("ManagedClusterAddOn %s/%s spec.configs[%d]", mca.Namespace, mca.Name, i),
+				FromAddOn: true}
 		}
 	}
 	if cma == nil {

@@ -60,7 +60,7 @@ func TestADCFromSpecConfigsThenTheDefault(t *testing.T) {
 		ConfigReferent:      addonv1alpha1.ConfigReferent{Name: "proxy-config"},
 	}}
 	g.Expect(ADC(own, cma)).To(Equal(Ref{Name: "proxy-config", Namespace: "c1",
-		Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]"}), "the add-on's own reference wins, in its namespace")
+		Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]", FromAddOn: true}), "the add-on's own reference wins, in its namespace")
 }
 
 func TestMPCNamesTheFieldItCameFrom(t *testing.T) {
@@ -71,5 +71,5 @@ func TestMPCNamesTheFieldItCameFrom(t *testing.T) {
 		ConfigGroupResource: addonv1alpha1.ConfigGroupResource{Group: proxyv1alpha1.GroupVersion.Group, Resource: ManagedProxyConfigurations},
 		ConfigReferent:      addonv1alpha1.ConfigReferent{Name: "edge"},
 	}}
-	g.Expect(MPC(mca)).To(Equal(Ref{Name: "edge", Namespace: "c1", Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]"}))
+	g.Expect(MPC(mca)).To(Equal(Ref{Name: "edge", Namespace: "c1", Field: "ManagedClusterAddOn c1/cluster-proxy spec.configs[0]", FromAddOn: true}))
 }
