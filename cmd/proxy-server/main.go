@@ -51,6 +51,7 @@ type config struct {
 	serverID                          string
 	serverPort, agentPort, healthPort int
 	adminPort, httpConnectPort        int
+	profiling                         bool
 	userServerPort, serviceProxyPort  int
 	serverCACert, serverCert          string
 	serverKey                         string
@@ -87,7 +88,8 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.IntVar(&c.serverPort, "server-port", 8090, "gRPC frontend port (mTLS)")
 	fs.IntVar(&c.agentPort, "agent-port", 8091, "agent endpoint port (mTLS)")
 	fs.IntVar(&c.healthPort, "health-port", 8092, "health and metrics port (plain HTTP)")
-	fs.IntVar(&c.adminPort, "admin-port", 8095, "pprof port, on loopback")
+	fs.IntVar(&c.adminPort, "admin-port", 8095, "pprof port, on loopback (it serves the profiler only with --enable-profiling)")
+	fs.BoolVar(&c.profiling, "enable-profiling", false, "serve the Go profiler (/debug/pprof) on the admin port")
 	fs.IntVar(&c.httpConnectPort, "http-connect-port", 8094, "HTTP-CONNECT frontend and /agents port (mTLS); 0 turns it off")
 	fs.IntVar(&c.userServerPort, "user-server-port", 9092, "user-server HTTPS port; 0 turns it off")
 	fs.IntVar(&c.serviceProxyPort, "service-proxy-port", 7443, "tunnel port of the agents' service-proxy")
@@ -225,6 +227,7 @@ func (c *config) options() server.Options {
 		AgentAddr:       addr(c.agentPort),
 		HealthAddr:      addr(c.healthPort),
 		AdminAddr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(c.adminPort)),
+		Profiling:       c.profiling,
 		HTTPConnectAddr: addr(c.httpConnectPort),
 		UserServerAddr:  addr(c.userServerPort),
 		ServerCert:      c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,

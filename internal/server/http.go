@@ -122,8 +122,16 @@ func (s *Server) healthHandler() http.Handler {
 	return mux
 }
 
-func adminHandler() http.Handler {
+// adminHandler serves the Go profiler on the admin port (loopback) when profiling is on, and nothing otherwise: a
+// loopback port is still reachable by whoever may port-forward to the pod, and a profile or a trace costs the server.
+func adminHandler(profiling bool) http.Handler {
 	mux := http.NewServeMux()
+	if !profiling {
+		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "profiling is off: start the proxy-server with --enable-profiling", http.StatusNotFound)
+		})
+		return mux
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -61,6 +61,8 @@ type Options struct {
 	AdminAddr       string
 	HTTPConnectAddr string
 	UserServerAddr  string
+	// Profiling serves the Go profiler (/debug/pprof) on AdminAddr; off, the admin port answers 404.
+	Profiling bool
 
 	// Frontends (gRPC and HTTP-CONNECT): serving certificate, and the CA client certificates are verified against.
 	ServerCert, ServerKey, ServerCACert string
@@ -260,7 +262,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.health = &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "health")}
-	s.admin = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "admin")}
+	s.admin = &http.Server{Handler: adminHandler(opts.Profiling), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "admin")}
 	s.tunnels = newTunnelReports(s.DialCluster, s.agents, opts.ServerID, opts.TunnelProbeConcurrency, opts.LatencyChanged)
 	metricsAgents.Store(s.agents)
 	metricsProfile.Store(s.tlsProfile)

@@ -239,8 +239,17 @@ func TestHealthReadinessFollowsTheUserServerAndMetricsShowOurs(t *testing.T) {
 	g.Expect(hasLine(text, "cluster_proxy_server_agent_streams ")).To(BeTrue())
 	g.Expect(hasLine(text, "cluster_proxy_server_established_connections ")).To(BeTrue())
 
-	// The admin server serves pprof on loopback.
+	// The admin server serves no profiler unless asked to.
 	resp, err = http.Get("http://" + f.addrs.Admin + "/debug/pprof/")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound), "profiling is off by default")
+}
+
+func TestTheAdminPortServesTheProfilerOnlyWhenAsked(t *testing.T) {
+	g := NewWithT(t)
+	f := startFixture(t, false, nil, func(o *Options) { o.Profiling = true })
+	resp, err := http.Get("http://" + f.addrs.Admin + "/debug/pprof/")
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
