@@ -383,7 +383,23 @@ type HubUsers struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9._:-]*:$`
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('system:')",message="prefix must not start with system:, which would name the managed cluster's own system users and groups"
 	Prefix string `json:"prefix,omitempty"`
+	// serviceAccountGroups, without a prefix, names the groups of hub ServiceAccounts (system:serviceaccounts and
+	// system:serviceaccounts:<namespace>) on the managed clusters. Prefixed, the default: like the ServiceAccount,
+	// cluster:hub:system:serviceaccounts:<namespace>, so that a hub ServiceAccount never takes a binding the cluster made
+	// for its own ServiceAccounts of that namespace. Unprefixed: as they are, as the existing add-on sends them.
+	// +optional
+	// +kubebuilder:default=Prefixed
+	ServiceAccountGroups ServiceAccountGroups `json:"serviceAccountGroups,omitempty"`
 }
+
+// ServiceAccountGroups is how the groups of hub ServiceAccounts are named on the managed clusters.
+// +kubebuilder:validation:Enum=Prefixed;Unprefixed
+type ServiceAccountGroups string
+
+const (
+	ServiceAccountGroupsPrefixed   ServiceAccountGroups = "Prefixed"
+	ServiceAccountGroupsUnprefixed ServiceAccountGroups = "Unprefixed"
+)
 
 // AllowedService is a managed-cluster service the user-server may reach.
 type AllowedService struct {

@@ -62,6 +62,7 @@ type config struct {
 	hubKubeconfig                     string
 	hubAuthorization                  string
 	hubUserPrefix                     string
+	hubServiceAccountGroups           string
 	perClusterMetrics                 bool
 	gatewayPort                       int
 	gatewayCert, gatewayKey           string
@@ -111,6 +112,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		"None: only the managed cluster's RBAC decides, as in the existing add-on")
 	fs.StringVar(&c.hubUserPrefix, "hub-user-prefix", "", "put this in front of every hub user and group name on the "+
 		"managed clusters; empty: hub ServiceAccounts get cluster:hub:, other names stay")
+	fs.StringVar(&c.hubServiceAccountGroups, "hub-service-account-groups", "prefixed", "without --hub-user-prefix, how the "+
+		"groups of hub ServiceAccounts are named on the managed clusters: prefixed (cluster:hub:system:serviceaccounts:<ns>, "+
+		"as the ServiceAccount) or unprefixed (as the existing add-on sends them)")
 	fs.BoolVar(&c.perClusterMetrics, "per-cluster-metrics", true, "label cluster_proxy_cluster_requests_total and "+
 		"cluster_proxy_cluster_request_duration_seconds with the cluster; false keeps one set of series for the whole fleet "+
 		"(clusters x verbs x codes may be more series than Prometheus should hold); the access log names the cluster either way")
@@ -189,6 +193,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	}
 	if c.hubAuthorization != "SubjectAccessReview" && c.hubAuthorization != "None" {
 		return nil, fmt.Errorf("--hub-authorization=%s: want SubjectAccessReview or None", c.hubAuthorization)
+	}
+	if c.hubServiceAccountGroups != "prefixed" && c.hubServiceAccountGroups != "unprefixed" {
+		return nil, fmt.Errorf("--hub-service-account-groups=%s: want prefixed or unprefixed", c.hubServiceAccountGroups)
 	}
 	if c.peerAddress != "" {
 		if _, _, err := net.SplitHostPort(c.peerAddress); err != nil {
@@ -315,11 +322,12 @@ func main() {
 	var user server.UserServer
 	if opts.UserServerAddr != "" {
 		user = userserver.New(userserver.Options{
-			Dialer:                srv,
-			Clusters:              srv.Agents(),
-			Hub:                   hub,
-			SkipHubAuthorization:  c.hubAuthorization == "None",
-			Mapping:               hubidentity.Mapping{Prefix: c.hubUserPrefix},
+			Dialer:               srv,
+			Clusters:             srv.Agents(),
+			Hub:                  hub,
+			SkipHubAuthorization: c.hubAuthorization == "None",
+			Mapping: hubidentity.Mapping{Prefix: c.hubUserPrefix,
+				UnprefixedServiceAccountGroups: c.hubServiceAccountGroups == "unprefixed"},
 			MetricsWithoutCluster: !c.perClusterMetrics,
 			ImpersonatorTLS:       srv.ImpersonatorTLS(),
 			ServiceProxyPort:      c.serviceProxyPort,

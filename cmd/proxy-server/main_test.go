@@ -28,6 +28,13 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(c.serverID).To(Equal("replica-0"))
 	g.Expect(c.allowed).To(Equal(allowlist.List{{Namespace: "monitoring", Name: "prometheus", Port: 9090}, {Namespace: "default", Name: "web"}}))
 	g.Expect(c.perClusterMetrics).To(BeFalse(), "an additional argument")
+	g.Expect(c.hubServiceAccountGroups).To(Equal("prefixed"), "hub ServiceAccount groups are prefixed unless asked")
+
+	mpc.Spec.HubUsers = &proxyv1alpha1.HubUsers{ServiceAccountGroups: proxyv1alpha1.ServiceAccountGroupsUnprefixed}
+	unprefixed, err := parseFlags(append(render.ServerArgs(mpc), "--server-id=replica-0"), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(unprefixed.hubServiceAccountGroups).To(Equal("unprefixed"), "the existing add-on's names, from the configuration")
+	mpc.Spec.HubUsers = nil
 
 	o := c.options()
 	p := contract.PortsOf(mpc)
@@ -71,6 +78,7 @@ func TestRejectsBadCommandLines(t *testing.T) {
 		"a port out of range":     {"--agent-port=70000"},
 		"a peer without a port":   {"--peer-address=proxy-entrypoint", "--peer-cert=c", "--peer-key=k"},
 		"a peer without its cert": {"--peer-address=proxy-entrypoint:8094"},
+		"a bad group naming":      {"--hub-service-account-groups=as-they-are"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -255,6 +255,9 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	if hu := mpc.Spec.HubUsers; hu != nil && hu.Prefix != "" {
 		args = append(args, "--hub-user-prefix="+hu.Prefix)
 	}
+	if hu := mpc.Spec.HubUsers; hu != nil && hu.ServiceAccountGroups == proxyv1alpha1.ServiceAccountGroupsUnprefixed {
+		args = append(args, "--hub-service-account-groups=unprefixed")
+	}
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
 }
 

@@ -39,6 +39,8 @@ const (
 	serviceAccountPrefix    = "cluster:hub:"
 	// systemAuthenticated is added to every user by the apiserver that authenticates it; it is not impersonated.
 	systemAuthenticated = "system:authenticated"
+	// serviceAccountsGroup is the group of every ServiceAccount, and with ":<namespace>" of those of a namespace.
+	serviceAccountsGroup = "system:serviceaccounts"
 	// defaultTTL is how long review answers are kept, as an aggregated API server's delegated authorizer keeps them.
 	defaultTTL = 10 * time.Second
 )
@@ -50,11 +52,15 @@ type Identity struct {
 	Extra     map[string][]string
 }
 
-// Mapping names hub users and groups on the managed clusters. The zero value is the existing add-on's: a hub
-// ServiceAccount becomes cluster:hub:system:serviceaccount:<ns>:<name>, every other user and every group keeps its
-// name. With Prefix set, every user and group gets Prefix in front instead.
+// Mapping names hub users and groups on the managed clusters. The zero value: a hub ServiceAccount becomes
+// cluster:hub:system:serviceaccount:<ns>:<name> and its groups cluster:hub:system:serviceaccounts[:<ns>], every other
+// user and group keeps its name (the existing add-on's names, but for the ServiceAccount groups, which it sent as they
+// are: UnprefixedServiceAccountGroups). With Prefix set, every user and group gets Prefix in front instead.
 type Mapping struct {
 	Prefix string
+	// UnprefixedServiceAccountGroups sends the groups of hub ServiceAccounts as they are, as the existing add-on
+	// does; a hub ServiceAccount of namespace ns then takes the managed cluster's bindings of system:serviceaccounts:ns.
+	UnprefixedServiceAccountGroups bool
 }
 
 // Impersonation is who id acts as on a managed cluster.
@@ -64,7 +70,7 @@ func (m Mapping) Impersonation(id Identity) transport.ImpersonationConfig {
 		if g == "" || g == systemAuthenticated {
 			continue
 		}
-		c.Groups = append(c.Groups, m.Prefix+g)
+		c.Groups = append(c.Groups, m.group(g))
 	}
 	if len(id.Extra) > 0 {
 		c.Extra = make(map[string][]string, len(id.Extra))
@@ -73,6 +79,16 @@ func (m Mapping) Impersonation(id Identity) transport.ImpersonationConfig {
 		}
 	}
 	return c
+}
+
+func (m Mapping) group(name string) string {
+	switch {
+	case m.Prefix != "":
+		return m.Prefix + name
+	case !m.UnprefixedServiceAccountGroups && (name == serviceAccountsGroup || strings.HasPrefix(name, serviceAccountsGroup+":")):
+		return serviceAccountPrefix + name
+	}
+	return name
 }
 
 func (m Mapping) user(name string) string {

@@ -21,17 +21,23 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
-func TestMappingKeepsTheAddonsNamesOrPrefixesEverything(t *testing.T) {
+func TestMappingPrefixesServiceAccountsAndTheirGroupsOrEverything(t *testing.T) {
 	g := NewWithT(t)
 	sa := Identity{User: "system:serviceaccount:team:alice", UID: "u1",
-		Groups: []string{"system:serviceaccounts", "system:authenticated", "", "team"}, Extra: map[string][]string{"k": {"v"}}}
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:team", "system:authenticated", "", "team"},
+		Extra:  map[string][]string{"k": {"v"}}}
 	g.Expect(Mapping{}.Impersonation(sa)).To(Equal(transport.ImpersonationConfig{
 		UserName: "cluster:hub:system:serviceaccount:team:alice", UID: "u1",
-		Groups: []string{"system:serviceaccounts", "team"}, Extra: map[string][]string{"k": {"v"}}}))
+		Groups: []string{"cluster:hub:system:serviceaccounts", "cluster:hub:system:serviceaccounts:team", "team"},
+		Extra:  map[string][]string{"k": {"v"}}}), "a hub ServiceAccount of team takes none of the cluster's bindings of its own team ServiceAccounts")
+	g.Expect(Mapping{UnprefixedServiceAccountGroups: true}.Impersonation(sa).Groups).To(Equal(
+		[]string{"system:serviceaccounts", "system:serviceaccounts:team", "team"}), "the existing add-on's names, when asked")
+	g.Expect(Mapping{}.Impersonation(Identity{User: "bob", Groups: []string{"system:serviceaccountsx"}}).Groups).To(Equal(
+		[]string{"system:serviceaccountsx"}), "only the ServiceAccount groups")
 	g.Expect(Mapping{}.Impersonation(Identity{User: "alice", Groups: []string{"admins"}})).To(Equal(transport.ImpersonationConfig{
 		UserName: "alice", Groups: []string{"admins"}}), "users and groups keep their names")
 	g.Expect(Mapping{Prefix: "hub:"}.Impersonation(sa)).To(HaveField("UserName", "hub:system:serviceaccount:team:alice"))
-	g.Expect(Mapping{Prefix: "hub:"}.Impersonation(sa).Groups).To(Equal([]string{"hub:system:serviceaccounts", "hub:team"}))
+	g.Expect(Mapping{Prefix: "hub:"}.Impersonation(sa).Groups).To(Equal([]string{"hub:system:serviceaccounts", "hub:system:serviceaccounts:team", "hub:team"}))
 }
 
 func TestVerbFollowsTheAPIServersNamesForASubresource(t *testing.T) {

@@ -162,7 +162,7 @@ func TestHubUserGoesOnAsImpersonationOverTheImpersonatorCertificateWithoutTheirT
 	got := h.seen.last()
 	g.Expect(got.Header.Get("Authorization")).To(BeEmpty(), "the hub token stays on the hub")
 	g.Expect(got.Header.Get("Impersonate-User")).To(Equal("cluster:hub:system:serviceaccount:team:alice"))
-	g.Expect(got.Header.Values("Impersonate-Group")).To(Equal([]string{"system:serviceaccounts", "system:serviceaccounts:team"}))
+	g.Expect(got.Header.Values("Impersonate-Group")).To(Equal([]string{"cluster:hub:system:serviceaccounts", "cluster:hub:system:serviceaccounts:team"}))
 	g.Expect(got.Header.Get("Impersonate-Uid")).To(Equal("a-1"))
 	g.Expect(got.Header.Get("Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id")).To(Equal("JTI=7"))
 	g.Expect(<-h.clientCNs).To(Equal(contract.ImpersonatorCommonName))
