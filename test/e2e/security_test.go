@@ -164,7 +164,8 @@ func security() {
 				}}}
 				req := must(http.NewRequestWithContext(ctx(), http.MethodGet, target, nil))
 				req.Header = header
-				resp := must(hc.Do(req))
+				resp, err := hc.Do(req)
+				Expect(err).NotTo(HaveOccurred())
 				defer resp.Body.Close()
 				_, _ = io.Copy(io.Discard, resp.Body)
 				return resp.StatusCode
@@ -248,7 +249,8 @@ func rawGet(cfg *rest.Config, path string) (int, string) {
 	GinkgoHelper()
 	hc := must(rest.HTTPClientFor(cfg))
 	req := must(http.NewRequestWithContext(ctx(), http.MethodGet, cfg.Host+path, nil))
-	resp := must(hc.Do(req))
+	resp, err := hc.Do(req)
+	Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)

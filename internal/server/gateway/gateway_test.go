@@ -309,7 +309,8 @@ rules:
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 		req := must(http.NewRequestWithContext(ctx, http.MethodGet, "https://"+gatewayAddr+proxy+"cluster1/proxy/api", nil))
 		req.Header = header
-		resp := must(hc.Do(req))
+		resp, err := hc.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)

@@ -9,12 +9,12 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authzv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
@@ -134,7 +134,7 @@ func FromContext(ctx context.Context) (Identity, bool) {
 // attach, port-forward over SPDY or websockets, whose websocket form is a GET), which opens a stream into the cluster
 // rather than reading it, else Verb of its method.
 func RequestVerb(r *http.Request) string {
-	if httpstream.IsUpgradeRequest(r) {
+	if httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
 		return "create"
 	}
 	return Verb(r.Method)
