@@ -814,8 +814,10 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			g.Expect(chain[0].ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}))
 			g.Expect(chain[0].NotAfter).To(BeTemporally("~", fakeClock.Now().Add(180*24*time.Hour), time.Hour))
 
-			cps := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
 			g.Expect(statusCondition(g, cluster, "CertificateReady").Status).To(Equal(metav1.ConditionTrue))
+			// Read after the condition, and checked for nil: a status read before it may not carry the expiry yet.
+			cps := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy")
+			g.Expect(cps.Status.AgentCertificateNotAfter).NotTo(BeNil())
 			g.Expect(cps.Status.AgentCertificateNotAfter.Time).To(BeTemporally("~", chain[0].NotAfter, time.Second))
 			notAfter = cps.Status.AgentCertificateNotAfter.Time
 		}, timeout, interval).Should(Succeed())

@@ -34,7 +34,7 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 	It("connects through tinyproxy (plain HTTP CONNECT), and recovers by itself when the proxy restarts", func() {
 		proxy := startTinyproxy(world.ports.agent)
 		defer proxy.stop(true)
-		agent := world.proxiedAgent("agent-via-tinyproxy", "http://"+proxy.address, world.bundlePath)
+		agent := world.proxiedAgent("agent-via-tinyproxy", "http://"+proxy.address, "", "")
 		agent.start()
 		defer agent.stop(true)
 
@@ -51,12 +51,12 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 		expectServedBy("agent-via-tinyproxy")
 	})
 
-	It("connects through squid over TLS to the proxy, trusting the proxy's own CA from the bundle", func() {
+	It("connects through squid over TLS to the proxy, trusting the proxy's own CA for that hop", func() {
 		sq := must(squid.Start(filepath.Join(workDir, "squid-trusted"), squid.Options{}))
 		DeferCleanup(sq.Stop)
-		bundle := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), sq.CA()...))
+		proxyCA := writeFile("pki/squid-trusted-ca.crt", sq.CA())
 
-		agent := world.proxiedAgent("agent-via-squid", sq.TLSURL(), bundle)
+		agent := world.proxiedAgent("agent-via-squid", sq.TLSURL(), "", proxyCA)
 		agent.start()
 		defer agent.stop(true)
 		expectServedBy("agent-via-squid")
@@ -68,12 +68,15 @@ var _ = Describe("Through a forward proxy", Ordered, func() {
 			"squid's TLS port carried the agent's CONNECT to the agent port")
 	})
 
-	It("does not connect through an HTTPS proxy whose CA it does not trust", func() {
+	It("does not connect through an HTTPS proxy whose CA it trusts only as the hub's", func() {
 		sq := must(squid.Start(filepath.Join(workDir, "squid-untrusted"), squid.Options{}))
 		DeferCleanup(sq.Stop)
 		proxyAddress := strings.TrimPrefix(sq.TLSURL(), "https://")
 		waitListening(proxyAddress)
-		agent := world.proxiedAgent("agent-untrusted-proxy", sq.TLSURL(), world.bundlePath)
+		// The proxy's CA in the hub's bundle, as the agent's one bundle held it before the two were kept apart: it
+		// verifies the proxy-server and the impersonator there, and the proxy hop not at all.
+		merged := writeFile("pki/bundle-with-proxy-ca.crt", append(must(os.ReadFile(world.bundlePath)), sq.CA()...))
+		agent := world.proxiedAgent("agent-untrusted-proxy", sq.TLSURL(), merged, "")
 		agent.start()
 		defer agent.stop(true)
 
@@ -109,10 +112,16 @@ func expectServedBy(agentID string) {
 
 // proxiedAgent is the agent's rendered command line with HTTPS_PROXY set, as an AddOnDeploymentConfig proxyConfig
 // renders it, and caBundle as its CA bundle.
-func (w *harness) proxiedAgent(id, proxyURL, caBundle string) *process {
+// hubCA, when set, replaces the hub's CA bundle (--ca-cert); proxyCA, when set, is the proxy's (--proxy-ca-cert).
+func (w *harness) proxiedAgent(id, proxyURL, hubCA, proxyCA string) *process {
 	args := replaceFlag(w.agentArgs, "--agent-id", id)
 	args = replaceFlag(args, "--health-server-port", fmt.Sprint(freePort()))
-	args = replaceFlag(args, "--ca-cert", caBundle)
+	if hubCA != "" {
+		args = replaceFlag(args, "--ca-cert", hubCA)
+	}
+	if proxyCA != "" {
+		args = append(args, "--proxy-ca-cert="+proxyCA)
+	}
 	p := newProcess(id, w.agent.bin, args...)
 	p.env = []string{"HTTPS_PROXY=" + proxyURL, "https_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="}
 	return p
