@@ -76,6 +76,25 @@ func agentDeployment(g Gomega, cluster string) *appsv1.Deployment {
 	return d
 }
 
+// proxyURLs are the proxy variables of container c as the agent gets them: from the credentials Secret of the agent
+// work its secretKeyRefs name, or from the values.
+func proxyURLs(g Gomega, cluster string, c corev1.Container) map[string]string {
+	_, m := agentManifests(g, cluster)
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			out[e.Name] = e.Value
+			continue
+		}
+		u, ok := m["Secret/"+e.ValueFrom.SecretKeyRef.Name]
+		g.ExpectWithOffset(1, ok).To(BeTrue(), "the work holds Secret %s", e.ValueFrom.SecretKeyRef.Name)
+		s := &corev1.Secret{}
+		g.ExpectWithOffset(1, runtimeDefaultConvert(u, s)).To(Succeed())
+		out[e.Name] = string(s.Data[e.ValueFrom.SecretKeyRef.Key])
+	}
+	return out
+}
+
 func runtimeDefaultConvert(u *unstructured.Unstructured, into any) error {
 	raw, err := json.Marshal(u.Object)
 	if err != nil {
@@ -504,9 +523,9 @@ var _ = Describe("Cluster agents", Ordered, func() {
 			d := agentDeployment(g, cluster)
 			c := d.Spec.Template.Spec.Containers[0]
 			g.Expect(c.Image).To(Equal("mirror.corp.example:5000/ocm/cluster-proxy:v1"))
-			g.Expect(c.Env).To(ContainElements(
-				corev1.EnvVar{Name: "HTTPS_PROXY", Value: "https://user:secret@proxy.corp.example:3129"},
-				corev1.EnvVar{Name: "https_proxy", Value: "https://user:secret@proxy.corp.example:3129"}))
+			g.Expect(proxyURLs(g, cluster, c)).To(HaveKeyWithValue("HTTPS_PROXY", "https://user:secret@proxy.corp.example:3129"),
+				"the URL with its credentials, from the credentials Secret")
+			g.Expect(envValue(c.Env, "HTTPS_PROXY")).To(BeEmpty(), "no credential in the Deployment")
 			noProxy := envValue(c.Env, "NO_PROXY")
 			g.Expect(noProxy).To(And(ContainSubstring("10.0.0.0/8"), ContainSubstring("kubernetes.default.svc")))
 			g.Expect(envValue(c.Env, "no_proxy")).To(Equal(noProxy))
@@ -642,7 +661,10 @@ var _ = Describe("Cluster agents", Ordered, func() {
 
 		Eventually(func(g Gomega) {
 			c := agentDeployment(g, cluster).Spec.Template.Spec.Containers[0]
-			g.Expect(envValue(c.Env, "HTTPS_PROXY")).To(ContainSubstring(user+":"+password+"@"), "the agent needs them")
+			g.Expect(proxyURLs(g, cluster, c)["HTTPS_PROXY"]).To(ContainSubstring(user+":"+password+"@"), "the agent needs them")
+			raw, err := json.Marshal(c)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(raw)).NotTo(ContainSubstring(password), "from a Secret, not the Deployment")
 			shown := get(g, &proxyv1alpha1.ClusterProxyStatus{}, cluster, "cluster-proxy").Status.ProxySettings
 			g.Expect(shown).NotTo(BeNil())
 			g.Expect(shown.HTTPProxy).To(Equal("http://***@proxy.corp.example:3128"), "the whole userinfo goes, the user name too")

@@ -232,6 +232,41 @@ func Env(s Settings, alwaysDirect []string) []corev1.EnvVar {
 	return env
 }
 
+// HasCredentials reports whether a proxy URL of s carries credentials (userinfo).
+func (s Settings) HasCredentials() bool {
+	return contract.RedactProxyURL(s.HTTPProxy) != s.HTTPProxy || contract.RedactProxyURL(s.HTTPSProxy) != s.HTTPSProxy
+}
+
+// CredentialData is what the Secret of SecretEnv holds: the proxy URLs as they are (a Secret's values are not
+// expanded), by their variable's name.
+func CredentialData(s Settings) map[string][]byte {
+	data := map[string][]byte{}
+	if s.HTTPProxy != "" {
+		data["HTTP_PROXY"] = []byte(s.HTTPProxy)
+	}
+	if s.HTTPSProxy != "" {
+		data["HTTPS_PROXY"] = []byte(s.HTTPSProxy)
+	}
+	return data
+}
+
+// SecretEnv is Env with the proxy URLs, which carry credentials, read from the keys of Secret secret
+// (CredentialData) instead of written into the container's spec: whoever reads the Deployment or the pod does not
+// read the proxy's password.
+func SecretEnv(s Settings, alwaysDirect []string, secret string) []corev1.EnvVar {
+	env := Env(s, alwaysDirect)
+	for i := range env {
+		key := strings.ToUpper(env[i].Name)
+		if key != "HTTP_PROXY" && key != "HTTPS_PROXY" {
+			continue
+		}
+		env[i].Value = ""
+		env[i].ValueFrom = &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
+	}
+	return env
+}
+
 // escapeEnv makes v literal under kubelet $(VAR) expansion.
 func escapeEnv(v string) string {
 	return strings.ReplaceAll(v, "$", "$$")

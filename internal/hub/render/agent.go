@@ -1,6 +1,8 @@
 package render
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,8 +138,14 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 			Type:       corev1.SecretTypeOpaque,
 			Data:       agentTrust(in.CABundle, settings),
 		},
-		agentDeployment(in, ns, image, settings, vars, resources, nodePlacement(in, spec)),
 	)
+	credentials := ""
+	if settings.HasCredentials() {
+		secret := proxyCredentials(ns, settings)
+		credentials = secret.Name
+		objects = append(objects, secret)
+	}
+	objects = append(objects, agentDeployment(in, ns, image, settings, credentials, vars, resources, nodePlacement(in, spec)))
 	if NetworkPoliciesEnabled(in.MPC) {
 		objects = append(objects, agentNetworkPolicy(in, ns, settings))
 	}
@@ -350,7 +358,27 @@ func AgentDeploymentLabels() map[string]string {
 	return map[string]string{addonLabel: proxyv1alpha1.AddonName, proxyv1alpha1.ComponentLabel: proxyAgentLabel}
 }
 
-func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, vars proxyenv.AgentVariables, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
+// AgentProxyCredentialsPrefix starts the name of the Secret that holds the forward proxy's URLs when they carry
+// credentials; a hash of its content follows, so new credentials roll the agents.
+const AgentProxyCredentialsPrefix = "cluster-proxy-proxy-credentials-"
+
+// proxyCredentials is the Secret the agent reads its proxy URLs from when they carry credentials (SecretEnv).
+func proxyCredentials(ns string, settings proxyenv.Settings) *corev1.Secret {
+	data := proxyenv.CredentialData(settings)
+	h := sha256.New()
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY"} {
+		h.Write([]byte(k + "=" + string(data[k]) + "\n"))
+	}
+	return &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: agentMeta(AgentProxyCredentialsPrefix+hex.EncodeToString(h.Sum(nil))[:10], ns),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+}
+
+// agentDeployment is the agent Deployment; credentials, when set, is the Secret its proxy URLs come from.
+func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings, credentials string, vars proxyenv.AgentVariables, resources *corev1.ResourceRequirements, np proxyv1alpha1.NodePlacement) *appsv1.Deployment {
 	labels := AgentDeploymentLabels()
 	var pullSecrets []corev1.LocalObjectReference
 	for _, s := range in.MPC.Spec.ProxyAgent.ImagePullSecrets {
@@ -362,9 +390,7 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/proxy-agent"},
 		Args:            AgentArgs(in, ns, settings, vars),
-		// In-cluster clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so
-		// that IP must bypass the forward proxy as well as the service names.
-		Env:             proxyenv.Env(settings, append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")),
+		Env:             agentEnv(settings, credentials),
 		Ports:           []corev1.ContainerPort{containerPort("health", contract.AgentHealthPort)},
 		LivenessProbe:   httpProbe("/healthz", contract.AgentHealthPort),
 		ReadinessProbe:  readinessProbe("/readyz", contract.AgentHealthPort),
@@ -432,6 +458,17 @@ func agentDeployment(in AgentInput, ns, image string, settings proxyenv.Settings
 			},
 		},
 	}
+}
+
+// agentEnv is the proxy environment: in the Deployment, or from the credentials Secret when one is set. In-cluster
+// clients dial the kube-apiserver by the IP in KUBERNETES_SERVICE_HOST (the kubelet expands it), so that IP must
+// bypass the forward proxy as well as the service names.
+func agentEnv(settings proxyenv.Settings, credentials string) []corev1.EnvVar {
+	direct := append(proxyenv.DirectHosts(), "$(KUBERNETES_SERVICE_HOST)")
+	if credentials != "" {
+		return proxyenv.SecretEnv(settings, direct, credentials)
+	}
+	return proxyenv.Env(settings, direct)
 }
 
 // AgentNamespace is where the agent of a cluster is installed: the AddOnDeploymentConfig's agentInstallNamespace, or

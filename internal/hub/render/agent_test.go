@@ -84,7 +84,8 @@ type agentObjects struct {
 	roleBinding        *rbacv1.RoleBinding
 	clusterRole        *rbacv1.ClusterRole
 	clusterRoleBinding *rbacv1.ClusterRoleBinding
-	secret             *corev1.Secret
+	secret             *corev1.Secret // the CA bundle
+	credentials        *corev1.Secret // the proxy URLs, when they carry credentials
 	deployment         *appsv1.Deployment
 	networkPolicy      *networkingv1.NetworkPolicy
 }
@@ -141,6 +142,12 @@ func decodeAgentWork(g Gomega, work *workv1.ManifestWork) agentObjects {
 			o.clusterRoleBinding = &rbacv1.ClusterRoleBinding{}
 			target = o.clusterRoleBinding
 		case "Secret":
+			if strings.HasPrefix(head.Metadata.Name, AgentProxyCredentialsPrefix) {
+				g.Expect(o.credentials).To(BeNil(), "a second credentials Secret")
+				o.credentials = &corev1.Secret{}
+				target = o.credentials
+				break
+			}
 			g.Expect(o.secret).To(BeNil(), "a second Secret")
 			o.secret = &corev1.Secret{}
 			target = o.secret
@@ -382,7 +389,7 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
-			name: "both proxies with a user noProxy: user entries first, then the kube-apiserver names and $(KUBERNETES_SERVICE_HOST); a user $ is escaped",
+			name: "both proxies with a user noProxy: user entries first, then the kube-apiserver names and $(KUBERNETES_SERVICE_HOST); a user $ is escaped; credentials come from a Secret",
 			modify: func(in *AgentInput) {
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1alpha1.ProxyConfig{
 					HTTPProxy:  "http://user:pa$s@proxy.example.com:3128",
@@ -393,11 +400,23 @@ func TestAgentWork(t *testing.T) {
 			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
 				noProxy := "internal.example.com,10.0.0.0/8,$$HOME,KUBERNETES.default.svc," +
 					"kubernetes.default.svc.cluster.local,.svc,.cluster.local,localhost,127.0.0.1,$(KUBERNETES_SERVICE_HOST)"
-				g.Expect(o.container().Env).To(Equal(envOf(
-					"HTTP_PROXY", "http://user:pa$$s@proxy.example.com:3128", "http_proxy", "http://user:pa$$s@proxy.example.com:3128",
-					"HTTPS_PROXY", "http://proxy.example.com:3128", "https_proxy", "http://proxy.example.com:3128",
-					"NO_PROXY", noProxy, "no_proxy", noProxy,
-				)))
+				g.Expect(o.credentials).NotTo(BeNil(), "a proxy URL with credentials goes in a Secret")
+				fromSecret := func(name, key string) corev1.EnvVar {
+					return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: o.credentials.Name}, Key: key}}}
+				}
+				g.Expect(o.container().Env).To(Equal([]corev1.EnvVar{
+					fromSecret("HTTP_PROXY", "HTTP_PROXY"), fromSecret("http_proxy", "HTTP_PROXY"),
+					fromSecret("HTTPS_PROXY", "HTTPS_PROXY"), fromSecret("https_proxy", "HTTPS_PROXY"),
+					{Name: "NO_PROXY", Value: noProxy}, {Name: "no_proxy", Value: noProxy},
+				}))
+				g.Expect(o.credentials.Data).To(Equal(map[string][]byte{
+					"HTTP_PROXY": []byte("http://user:pa$s@proxy.example.com:3128"), "HTTPS_PROXY": []byte("http://proxy.example.com:3128"),
+				}), "as they are: a Secret's values are not expanded")
+				g.Expect(o.credentials.Namespace).To(Equal(o.deployment.Namespace))
+				raw, err := json.Marshal(o.deployment)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(string(raw)).NotTo(ContainSubstring("pa$"), "the Deployment carries no password")
 			},
 		},
 		{
@@ -938,4 +957,16 @@ func TestAgentsOfThePortForwardEntrypointDialTheProxyServerPodsByPortForward(t *
 		Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}}
 	args = AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.Settings{}, proxyenv.AgentVariables{})
 	g.Expect(args).NotTo(ContainElement(HavePrefix("--port-forward")))
+}
+
+// New credentials are a new Secret name, so the agents roll to read them (a container reads its env at start).
+func TestTheCredentialsSecretIsNamedByItsContent(t *testing.T) {
+	g := NewWithT(t)
+	a := proxyCredentials("ns", proxyenv.Settings{HTTPSProxy: "https://u:one@proxy.example.com"})
+	b := proxyCredentials("ns", proxyenv.Settings{HTTPSProxy: "https://u:two@proxy.example.com"})
+	g.Expect(a.Name).To(HavePrefix(AgentProxyCredentialsPrefix))
+	g.Expect(a.Name).NotTo(Equal(b.Name))
+	g.Expect(proxyCredentials("ns", proxyenv.Settings{HTTPSProxy: "https://u:one@proxy.example.com"}).Name).To(Equal(a.Name))
+	g.Expect(proxyenv.Settings{HTTPSProxy: "https://proxy.example.com"}.HasCredentials()).To(BeFalse())
+	g.Expect(proxyenv.Settings{HTTPProxy: "http://u@proxy.example.com"}.HasCredentials()).To(BeTrue())
 }
