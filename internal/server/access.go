@@ -12,12 +12,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
-// ClusterAuthorizer asks the hub's RBAC whether an identity may verb clusters/proxy of a cluster
-// (hubidentity.Reviewer, which keeps its answers for a while).
-type ClusterAuthorizer interface {
-	Authorize(ctx context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error)
-}
-
 // Reasons a frontend dial is refused; the values of the refusal metric's reason label.
 const (
 	FrontendRefusalNoIdentity = "no_identity"
@@ -36,7 +30,7 @@ var frontendRefusalReasons = []string{FrontendRefusalNoIdentity, FrontendRefusal
 //
 // No decision rests on a name the holder chose.
 type frontendAccess struct {
-	hub ClusterAuthorizer // nil: only the proxy-client
+	hub hubidentity.ClusterAuthorizer // nil: only the proxy-client
 	log logr.Logger
 }
 
@@ -65,8 +59,7 @@ func (a *frontendAccess) check(ctx context.Context, cert *x509.Certificate, clus
 		return a.refuse(FrontendRefusalHub, "cannot authorize ProxyCertificate %s/%s with the hub; try again later", ns, name)
 	}
 	if !d.Allowed {
-		return a.refuse(FrontendRefusalDenied, "user %q (ProxyCertificate %s/%s) cannot get resource \"%s/%s\" in API group %q "+
-			"for cluster %q on the hub", user, ns, name, hubidentity.Resource, hubidentity.Subresource, hubidentity.Group, cluster)
+		return a.refuse(FrontendRefusalDenied, "%s (ProxyCertificate %s/%s)", hubidentity.Denied(user, "get", cluster, d.Reason), ns, name)
 	}
 	return nil
 }

@@ -83,7 +83,8 @@ func TestFrontendsLetAProxyCertificateReachOnlyTheClustersTheHubGrantsIt(t *test
 	g.Expect(grpcErr).NotTo(HaveOccurred(), "the granted cluster through gRPC")
 	g.Expect(connectErr).NotTo(HaveOccurred(), "the granted cluster through CONNECT")
 	grpcErr, connectErr = reach(tool, "c2")
-	g.Expect(grpcErr).To(MatchError(ContainSubstring(`ProxyCertificate team-a/tool) cannot get resource "clusters/proxy"`)))
+	g.Expect(grpcErr).To(MatchError(And(ContainSubstring(`"`+toolUser+`" cannot get resource "clusters/proxy"`),
+		ContainSubstring(`for cluster "c2"`), ContainSubstring("(ProxyCertificate team-a/tool)"))))
 	g.Expect(connectErr).To(MatchError(ContainSubstring("403 Forbidden")))
 	hub.mu.Lock()
 	g.Expect(hub.asked).NotTo(BeEmpty())

@@ -75,7 +75,7 @@ type Options struct {
 	ImpersonatorCert, ImpersonatorKey string
 	// Hub answers which clusters a ProxyCertificate's client certificate may reach on the frontends (hub RBAC, get on
 	// clusters/proxy); nil: only the proxy-client certificate reaches clusters there.
-	Hub ClusterAuthorizer
+	Hub hubidentity.ClusterAuthorizer
 	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of every TLS listener, re-read every
 	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
 	TLSProfileFile string

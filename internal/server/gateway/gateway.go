@@ -234,13 +234,8 @@ func (p *proxyStorage) allows(w http.ResponseWriter, r *http.Request, u user.Inf
 			"cannot authorize the request with the hub; try again later")
 		return false
 	case decision != authorizer.DecisionAllow:
-		msg := fmt.Sprintf("User %q cannot %s resource \"%s/%s\" in API group %q for cluster %q on the hub: a stream "+
-			"(exec, attach, port-forward) needs %s", u.GetName(), verb, gatewayv1alpha1.Resource, gatewayv1alpha1.ProxySubresource,
-			gatewayv1alpha1.GroupVersion.Group, cluster, verb)
-		if reason != "" {
-			msg += ": " + reason
-		}
-		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, msg)
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			hubidentity.Denied(u.GetName(), verb, cluster, reason)+" (a stream into a cluster: exec, attach, port-forward)")
 		return false
 	}
 	return true

@@ -166,6 +166,22 @@ type Reviewer struct {
 	decisions *review.Cache[Decision]
 }
 
+// ClusterAuthorizer answers whether a hub identity may verb clusters/proxy of a cluster (*Reviewer).
+type ClusterAuthorizer interface {
+	Authorize(ctx context.Context, id Identity, cluster, verb string) (Decision, error)
+}
+
+// Denied words the hub's refusal of user to verb clusters/proxy of cluster as the kube-apiserver words a forbidden
+// request, with the authorizer's reason when it gave one.
+func Denied(user, verb, cluster, reason string) string {
+	msg := fmt.Sprintf("User %q cannot %s resource \"%s/%s\" in API group %q for cluster %q on the hub",
+		user, verb, Resource, Subresource, Group, cluster)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg
+}
+
 // Decision is the hub's answer to whether a user may reach a cluster.
 type Decision struct {
 	Allowed bool

@@ -56,7 +56,7 @@ type Clusters interface {
 // (*hubidentity.Reviewer).
 type HubReviewer interface {
 	Authenticate(ctx context.Context, token string) (hubidentity.Identity, bool, error)
-	Authorize(ctx context.Context, id hubidentity.Identity, cluster, verb string) (hubidentity.Decision, error)
+	hubidentity.ClusterAuthorizer
 }
 
 // Options configure a Server. Dialer and Clusters are required; zero values of the others take the defaults.
@@ -391,12 +391,8 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 		return &hubID, false
 	}
 	if !decision.Allowed {
-		msg := fmt.Sprintf("User %q cannot %s resource \"%s/%s\" in API group %q for cluster %q on the hub",
-			hubID.User, verb, hubidentity.Resource, hubidentity.Subresource, hubidentity.Group, t.Cluster)
-		if decision.Reason != "" {
-			msg += ": " + decision.Reason
-		}
-		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, msg)
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			hubidentity.Denied(hubID.User, verb, t.Cluster, decision.Reason))
 		return &hubID, false
 	}
 	return &hubID, true
