@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"net/url"
 	"strings"
@@ -44,6 +45,16 @@ func SANURL(uri string) *url.URL {
 		panic("contract: URI SAN " + uri + " does not parse: " + err.Error())
 	}
 	return u
+}
+
+// VerifiedLeaf is the leaf of the peer's verified chain on a TLS connection, nil when the peer sent no certificate
+// or it was not verified (cs nil: not TLS). Every role and identity decision reads this one, never the sent
+// certificates.
+func VerifiedLeaf(cs *tls.ConnectionState) *x509.Certificate {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return cs.VerifiedChains[0][0]
 }
 
 // IsImpersonator reports whether a verified client certificate is the hub's impersonator: its common name and its

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
 )
 
@@ -25,7 +25,7 @@ func (s *Server) httpConnectHandler() http.Handler {
 			s.serveConnect(w, r)
 		case r.URL.Path != "/agents" && r.URL.Path != "/tunnels":
 			http.NotFound(w, r)
-		case !fleetWide(verifiedRequestCertificate(r)):
+		case !fleetWide(contract.VerifiedLeaf(r.TLS)):
 			// Which agents every cluster has, and probes of every tunnel: the operator's own view of the fleet.
 			http.Error(w, "only the proxy-client certificate may read "+r.URL.Path, http.StatusForbidden)
 		case r.URL.Path == "/agents":
@@ -49,7 +49,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
 	// closes, once it is idle during a shutdown (router.retireIdle), and at the latest when the agent streams end.
-	cert := verifiedRequestCertificate(r)
+	cert := contract.VerifiedLeaf(r.TLS)
 	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true, func(cluster string) error {
 		return s.access.check(r.Context(), cert, cluster)
 	})
@@ -93,14 +93,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	connectBuffers.Put(buf)
 	_ = tunnel.Close()
 	<-fromAgent
-}
-
-// verifiedRequestCertificate is the leaf of the client's verified chain, nil without one.
-func verifiedRequestCertificate(r *http.Request) *x509.Certificate {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return nil
-	}
-	return r.TLS.VerifiedChains[0][0]
 }
 
 // connectBuffers are the buffers CONNECT tunnels copy with, a pair per tunnel while it carries bytes.

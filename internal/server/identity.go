@@ -100,10 +100,10 @@ func verifiedPeerCertificate(ctx context.Context) *x509.Certificate {
 		return nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+	if !ok {
 		return nil
 	}
-	return info.State.VerifiedChains[0][0]
+	return contract.VerifiedLeaf(&info.State)
 }
 
 // admitAgent decides whether an agent stream may become a backend: it refuses streams whose identifiers the

@@ -266,10 +266,7 @@ func (p *proxy) serveHubIdentity(w http.ResponseWriter, r *http.Request) {
 // the hub's CA bundle alone when the connection was accepted, is the hub's impersonator: its name and the role URI
 // that only the operator's own impersonator certificate carries (contract.IsImpersonator).
 func fromImpersonator(r *http.Request) bool {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return false
-	}
-	return contract.IsImpersonator(r.TLS.VerifiedChains[0][0])
+	return contract.IsImpersonator(contract.VerifiedLeaf(r.TLS))
 }
 
 // authenticator is one link of the chain a bearer token goes through, in order: the managed cluster's TokenReview,
