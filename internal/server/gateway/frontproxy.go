@@ -57,18 +57,9 @@ func frontProxyOnly(config *authenticatorfactory.RequestHeaderConfig) authentica
 			return nil, false, errNoFrontProxy
 		})
 	}
-	secure := headerrequest.NewDynamicVerifyOptionsSecure(config.CAContentProvider.VerifyOptions, config.AllowedClientNames,
-		config.UsernameHeaders, config.UIDHeaders, config.GroupHeaders, config.ExtraHeaderPrefixes)
-	return withVerifiedFrontProxies(secure, config)
-}
-
-// withVerifiedFrontProxies puts a frontProxy in front of next when the server has request-header configuration;
-// otherwise it returns next.
-func withVerifiedFrontProxies(next authenticator.Request, config *authenticatorfactory.RequestHeaderConfig) authenticator.Request {
-	if config == nil || next == nil {
-		return next
-	}
-	return newFrontProxy(config).in(next)
+	// What the cache does not answer goes to k8s.io/apiserver's own request-header authenticator, which says why.
+	return newFrontProxy(config).in(headerrequest.NewDynamicVerifyOptionsSecure(config.CAContentProvider.VerifyOptions,
+		config.AllowedClientNames, config.UsernameHeaders, config.UIDHeaders, config.GroupHeaders, config.ExtraHeaderPrefixes))
 }
 
 func newFrontProxy(config *authenticatorfactory.RequestHeaderConfig) *frontProxy {

@@ -4,11 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -122,16 +122,23 @@ func TestFrontProxyVerifiesEachCertificateOnceAndAnswersAsTheRequestHeaderAuthen
 }
 
 // The options' authenticator is kept as it is when there is no request-header configuration.
-func TestWithoutRequestHeaderConfigurationTheAuthenticatorIsUnchanged(t *testing.T) {
-	var next authenticator.Request = &refuseAll{}
+// Without the hub's front-proxy configuration nothing can vouch for a request: every one is refused, a bearer token
+// and front-proxy headers alike, and the error says what is missing.
+func TestWithoutRequestHeaderConfigurationEveryRequestIsRefused(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(withVerifiedFrontProxies(next, nil)).To(BeIdenticalTo(next))
-}
-
-type refuseAll struct{}
-
-func (*refuseAll) AuthenticateRequest(*http.Request) (*authenticator.Response, bool, error) {
-	return nil, false, nil
+	auth := frontProxyOnly(nil)
+	for _, h := range []http.Header{
+		{"Authorization": {"Bearer a-hub-token"}},
+		{"X-Remote-User": {"system:admin"}, "X-Remote-Group": {"system:masters"}},
+		{},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "https://gateway/apis", nil)
+		req.Header = h
+		resp, ok, err := auth.AuthenticateRequest(req)
+		g.Expect(ok).To(BeFalse(), "%v", h)
+		g.Expect(resp).To(BeNil())
+		g.Expect(err).To(MatchError(errNoFrontProxy))
+	}
 }
 
 // names are allowed names that change, as those of extension-apiserver-authentication do.

@@ -221,8 +221,9 @@ func (p *proxyStorage) Connect(ctx context.Context, name string, _ runtime.Objec
 
 // allows asks the server's authorizer whether u may verb the proxy of cluster, and answers the request when not.
 func (p *proxyStorage) allows(w http.ResponseWriter, r *http.Request, u user.Info, verb, cluster string) bool {
-	if p.authorizer == nil {
-		return true
+	if p.authorizer == nil { // a server built without delegated authorization decides nothing
+		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "this server has no authorizer for streams")
+		return false
 	}
 	decision, reason, err := p.authorizer.Authorize(r.Context(), authorizer.AttributesRecord{
 		User: u, Verb: verb, APIGroup: gatewayv1alpha1.GroupVersion.Group, APIVersion: gatewayv1alpha1.GroupVersion.Version,
