@@ -173,7 +173,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		SetupWithManager(ctrl.Manager, controller.Options) error
 	}{
 		configurations,
-		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: recorder},
+		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
 		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
 		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
 		&addoninstall.Reconciler{Client: mgr.GetClient()},

@@ -164,7 +164,8 @@ func run(ctx context.Context, c config, log logr.Logger) error {
 		return err
 	}
 	// The forward proxy's CA verifies the proxy and nothing behind it: whoever holds its key must not pass for the hub.
-	proxyRoots := func() *x509.CertPool { return nil }
+	// Without one, the proxy is verified with the system roots (nil roots).
+	var proxyRoots func() *x509.CertPool
 	var proxyTrust *tlsreload.Source
 	if c.proxyCACert != "" {
 		if proxyTrust, err = tlsreload.New("", "", c.proxyCACert); err != nil {

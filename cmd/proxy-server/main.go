@@ -310,10 +310,9 @@ func main() {
 		log.Error(err, "Unable to reach the hub")
 		os.Exit(1)
 	}
-	if hub != nil {
-		// A ProxyCertificate's client certificate reaches, on the frontends, the clusters the hub's RBAC grants it.
-		opts.Hub = hub
-	}
+	// A ProxyCertificate's client certificate reaches, on the frontends, the clusters the hub's RBAC grants it (none
+	// without a hub: a nil HubReviewer is a nil ClusterAuthorizer).
+	opts.Hub = hub
 	srv, err := server.New(opts)
 	if err != nil {
 		log.Error(err, "Unable to set up the proxy-server")

@@ -34,7 +34,8 @@ type LeafSpec struct {
 	Organizations []string
 	DNSNames      []string
 	IPAddresses   []net.IP
-	// URIs are URI SANs; only the operator's own certificates carry one (a role, contract.HasRole).
+	// URIs are URI SANs: the ProxyCertificate controller writes one into each client certificate (a role of the
+	// operator's, or the ProxyCertificate it came from); nothing else may ask for one.
 	URIs     []*url.URL
 	Usages   []Usage       // ext key usages; empty means server auth + client auth
 	Duration time.Duration // lifetime

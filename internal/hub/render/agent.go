@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -366,7 +368,7 @@ const AgentProxyCredentialsPrefix = "cluster-proxy-proxy-credentials-"
 func proxyCredentials(ns string, settings proxyenv.Settings) *corev1.Secret {
 	data := proxyenv.CredentialData(settings)
 	h := sha256.New()
-	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY"} {
+	for _, k := range slices.Sorted(maps.Keys(data)) {
 		h.Write([]byte(k + "=" + string(data[k]) + "\n"))
 	}
 	return &corev1.Secret{
