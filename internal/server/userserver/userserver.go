@@ -221,6 +221,9 @@ func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluste
 type served struct {
 	cluster string
 	user    string // the hub user; "" for a token the service-proxy authenticates
+	// known says an agent of the cluster has reached this proxy-server: only then does the request count per cluster,
+	// so that a name anyone may send never becomes a metric series.
+	known bool
 }
 
 func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, via string, id *hubidentity.Identity) {
@@ -242,8 +245,7 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 	if answered.IsZero() {
 		answered = s.opts.Clock.Now()
 	}
-	// A cluster no agent has reached this proxy-server is not one: a name anyone may send must not become a series.
-	if info.cluster != "" && (s.opts.MetricsWithoutCluster || s.opts.Clusters.Known(info.cluster)) {
+	if info.cluster != "" && (s.opts.MetricsWithoutCluster || info.known) {
 		label, verbLabel := info.cluster, metricVerb(verb)
 		if s.opts.MetricsWithoutCluster {
 			label = ""
@@ -266,7 +268,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return served{}
 	}
-	info := served{cluster: t.Cluster}
+	info := served{cluster: t.Cluster, known: s.opts.Clusters.Known(t.Cluster)}
 	ctx := r.Context()
 	if id == nil {
 		var ok bool
@@ -293,7 +295,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 			fmt.Sprintf("service %s/%s port %d is not in the user-server's allow-list", svc.Namespace, svc.Name, svc.Port))
 		return info
 	}
-	if !s.opts.Clusters.Known(t.Cluster) {
+	if !info.known {
 		if s.opts.Clock.Since(s.started) < s.opts.AgentWarmup {
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close")
