@@ -27,7 +27,10 @@ import (
 
 // hubClientTLS is what a hub program holds: the proxy-client certificate and the CA bundle.
 func (w *harness) hubClientTLS() *tls.Config {
-	pair := must(tls.LoadX509KeyPair(w.clientCert, w.clientKey))
+	w.pki.RLock()
+	pair, err := tls.LoadX509KeyPair(w.clientCert, w.clientKey)
+	w.pki.RUnlock()
+	Expect(err).NotTo(HaveOccurred())
 	pool := x509.NewCertPool()
 	Expect(pool.AppendCertsFromPEM(must(os.ReadFile(w.bundlePath)))).To(BeTrue())
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}

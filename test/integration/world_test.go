@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,10 @@ type harness struct {
 
 	// Files a hub client uses: the proxy-client pair and the CA bundle.
 	clientCert, clientKey string
+	// pki orders the test's own reads of a pair after a rotation's two writes: a certificate and its key are two files,
+	// and a read between the writes would pair the new certificate with the old key. The processes under test reload
+	// on their own and keep their last good pair.
+	pki sync.RWMutex
 	// Tokens: a managed-cluster user allowed to list namespaces, and a hub ServiceAccount.
 	managedToken, hubToken string
 	hubNobodyToken         string // a hub user the hub's RBAC lets reach no cluster
@@ -197,6 +202,8 @@ var (
 )
 
 func (w *harness) writePair(name string, kp *certs.KeyPair) (certPath, keyPath string) {
+	w.pki.Lock()
+	defer w.pki.Unlock()
 	return writeFile("pki/"+name+"/tls.crt", kp.CertPEM), writeFile("pki/"+name+"/tls.key", kp.KeyPEM)
 }
 
@@ -209,6 +216,8 @@ func (w *harness) writeAgentCertificate(name, cluster, namespace string, ca *cer
 	}}, key))
 	signed := must(certs.SignCSR(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}), 12*time.Hour, nil, time.Now()))
 	keyDER := must(x509.MarshalECPrivateKey(key))
+	w.pki.Lock()
+	defer w.pki.Unlock()
 	writeFile("pki/"+name+"/tls.crt", signed)
 	writeFile("pki/"+name+"/tls.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
