@@ -69,6 +69,8 @@ type config struct {
 	tlsProfileFile                    string
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
+	frontendQueueBytes                int
+	frontendStallTimeout              time.Duration
 	agentWarmup                       time.Duration
 	agentReconnectWait                time.Duration
 	peerAddress, peerCert, peerKey    string
@@ -78,6 +80,9 @@ type config struct {
 }
 
 // parseFlags reads the command line render.ServerArgs produces; unknown flags and stray arguments are errors.
+// minFrontendQueueBytes is the smallest --frontend-queue-bytes: two of the largest DATA packets.
+const minFrontendQueueBytes = 64 << 10
+
 func parseFlags(args []string, output io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("proxy-server", flag.ContinueOnError)
@@ -131,6 +136,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.peerCert, "peer-cert", "", "client certificate (proxy-client) presented at --peer-address")
 	fs.StringVar(&c.peerKey, "peer-key", "", "client key presented at --peer-address")
 	fs.DurationVar(&c.peerWait, "peer-wait", server.DefaultPeerWait, "the longest a new replica holds its readiness back for its peers' agents")
+	fs.IntVar(&c.frontendQueueBytes, "frontend-queue-bytes", server.DefaultFrontendQueueBytes, "bytes of one frontend "+
+		"connection that may wait for its client to read them; this product's agent is then told to stop reading the "+
+		"connection's destination until the client has read half, and an agent that cannot be told so is waited for")
+	fs.DurationVar(&c.frontendStallTimeout, "frontend-stall-timeout", server.DefaultFrontendStallTimeout, "the longest an "+
+		"agent that cannot pause one connection waits for that connection's client to read, when the client reads "+
+		"nothing; a client that then falls twice --frontend-queue-bytes behind loses the connection")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
@@ -159,6 +170,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	}
 	if c.serverCount < 1 {
 		return nil, fmt.Errorf("--server-count=%d: want at least 1", c.serverCount)
+	}
+	if c.frontendQueueBytes < minFrontendQueueBytes {
+		return nil, fmt.Errorf("--frontend-queue-bytes=%d: want at least %d", c.frontendQueueBytes, minFrontendQueueBytes)
+	}
+	if c.frontendStallTimeout <= 0 {
+		return nil, fmt.Errorf("--frontend-stall-timeout=%s: want a positive duration", c.frontendStallTimeout)
 	}
 	for name, p := range map[string]int{
 		"server-port": c.serverPort, "agent-port": c.agentPort, "health-port": c.healthPort, "admin-port": c.adminPort,
@@ -245,7 +262,8 @@ func (c *config) options() server.Options {
 		ShutdownTimeout:    drainTimeout,
 		LameDuck:           minDrainDuration,
 		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive, AgentReconnectWait: noWaitIfZero(c.agentReconnectWait),
-		PeerWait: c.peerWait,
+		PeerWait:           c.peerWait,
+		FrontendQueueBytes: c.frontendQueueBytes, FrontendStallTimeout: c.frontendStallTimeout,
 	}
 }
 

@@ -79,6 +79,8 @@ func TestRejectsBadCommandLines(t *testing.T) {
 		"a peer without a port":   {"--peer-address=proxy-entrypoint", "--peer-cert=c", "--peer-key=k"},
 		"a peer without its cert": {"--peer-address=proxy-entrypoint:8094"},
 		"a bad group naming":      {"--hub-service-account-groups=as-they-are"},
+		"a queue under a packet":  {"--frontend-queue-bytes=1000"},
+		"no stall timeout":        {"--frontend-stall-timeout=0s"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {

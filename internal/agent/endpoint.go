@@ -34,6 +34,11 @@ type endpoint struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
+	// paused: the hub's reader of the connection fell behind, and the reader reads nothing more from the
+	// destination until resumed is signalled (packet.Pause, packet.Resume).
+	paused  atomic.Bool
+	resumed chan struct{}
+
 	// packets counts the DATA packets either way, and toHub says whether the last one went to the hub: a connection
 	// quiet since an answer went to its client is between requests (tunnel.closePaused). seen is packets at the
 	// previous closePaused pass, which alone uses it.
@@ -44,12 +49,36 @@ type endpoint struct {
 
 func (t *tunnel) newEndpoint(conn net.Conn) *endpoint {
 	return &endpoint{
-		t:    t,
-		id:   t.a.nextConnID.Add(1),
-		conn: conn,
-		wake: make(chan struct{}, 1),
-		room: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		t:       t,
+		id:      t.a.nextConnID.Add(1),
+		conn:    conn,
+		wake:    make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		resumed: make(chan struct{}, 1),
+	}
+}
+
+func (e *endpoint) setPaused(paused bool) {
+	e.paused.Store(paused)
+	if !paused {
+		wake(e.resumed)
+	}
+}
+
+// awaitResumed returns once the connection is not paused, false when it closed or the tunnel ended meanwhile.
+func (e *endpoint) awaitResumed() bool {
+	for {
+		if !e.paused.Load() {
+			return true
+		}
+		select {
+		case <-e.resumed:
+		case <-e.done:
+			return false
+		case <-e.t.ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -173,6 +202,9 @@ func (e *endpoint) readLoop() {
 	data := &client.Data{ConnectID: e.id}
 	pkt := &client.Packet{Type: client.PacketType_DATA, Payload: &client.Packet_Data{Data: data}}
 	for {
+		if !e.awaitResumed() {
+			return
+		}
 		buf := small
 		if big != nil {
 			buf = *big

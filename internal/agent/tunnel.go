@@ -82,7 +82,8 @@ func (a *Agent) connect(setupCtx, parent context.Context) (*tunnel, error) {
 		return nil, fmt.Errorf("gRPC client for %s: %w", a.opts.ServerAddress, err)
 	}
 	ctx, cancel := context.WithCancel(parent)
-	md := []string{header.AgentID, a.opts.AgentID, header.AgentIdentifiers, a.opts.Identifiers}
+	md := []string{header.AgentID, a.opts.AgentID, header.AgentIdentifiers, a.opts.Identifiers,
+		packet.FlowControlHeader, packet.FlowControlPause}
 	for _, id := range a.heldServerIDs() {
 		md = append(md, contract.HeldServersMetadata, id)
 	}
@@ -193,6 +194,11 @@ func (t *tunnel) handle(pkt *client.Packet) {
 			e.close() // its reader answers CLOSE_RSP after its last DATA
 		} else {
 			t.goSend(packet.CloseResponse(id, "unknown connection"))
+		}
+	case packet.PauseType, packet.ResumeType:
+		// The hub's reader of the connection fell behind, or caught up (see packet.Pause).
+		if e := t.endpoint(pkt.GetData().GetConnectID()); e != nil {
+			e.setPaused(pkt.Type == packet.PauseType)
 		}
 	case client.PacketType_DIAL_CLS:
 		// The client gave up on a dial; the server has forgotten it, so nothing is answered.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/deadline"
@@ -24,19 +25,12 @@ import (
 // in-memory socket or client-side goroutine, and the packet protocol is konnectivity-client's (DIAL_REQ, DIAL_RSP or
 // DIAL_CLS, DATA both ways, CLOSE_REQ and CLOSE_RSP).
 const (
-	// inProcessWindow bounds the bytes from the agent that wait to be read on one connection. While it is full the
-	// proxy-server's loop for that agent waits, as it waits for a gRPC stream's flow-control window.
-	inProcessWindow = 256 << 10
 	// inProcessSendQuota bounds the bytes written to a connection that the proxy-server has not taken yet (a gRPC
 	// stream's write quota is 64 KiB too).
 	inProcessSendQuota = 64 << 10
 	// maxDataPayload is the most one DATA packet from a connection carries: the proxy-server encodes it for the agent,
 	// and gRPC's buffer pools jump from 32 KiB to 1 MiB buffers (see internal/agent).
 	maxDataPayload = 32<<10 - 64
-	// inProcessStallTimeout is how long the agent's loop may wait for a connection whose reader stopped before the
-	// connection is closed, so it cannot hold up the agent's other connections longer (konnectivity-client's read
-	// timeout).
-	inProcessStallTimeout = 10 * time.Second
 	// inProcessCloseTimeout is how long a closed connection's stream waits for the agent's CLOSE_RSP before it ends
 	// anyway (konnectivity-client's CloseTimeout).
 	inProcessCloseTimeout = 10 * time.Second
@@ -51,7 +45,6 @@ var (
 	errTunnelClosed   = errors.New("tunnel closed")
 	errDialClosed     = errors.New("dial closed by the agent")
 	errDialTimeout    = errors.New("no dial response in time")
-	errReaderStalled  = errors.New("tunnel closed: the connection was not read for too long")
 	errServerStopping = errors.New("the proxy-server is shutting down")
 )
 
@@ -88,6 +81,7 @@ func (s *Server) dialOnce(ctx context.Context, address string, group *inProcessT
 		return nil, errServerStopping
 	}
 	t := newTunnel(address, s.log)
+	t.policy = s.router.queue
 	// The dial waits for a reconnecting agent while its caller does and the tunnel may run.
 	pickCtx, endPick := context.WithCancel(ctx)
 	stop := func() bool { return false }
@@ -171,7 +165,11 @@ type tunnel struct {
 	ended  chan struct{}       // closed when the router's loop has returned
 
 	// The inProcess*Timeout constants; tests shorten them.
-	dialTimeout, stallTimeout, closeTimeout time.Duration
+	dialTimeout, closeTimeout time.Duration
+	// policy bounds the data from the agent that waits to be read (see queuePolicy), and flow, set once the
+	// connection is up when its agent takes packet.Pause, keeps it within the bound.
+	policy queuePolicy
+	flow   atomic.Pointer[flow]
 
 	readMu, writeMu sync.Mutex // one Read and one Write at a time
 	readDL, writeDL deadline.Deadline
@@ -188,8 +186,9 @@ type tunnel struct {
 	in      fifo[[]byte]
 	inOff   int
 	inBytes int
-	eof     bool  // the agent closed the connection or the stream ended: Read returns io.EOF after in
-	err     error // the connection was closed here (net.ErrClosed) or broken; Read and Write return it
+	inSince time.Time // when the reader last took data, or was first given data to take
+	eof     bool      // the agent closed the connection or the stream ended: Read returns io.EOF after in
+	err     error     // the connection was closed here (net.ErrClosed) or broken; Read and Write return it
 	// closeWait ends the stream if the agent's CLOSE_RSP does not come.
 	closeWait *time.Timer
 
@@ -205,8 +204,8 @@ func newTunnel(address string, log logr.Logger) *tunnel {
 		dialed:       make(chan *client.Packet, 1),
 		ended:        make(chan struct{}),
 		dialTimeout:  inProcessDialTimeout,
-		stallTimeout: inProcessStallTimeout,
 		closeTimeout: inProcessCloseTimeout,
+		policy:       newQueuePolicy(0, 0, nil),
 		outReady:     make(chan struct{}, 1),
 		outSpace:     make(chan struct{}, 1),
 		inReady:      make(chan struct{}, 1),
@@ -361,6 +360,15 @@ func (t *tunnel) handlerDone(err error) {
 // tunnelStream is the tunnel as the router sees it: a frontend stream.
 type tunnelStream struct{ *tunnel }
 
+func (t *tunnel) setFlow(f *flow) { t.flow.Store(f) }
+
+// pauseWanted is flow.update's question for this tunnel's queue.
+func (t *tunnel) pauseWanted(paused bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.policy.shouldPause(paused, t.inBytes)
+}
+
 var _ packetStream = tunnelStream{}
 
 // Recv returns the next packet from the connection; io.EOF once the stream is half-closed and drained.
@@ -422,39 +430,57 @@ func (s tunnelStream) dialAnswer(pkt *client.Packet) error {
 	return nil
 }
 
-// deliver queues DATA for the reader. While the window is full it waits, which holds up the agent's loop as a
-// full gRPC stream would; a reader that takes nothing for inProcessStallTimeout loses its connection.
+// deliver queues DATA for the reader, waiting for it as the queue policy says: the agent's loop waits briefly for a
+// reader that takes nothing, then goes on without it, and a reader that falls twice the queue behind loses its
+// connection.
 func (s tunnelStream) deliver(data []byte) {
 	if len(data) == 0 {
 		return // a Read must not return nothing without an error
 	}
-	var stall *time.Timer
+	var timer clock.Timer
 	defer func() {
-		if stall != nil {
-			stall.Stop()
+		if timer != nil {
+			timer.Stop()
 		}
 	}()
 	s.mu.Lock()
-	for s.inBytes >= inProcessWindow && s.err == nil && !s.eof {
+	for s.err == nil && !s.eof {
+		fl := s.flow.Load()
+		v, d := s.policy.decide(s.inBytes, len(data), s.inSince, true, fl != nil)
+		switch v {
+		case queueIt:
+			if s.inBytes == 0 {
+				s.inSince = s.policy.clock.Now()
+			}
+			s.in.push(data)
+			s.inBytes += len(data)
+			full := s.inBytes >= s.policy.bytes
+			s.mu.Unlock()
+			wake(s.inReady)
+			if fl != nil && full && !fl.isPaused.Load() {
+				fl.update(s.pauseWanted)
+			}
+			return
+		case cutOff:
+			s.mu.Unlock()
+			readersCut.Inc()
+			s.log.Info("Closing an in-process tunnel whose reader fell too far behind", "address", string(s.addr))
+			s.shut(errReaderStalled)
+			return
+		}
 		s.mu.Unlock()
-		if stall == nil {
-			stall = time.NewTimer(s.stallTimeout)
+		stallWaits.Inc()
+		if timer == nil {
+			timer = s.policy.clock.NewTimer(d)
+		} else {
+			timer.Reset(d)
 		}
 		select {
 		case <-s.inSpace:
 		case <-s.closed:
-		case <-stall.C:
-			s.log.Info("Closing an in-process tunnel whose reader stalled", "address", string(s.addr), "after", s.stallTimeout)
-			s.shut(errReaderStalled)
+		case <-timer.C():
 		}
 		s.mu.Lock()
 	}
-	if s.err != nil || s.eof {
-		s.mu.Unlock() // nobody reads it any more
-		return
-	}
-	s.in.push(data)
-	s.inBytes += len(data)
-	s.mu.Unlock()
-	wake(s.inReady)
+	s.mu.Unlock() // nobody reads it any more
 }

@@ -61,6 +61,21 @@ var (
 		Help: "Dials an agent left unanswered for a second that went to an agent of the same cluster that connected since.",
 	})
 
+	stallWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_frontend_stall_waits_total",
+		Help: "Times an agent's loop waited for a frontend connection's reader whose queue was full (backpressure).",
+	})
+
+	readersCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_frontend_readers_cut_total",
+		Help: "Frontend connections closed because their reader stopped taking data and fell twice the frontend queue behind.",
+	})
+
+	pausedConnections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_frontend_pauses_total",
+		Help: "Times an agent was told to stop reading a connection's destination because the connection's reader fell a frontend queue behind.",
+	})
+
 	agentStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cluster_proxy_server_agent_streams",
 		Help: "Agent streams the proxy-server holds.",
@@ -92,5 +107,5 @@ func init() {
 	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
 		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
 			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
-	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, agentStreams, established, connectedClusters, profile)
+	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, stallWaits, readersCut, pausedConnections, agentStreams, established, connectedClusters, profile)
 }

@@ -39,6 +39,8 @@ type router struct {
 	// agents is the view of the connected agents by cluster, which the user-server and GET /agents read.
 	agents *Agents
 	log    logr.Logger
+	// queue bounds what waits for each frontend connection's reader.
+	queue queuePolicy
 
 	mu sync.Mutex
 	// pending holds the dials sent to an agent and not answered yet, by dial ID.
@@ -58,6 +60,7 @@ func newRouter(serverID string, serverCount int, agents *Agents, backends *newes
 		backends: backends,
 		agents:   agents,
 		log:      log,
+		queue:    newQueuePolicy(0, 0, backends.clock),
 		pending:  map[int64]*link{},
 	}
 }
@@ -67,6 +70,9 @@ type packetStream interface {
 	Send(*client.Packet) error
 	Recv() (*client.Packet, error)
 }
+
+// flowQueue is a frontend stream whose queue can pause its connection's agent (outbox, tunnelStream).
+type flowQueue interface{ setFlow(*flow) }
 
 // frontend is one frontend stream. Its own loop and the loops of agent streams send to it.
 type frontend struct {
@@ -122,6 +128,8 @@ type backend struct {
 	agentID  string // scoped to the cluster: <cluster>/<agent ID>
 	hosts    []string
 	draining atomic.Bool
+	// pausable: the agent takes packet.Pause and packet.Resume (it said so in its stream's metadata).
+	pausable bool
 
 	sendMu sync.Mutex
 
@@ -215,6 +223,9 @@ func (r *router) Connect(stream agent.AgentService_ConnectServer) error {
 	}
 	// An agent chooses its agent ID, so the backend's ID carries the cluster too.
 	b := &backend{stream: stream, cluster: id.Cluster, agentID: id.Cluster + "/" + id.AgentID, hosts: id.Hosts, gone: make(chan struct{})}
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		b.pausable = slices.Contains(md.Get(packet.FlowControlHeader), packet.FlowControlPause)
+	}
 	r.backends.add(b)
 	r.movePending(b)
 	r.agents.add(id.Cluster, id.AgentID)
@@ -253,6 +264,9 @@ func (r *router) fromAgent(b *backend, pkt *client.Packet) {
 		}
 		l.connID.Store(rsp.ConnectID)
 		b.addConn(rsp.ConnectID, l)
+		if q, ok := l.front.stream.(flowQueue); ok && b.pausable {
+			q.setFlow(&flow{send: b.send, connID: rsp.ConnectID})
+		}
 		if err := l.front.send(pkt); err != nil {
 			b.removeConn(rsp.ConnectID, l)
 			b.closeConn(rsp.ConnectID)
@@ -581,13 +595,26 @@ type proxyService struct {
 	access *frontendAccess
 }
 
+// Proxy serves one client stream: its packets are read and routed on a goroutine of their own, while the handler's
+// goroutine sends the client what its outbox holds, so that a client that does not read holds up nothing but itself
+// (see queuePolicy). A client cut off that way sees the stream end with ResourceExhausted.
 func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 	ctx := stream.Context()
 	cert := verifiedPeerCertificate(ctx)
-	// A dial waits for a reconnecting agent while the client's stream lasts.
-	return p.r.serveFrontend(stream, true, authorized(p.r.awaiting(ctx), func(cluster string) error {
-		return p.access.check(ctx, cert, cluster)
-	}))
+	out := newOutbox(stream, p.r.queue)
+	served := make(chan error, 1)
+	go func() {
+		// A dial waits for a reconnecting agent while the client's stream lasts.
+		err := p.r.serveFrontend(out, true, authorized(p.r.awaiting(ctx), func(cluster string) error {
+			return p.access.check(ctx, cert, cluster)
+		}))
+		out.finish()
+		served <- err
+	}()
+	if err := out.run(ctx); err != nil {
+		return err
+	}
+	return <-served
 }
 
 // agentService is the agent endpoint.

@@ -87,7 +87,12 @@ type Options struct {
 	// The user-server keeps its own (userserver.Options.MinDrainDuration).
 	LameDuck              time.Duration
 	FrontendKeepaliveTime time.Duration
-	AgentKeepaliveTime    time.Duration
+	// FrontendQueueBytes is how many bytes of one frontend connection wait for its reader before the agent's loop
+	// waits for it, and FrontendStallTimeout the longest it waits for a reader that takes nothing; a reader that falls
+	// twice the queue behind loses its connection. Defaults DefaultFrontendQueueBytes, DefaultFrontendStallTimeout.
+	FrontendQueueBytes   int
+	FrontendStallTimeout time.Duration
+	AgentKeepaliveTime   time.Duration
 	// AgentReconnectWait is how long after a cluster lost its last agent a dial to it waits for an agent to connect,
 	// instead of failing at once with "No agent available": default DefaultAgentReconnectWait; negative: no wait.
 	AgentReconnectWait time.Duration
@@ -224,6 +229,7 @@ func New(opts Options) (*Server, error) {
 	backends := newNewestBackends(opts.Clock, opts.AgentReconnectWait)
 	s.agents.reconnecting = backends.reconnecting
 	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, backends, s.log)
+	s.router.queue = newQueuePolicy(opts.FrontendQueueBytes, opts.FrontendStallTimeout, opts.Clock)
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),

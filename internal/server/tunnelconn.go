@@ -43,8 +43,12 @@ func (c tunnelConn) Read(p []byte) (int, error) {
 				}
 			}
 			c.inBytes -= n
+			c.inSince = c.policy.clock.Now()
 			c.mu.Unlock()
 			wake(c.inSpace)
+			if fl := c.flow.Load(); fl != nil && fl.isPaused.Load() {
+				fl.update(c.pauseWanted)
+			}
 			return n, nil
 		}
 		eof := c.eof

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -267,11 +269,16 @@ func TestTunnelReadTakesSeveralPacketsAtOnceAndEndsWithEOF(t *testing.T) {
 	g.Expect(err).To(MatchError(errTunnelClosed))
 }
 
-func TestTunnelWindowHoldsUpTheAgentUntilTheReaderCatchesUp(t *testing.T) {
+// The queue's tests run on a fake clock: the agent's loop waits for a reader only as long as the clock says, so no
+// real-time pause of the machine can decide what they assert.
+const testQueue = 256 << 10
+
+func TestTunnelQueueHoldsUpTheAgentWhileTheReaderReads(t *testing.T) {
 	g := NewWithT(t)
 	h, conn := dialed(t)
+	h.policy = newQueuePolicy(testQueue, time.Second, clocktesting.NewFakeClock(time.Now()))
 	const packet = 32 << 10
-	packets := 2 * inProcessWindow / packet
+	packets := 4 * testQueue / packet // twice as much as a reader that took nothing could fall behind
 	sent := make(chan int, packets)
 	var want []byte
 	for i := range packets {
@@ -283,25 +290,38 @@ func TestTunnelWindowHoldsUpTheAgentUntilTheReaderCatchesUp(t *testing.T) {
 			sent <- i
 		}
 	}()
-	g.Eventually(sent).Should(HaveLen(inProcessWindow / packet))
-	g.Consistently(sent, 100*time.Millisecond).Should(HaveLen(inProcessWindow/packet), "the window is full")
+	g.Eventually(sent).Should(HaveLen(testQueue / packet))
+	g.Consistently(sent, 100*time.Millisecond).Should(HaveLen(testQueue/packet), "the queue is full, and the clock has not moved")
 	got := make([]byte, len(want))
 	_, err := io.ReadFull(conn, got)
-	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).NotTo(HaveOccurred(), "a reader that reads is never cut off, however far the agent is ahead")
 	g.Expect(bytes.Equal(got, want)).To(BeTrue())
-	g.Expect(sent).To(HaveLen(packets))
+	g.Eventually(sent).Should(HaveLen(packets))
 }
 
-func TestTunnelReaderThatStallsLosesItsConnection(t *testing.T) {
+func TestTunnelReaderThatTakesNothingHoldsTheAgentOnceThenLosesItsConnection(t *testing.T) {
 	g := NewWithT(t)
 	h, conn := dialed(t)
-	h.stallTimeout = 50 * time.Millisecond
-	for range inProcessWindow / (32 << 10) {
-		g.Expect(h.Send(dataPacket(make([]byte, 32<<10)))).To(Succeed())
+	clk := clocktesting.NewFakeClock(time.Now())
+	h.policy = newQueuePolicy(testQueue, time.Second, clk)
+	const packet = 32 << 10
+	for range testQueue / packet {
+		g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed())
 	}
-	start := time.Now()
-	g.Expect(h.Send(dataPacket(make([]byte, 32<<10)))).To(Succeed(), "dropped after the stall timeout")
-	g.Expect(time.Since(start)).To(BeNumerically(">=", h.stallTimeout))
+	sent := make(chan error, 1)
+	go func() { sent <- h.Send(dataPacket(make([]byte, packet))) }()
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "the agent's loop waits for the reader")
+	g.Consistently(sent, 50*time.Millisecond).ShouldNot(Receive())
+	clk.Step(time.Second)
+	g.Eventually(sent).Should(Receive(BeNil()), "after the stall timeout the loop goes on without the reader")
+	for range testQueue/packet - 1 {
+		g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed(), "queued without waiting: the reader stalled")
+	}
+	g.Expect(clk.HasWaiters()).To(BeFalse())
+	h.mu.Lock()
+	g.Expect(h.inBytes).To(Equal(2*testQueue), "nothing was let go yet")
+	h.mu.Unlock()
+	g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed(), "twice the queue behind: the connection is closed")
 	req := h.next(g)
 	g.Expect(req.Type).To(Equal(client.PacketType_CLOSE_REQ), "the agent is told to close the connection")
 	g.Expect(req.GetCloseRequest().ConnectID).To(BeEquivalentTo(testConnID))
@@ -310,11 +330,30 @@ func TestTunnelReaderThatStallsLosesItsConnection(t *testing.T) {
 	h.mu.Lock()
 	g.Expect(h.in.len()).To(BeZero(), "the queued data was let go at once")
 	h.mu.Unlock()
-	// Were later data to wait for the reader again, the Send would take an hour.
-	h.stallTimeout = time.Hour
+	g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed(), "later data is dropped without waiting")
+	g.Expect(clk.HasWaiters()).To(BeFalse())
+}
+
+func TestTunnelReaderThatReadsAgainIsWaitedForAgain(t *testing.T) {
+	g := NewWithT(t)
+	h, conn := dialed(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	h.policy = newQueuePolicy(testQueue, time.Second, clk)
+	const packet = 32 << 10
+	for range testQueue / packet {
+		g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed())
+	}
+	clk.Step(2 * time.Second) // the reader took nothing for longer than the stall timeout
+	g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed(), "queued without waiting")
+	_, err := io.ReadFull(conn, make([]byte, 2*packet))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(h.Send(dataPacket(make([]byte, packet)))).To(Succeed())
 	sent := make(chan error, 1)
-	go func() { sent <- h.Send(dataPacket(make([]byte, 32<<10))) }()
-	g.Eventually(sent).WithTimeout(10*time.Second).Should(Receive(BeNil()), "later data is dropped without waiting")
+	go func() { sent <- h.Send(dataPacket(make([]byte, packet))) }()
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "the reader read: the loop waits for it again")
+	_, err = io.ReadFull(conn, make([]byte, packet))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(sent).Should(Receive(BeNil()))
 }
 
 func TestTunnelCloseWaitsForTheAgentsAnswerBeforeTheStreamEnds(t *testing.T) {

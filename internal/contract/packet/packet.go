@@ -52,3 +52,26 @@ func CloseResponse(connID int64, errMsg string) *client.Packet {
 func Drain() *client.Packet {
 	return &client.Packet{Type: client.PacketType_DRAIN, Payload: &client.Packet_Drain{Drain: &client.Drain{}}}
 }
+
+// Flow control per connection, which konnectivity's protocol lacks: an agent stream carries many connections, and
+// without it the proxy-server can only slow the whole stream down for the one client that reads slowly. This
+// product's agent announces in its stream's metadata (FlowControlHeader: FlowControlPause) that it takes two more
+// packet types, which ANP's agent would log and ignore and the proxy-server sends no other agent: Pause, after which
+// the agent reads nothing more from the connection's destination, and Resume, after which it reads again.
+const (
+	FlowControlHeader = "cluster-proxy-flow-control"
+	FlowControlPause  = "pause"
+
+	PauseType  client.PacketType = 64
+	ResumeType client.PacketType = 65
+)
+
+// Pause asks the agent to stop reading connection connID's destination until Resume.
+func Pause(connID int64) *client.Packet {
+	return &client.Packet{Type: PauseType, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: connID}}}
+}
+
+// Resume lets the agent read connection connID's destination again.
+func Resume(connID int64) *client.Packet {
+	return &client.Packet{Type: ResumeType, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: connID}}}
+}
