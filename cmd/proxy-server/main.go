@@ -27,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway"
@@ -70,6 +71,7 @@ type config struct {
 	allowed                           allowlist.List
 	keepaliveTime, frontendKeepalive  time.Duration
 	frontendQueueBytes                int
+	tokenReviewConcurrency            int
 	frontendStallTimeout              time.Duration
 	agentWarmup                       time.Duration
 	agentReconnectWait                time.Duration
@@ -142,6 +144,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.DurationVar(&c.frontendStallTimeout, "frontend-stall-timeout", server.DefaultFrontendStallTimeout, "the longest an "+
 		"agent that cannot pause one connection waits for that connection's client to read, when the client reads "+
 		"nothing; a client that then falls twice --frontend-queue-bytes behind loses the connection")
+	fs.IntVar(&c.tokenReviewConcurrency, "token-review-concurrency", review.DefaultConcurrency, "TokenReviews on the hub "+
+		"in flight at once for tokens the hub knew before, and as many again for any other token; a request whose token "+
+		"would need one more is answered 429 with Retry-After at once")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
@@ -173,6 +178,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	}
 	if c.frontendQueueBytes < minFrontendQueueBytes {
 		return nil, fmt.Errorf("--frontend-queue-bytes=%d: want at least %d", c.frontendQueueBytes, minFrontendQueueBytes)
+	}
+	if c.tokenReviewConcurrency < 1 {
+		return nil, fmt.Errorf("--token-review-concurrency=%d: want at least 1", c.tokenReviewConcurrency)
 	}
 	if c.frontendStallTimeout <= 0 {
 		return nil, fmt.Errorf("--frontend-stall-timeout=%s: want a positive duration", c.frontendStallTimeout)
@@ -284,7 +292,7 @@ func (c *config) hubReviewer(log logr.Logger) (userserver.HubReviewer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hub client configuration: %w", err)
 	}
-	r, err := hubidentity.NewReviewer(cfg, hubidentity.ReviewerOptions{})
+	r, err := hubidentity.NewReviewer(cfg, hubidentity.ReviewerOptions{TokenReviewConcurrency: c.tokenReviewConcurrency})
 	if err != nil {
 		return nil, err
 	}

@@ -81,6 +81,7 @@ func TestRejectsBadCommandLines(t *testing.T) {
 		"a bad group naming":      {"--hub-service-account-groups=as-they-are"},
 		"a queue under a packet":  {"--frontend-queue-bytes=1000"},
 		"no stall timeout":        {"--frontend-stall-timeout=0s"},
+		"no token reviews":        {"--token-review-concurrency=0"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 )
 
 // Dial results, the result label of cluster_proxy_agent_dials_total.
@@ -64,7 +66,7 @@ func newMetrics() *metrics {
 		bytesToHub:  bytes.WithLabelValues("to_hub"),
 		bytesToDest: bytes.WithLabelValues("from_hub"),
 	}
-	m.registry.MustRegister(m.tunnels, m.connections, m.dials, m.connects, bytes, m.drained,
+	m.registry.MustRegister(m.tunnels, m.connections, m.dials, m.connects, bytes, m.drained, review.Collector(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
 )
 
@@ -107,5 +108,6 @@ func init() {
 	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
 		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
 			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
-	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, stallWaits, readersCut, pausedConnections, agentStreams, established, connectedClusters, profile)
+	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, stallWaits, readersCut, pausedConnections, agentStreams, established, connectedClusters, profile,
+		review.Collector())
 }

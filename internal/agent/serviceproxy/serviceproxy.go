@@ -103,7 +103,7 @@ func New(opts Options) (http.Handler, error) {
 	buffers := &copybuf.Pool{}
 	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain, dial: dial, buffers: buffers,
 		hubIdentities: !opts.RefuseHubIdentities}
-	managed, err := review.NewTokens("managed cluster", managedReviewConfig(opts.Kube), ttl, now)
+	managed, err := review.NewTokens("managed cluster", managedReviewConfig(opts.Kube), review.TokensOptions{TTL: ttl, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +216,10 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 
 	for _, a := range p.chain {
 		id, err := a.authenticate(ctx, token)
+		if errors.Is(err, review.ErrBusy) {
+			tooManyReviews(w, a.name)
+			return
+		}
 		if err != nil {
 			logger.Error(err, "Cannot authenticate a request", "path", r.URL.Path, "with", a.name)
 			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
@@ -238,6 +242,14 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+}
+
+// tooManyReviews answers a request whose token could not be reviewed because too many reviews are in flight: 429
+// with Retry-After, which client-go waits out and sends again.
+func tooManyReviews(w http.ResponseWriter, with string) {
+	w.Header().Set("Retry-After", "1")
+	proxyhttp.WriteStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+		fmt.Sprintf("too many tokens are being reviewed with %s; try again in a moment", with))
 }
 
 // serveHubIdentity forwards the impersonator's request as the identity its Impersonate-* headers name: the hub has

@@ -5,10 +5,12 @@ package review
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -27,35 +29,108 @@ type Identity struct {
 }
 
 // Tokens authenticates tokens with the TokenReview API of one cluster and caches the answers.
+//
+// A caller can send any number of made-up tokens, each a review, and must not starve the callers whose tokens are
+// real. Tokens are therefore reviewed in two lanes, each with its own client (and client-go rate limit) and its own
+// bound on reviews in flight: the known lane, for tokens that authenticated before or that a caller vouched for
+// (Vouch: the managed cluster accepted a token the hub does not know), and the unknown lane for every other one. A
+// review beyond its lane's bound is not queued: Review returns ErrBusy at once (the callers answer 429 with
+// Retry-After), so a flood costs its senders and leaves the known lane alone. Answers about known tokens are cached
+// apart from the others, so that a flood of rejections cannot push them out.
 type Tokens struct {
 	cluster string // for errors: "managed cluster" or "hub"
-	client  authnv1client.TokenReviewInterface
-	cache   *Cache[Identity] // nil: no caching
+	lanes   [2]lane
+	// cache holds the answers about known tokens, junk the answers about the others (rejections, nearly all).
+	cache, junk *Cache[Identity] // nil: no caching
+	// known remembers the tokens of the known lane for knownFor, so that their next review, once their cached answer
+	// has expired, goes there too.
+	known *Cache[struct{}]
 }
 
-// NewTokens reviews tokens on cluster (named in errors) through cfg, keeping answers for ttl (0 or less: not at
-// all) as now tells the time.
-func NewTokens(cluster string, cfg *rest.Config, ttl time.Duration, now func() time.Time) (*Tokens, error) {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		// Every uncached request makes a review; client-go's default of 5 per second would queue them.
-		cfg.QPS, cfg.Burst = 50, 100
-	}
-	c, err := authnv1client.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s TokenReview client: %w", cluster, err)
-	}
-	return &Tokens{cluster: cluster, client: c.TokenReviews(), cache: NewCache[Identity](ttl, now)}, nil
+type lane struct {
+	client authnv1client.TokenReviewInterface
+	slots  chan struct{}
+	name   string
 }
 
-// Review authenticates token. An error means the review could not be made (the caller answers 503) and is never
-// cached; a rejection is an Identity with Authenticated false.
+const (
+	laneKnown = iota
+	laneUnknown
+)
+
+// knownFor is how long a token that authenticated, or was vouched for, stays in the known lane.
+const knownFor = time.Hour
+
+// DefaultConcurrency is how many reviews of each lane may be in flight at once.
+const DefaultConcurrency = 16
+
+// ErrBusy says a review was not made because as many reviews of its lane as allowed are in flight.
+var ErrBusy = errors.New("too many token reviews in flight; try again in a moment")
+
+// TokensOptions tune NewTokens; zero values take the defaults.
+type TokensOptions struct {
+	// TTL is how long answers are kept; 0 or less keeps none.
+	TTL time.Duration
+	// Now tells the time, default time.Now.
+	Now func() time.Time
+	// Concurrency bounds the reviews in flight in each lane, default DefaultConcurrency.
+	Concurrency int
+}
+
+// NewTokens reviews tokens on cluster (named in errors) through cfg.
+func NewTokens(cluster string, cfg *rest.Config, opts TokensOptions) (*Tokens, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	r := &Tokens{cluster: cluster, cache: NewCache[Identity](opts.TTL, opts.Now), junk: NewCache[Identity](opts.TTL, opts.Now),
+		known: NewCache[struct{}](knownFor, opts.Now)}
+	for i, name := range []string{"known", "unknown"} {
+		laneCfg := rest.CopyConfig(cfg)
+		if laneCfg.QPS == 0 {
+			// Every uncached request makes a review; client-go's default of 5 per second would queue them.
+			laneCfg.QPS, laneCfg.Burst = 50, 100
+		}
+		c, err := authnv1client.NewForConfig(laneCfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s TokenReview client: %w", cluster, err)
+		}
+		r.lanes[i] = lane{client: c.TokenReviews(), slots: make(chan struct{}, opts.Concurrency), name: name}
+		refusals.WithLabelValues(name)
+	}
+	return r, nil
+}
+
+// Vouch puts token in the known lane: something other than this cluster's TokenReview showed that it is real (the
+// managed cluster accepted a token the hub does not know).
+func (r *Tokens) Vouch(token string) {
+	r.known.Put(sha256.Sum256([]byte(token)), struct{}{})
+}
+
+// Review authenticates token. An error means the review could not be made (the caller answers 503, or 429 for
+// ErrBusy) and is never cached; a rejection is an Identity with Authenticated false.
 func (r *Tokens) Review(ctx context.Context, token string) (Identity, error) {
 	key := sha256.Sum256([]byte(token))
 	if id, ok := r.cache.Get(key); ok {
 		return id, nil
 	}
-	tr, err := r.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if id, ok := r.junk.Get(key); ok {
+		return id, nil
+	}
+	l := &r.lanes[laneUnknown]
+	if _, known := r.known.Get(key); known {
+		l = &r.lanes[laneKnown]
+	}
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		refusals.WithLabelValues(l.name).Inc()
+		return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
+	}
+	tr, err := l.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	<-l.slots
 	if err != nil {
 		return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, err)
 	}
@@ -72,9 +147,26 @@ func (r *Tokens) Review(ctx context.Context, token string) (Identity, error) {
 	}
 	// Rejections are cached too. kube-apiserver reports every one with status.error "invalid bearer token", so the
 	// error cannot tell an unknown token from a failing authenticator; either way the answer is 401 for a TTL.
-	r.cache.Put(key, id)
+	switch {
+	case id.Authenticated:
+		r.known.Put(key, struct{}{})
+		r.cache.Put(key, id)
+	case l == &r.lanes[laneKnown]:
+		r.cache.Put(key, id) // a vouched token the cluster does not know: kept apart from the junk too
+	default:
+		r.junk.Put(key, id)
+	}
 	return id, nil
 }
+
+// refusals counts the reviews ErrBusy refused, by lane. Each program registers it where it serves metrics.
+var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "cluster_proxy_token_reviews_refused_total",
+	Help: "TokenReviews not made because as many of their lane (known: tokens that authenticated before; unknown: any other) were in flight; the request was answered 429.",
+}, []string{"lane"})
+
+// Collector is the package's metrics.
+func Collector() prometheus.Collector { return refusals }
 
 // Cache keeps answers for a TTL, keyed by a SHA-256 (of a token, so that no token is held). A nil Cache keeps
 // nothing.

@@ -194,6 +194,9 @@ type ReviewerOptions struct {
 	TTL time.Duration
 	// Now tells the time for the caches, default time.Now.
 	Now func() time.Time
+	// TokenReviewConcurrency bounds the TokenReviews in flight per lane (review.Tokens), default
+	// review.DefaultConcurrency; beyond it Authenticate fails with review.ErrBusy at once.
+	TokenReviewConcurrency int
 }
 
 // NewReviewer reviews on the hub cfg reaches (the proxy-server's own identity, which may create TokenReviews and
@@ -209,7 +212,7 @@ func NewReviewer(cfg *rest.Config, opts ReviewerOptions) (*Reviewer, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "cluster-proxy-user-server"
 	}
-	tokens, err := review.NewTokens("hub", cfg, opts.TTL, opts.Now)
+	tokens, err := review.NewTokens("hub", cfg, review.TokensOptions{TTL: opts.TTL, Now: opts.Now, Concurrency: opts.TokenReviewConcurrency})
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +235,10 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (id Identity,
 	}
 	return Identity{User: got.User, UID: got.UID, Groups: got.Groups, Extra: got.Extra}, true, nil
 }
+
+// Vouch tells the reviewer that token, which the hub does not know, is real elsewhere (a managed cluster accepted it),
+// so that its next review on the hub does not wait behind made-up tokens.
+func (r *Reviewer) Vouch(token string) { r.tokens.Vouch(token) }
 
 // Authorize asks the hub whether id may verb clusters/proxy of cluster.
 func (r *Reviewer) Authorize(ctx context.Context, id Identity, cluster, verb string) (Decision, error) {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
@@ -32,6 +34,19 @@ type fakeHub struct {
 	mu              sync.Mutex
 	authentications int
 	authorizations  []string // "<cluster> <verb>"
+	vouched         []string
+}
+
+func (h *fakeHub) Vouch(token string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.vouched = append(h.vouched, token)
+}
+
+func (h *fakeHub) vouchedFor() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.vouched...)
 }
 
 var alice = hubidentity.Identity{User: "system:serviceaccount:team:alice", UID: "a-1",
@@ -241,6 +256,44 @@ func TestAHubThatCannotBeAskedIs503AndTheTokenGoesNowhere(t *testing.T) {
 	g.Expect(s.last()).To(BeNil())
 	_, _, dialed := e.dialer.stats()
 	g.Expect(dialed).To(BeEmpty())
+}
+
+func TestAHubFloodedWithTokenReviewsIs429AndTheTokenGoesNowhere(t *testing.T) {
+	g := NewWithT(t)
+	var s seen
+	e := newEnv(t, http.HandlerFunc(s.handler), Options{Hub: &fakeHub{err: fmt.Errorf("hub TokenReview: %w", review.ErrBusy)}}, "cluster1")
+	resp, err := e.frontend.Client().Do(e.request(t, http.MethodGet, "/cluster1/api/v1/namespaces", http.Header{"Authorization": {testToken}}))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusTooManyRequests))
+	g.Expect(resp.Header.Get("Retry-After")).To(Equal("1"), "client-go waits and sends it again")
+	g.Expect(s.last()).To(BeNil())
+}
+
+func TestATokenTheClusterAcceptedIsVouchedForOnTheHub(t *testing.T) {
+	g := NewWithT(t)
+	code := http.StatusOK
+	var mu sync.Mutex
+	hub := &fakeHub{}
+	e := newEnv(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.WriteHeader(code)
+	}), Options{Hub: hub}, "cluster1")
+	token := strings.TrimPrefix(testToken, "Bearer ")
+
+	got, _ := e.get(t, "/cluster1/api/v1/namespaces")
+	g.Expect(got).To(Equal(http.StatusOK))
+	g.Expect(hub.vouchedFor()).To(Equal([]string{token}))
+
+	mu.Lock()
+	code = http.StatusUnauthorized
+	mu.Unlock()
+	got, _ = e.get(t, "/cluster1/api/v1/namespaces")
+	g.Expect(got).To(Equal(http.StatusUnauthorized))
+	got, _ = e.get(t, "/cluster-nobody-serves/api/v1/namespaces")
+	g.Expect(got).To(Equal(http.StatusNotFound))
+	g.Expect(hub.vouchedFor()).To(HaveLen(1), "neither the cluster's 401 nor the user-server's own 404 vouches for a token")
 }
 
 func TestAHubTokenWithImpersonateHeadersIsRefused(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/copybuf"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
@@ -217,6 +218,17 @@ func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluste
 	s.serveAndRecord(w, r, "/"+url.PathEscape(cluster)+escapedPath, viaAggregated, &id)
 }
 
+// voucher is a HubReviewer told of tokens the hub does not know that a managed cluster accepted
+// (hubidentity.Reviewer.Vouch), so that made-up tokens do not delay their next review on the hub.
+type voucher interface{ Vouch(token string) }
+
+// clusterAuthenticated says whether an answer of the cluster's service-proxy to a request with a bearer token shows
+// that the token authenticated there: it answers 401 for one it rejects, and 429 or 503 for one it could not review.
+func clusterAuthenticated(code int) bool {
+	return code < http.StatusInternalServerError && code != http.StatusUnauthorized && code != http.StatusTooManyRequests &&
+		code != statusClientClosed
+}
+
 // served is what the access log and the metrics say of a request.
 type served struct {
 	cluster string
@@ -224,6 +236,9 @@ type served struct {
 	// known says an agent of the cluster has reached this proxy-server: only then does the request count per cluster,
 	// so that a name anyone may send never becomes a metric series.
 	known bool
+	// clusterToken says a token the hub does not know went to the cluster's kube-apiserver, whose service-proxy
+	// reviews it there: an answer other than 401 says the cluster knows it (vouch).
+	clusterToken bool
 }
 
 func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, via string, id *hubidentity.Identity) {
@@ -239,6 +254,11 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 	}
 	if via == viaUserServer {
 		requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+	if info.clusterToken && clusterAuthenticated(code) {
+		if v, ok := s.opts.Hub.(voucher); ok {
+			v.Vouch(proxyhttp.BearerToken(r.Header))
+		}
 	}
 	verb := hubidentity.RequestVerb(r)
 	answered := rec.answeredAt
@@ -327,6 +347,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *
 		}
 	} else if id != nil {
 		ctx = context.WithValue(ctx, impersonatedKey{}, true)
+	} else {
+		// Only the cluster's answers follow: the proxy's own, for a tunnel that failed, are 5xx.
+		info.clusterToken = s.opts.Hub != nil && proxyhttp.BearerToken(r.Header) != ""
 	}
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
 	return info
@@ -365,6 +388,13 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 	}
 	log := klog.FromContext(r.Context())
 	hubID, isHub, err := s.opts.Hub.Authenticate(r.Context(), token)
+	if errors.Is(err, review.ErrBusy) {
+		// Made-up tokens are flooding the hub's reviews; the tokens the hub knew before have a lane of their own.
+		w.Header().Set("Retry-After", "1")
+		proxyhttp.WriteStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			"too many tokens are being reviewed on the hub; try again in a moment")
+		return nil, false
+	}
 	if err != nil {
 		// The token may be a hub token: it must not go to the cluster unreviewed.
 		log.Error(err, "Cannot review a token on the hub", "cluster", t.Cluster)

@@ -1,0 +1,113 @@
+package review
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/client-go/rest"
+)
+
+// tokenReviewAPI answers TokenReviews as a kube-apiserver does: "real-*" tokens authenticate as themselves, any other
+// is rejected. A review of a "slow-*" token waits until release is closed.
+type tokenReviewAPI struct {
+	release chan struct{}
+	asked   sync.Map // token -> *atomic.Int32
+}
+
+func (a *tokenReviewAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var tr authnv1.TokenReview
+	if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	n, _ := a.asked.LoadOrStore(tr.Spec.Token, new(atomic.Int32))
+	n.(*atomic.Int32).Add(1)
+	if strings.HasPrefix(tr.Spec.Token, "slow-") {
+		<-a.release
+	}
+	if strings.HasPrefix(tr.Spec.Token, "real-") {
+		tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: tr.Spec.Token}}
+	} else {
+		tr.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
+	}
+	tr.APIVersion, tr.Kind = "authentication.k8s.io/v1", "TokenReview"
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&tr)
+}
+
+func (a *tokenReviewAPI) times(token string) int32 {
+	n, ok := a.asked.Load(token)
+	if !ok {
+		return 0
+	}
+	return n.(*atomic.Int32).Load()
+}
+
+func TestMadeUpTokensWaitInALaneOfTheirOwnAndNeverQueue(t *testing.T) {
+	g := NewWithT(t)
+	api := &tokenReviewAPI{release: make(chan struct{})}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+		QPS: 1e6, Burst: 1e6}, TokensOptions{TTL: 10 * time.Second, Now: clock, Concurrency: 2})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+
+	id, err := tokens.Review(ctx, "real-alice")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(id.Authenticated).To(BeTrue())
+	tokens.Vouch("managed-bob") // a token of a managed cluster, which the hub does not know
+
+	// The unknown lane fills with reviews that take their time; one more is refused at once, not queued.
+	var inFlight sync.WaitGroup
+	for i := range 2 {
+		inFlight.Go(func() { _, _ = tokens.Review(ctx, "slow-"+strconv.Itoa(i)) })
+	}
+	g.Eventually(func() int32 { return api.times("slow-0") + api.times("slow-1") }).Should(BeEquivalentTo(2))
+	_, err = tokens.Review(ctx, "junk")
+	g.Expect(err).To(MatchError(ErrBusy))
+
+	// The known tokens' answers expire meanwhile: their reviews go through their own lane.
+	mu.Lock()
+	now = now.Add(11 * time.Second)
+	mu.Unlock()
+	id, err = tokens.Review(ctx, "real-alice")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(id.Authenticated).To(BeTrue())
+	g.Expect(api.times("real-alice")).To(BeEquivalentTo(2))
+	id, err = tokens.Review(ctx, "managed-bob")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(id.Authenticated).To(BeFalse(), "the hub does not know it; the managed cluster decides")
+
+	close(api.release)
+	inFlight.Wait()
+
+	// A flood of rejections does not push the known tokens' answers out of the cache.
+	for i := range MaxCached + 100 {
+		_, err := tokens.Review(ctx, "junk-"+strconv.Itoa(i))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	for _, token := range []string{"real-alice", "managed-bob"} {
+		before := api.times(token)
+		_, err := tokens.Review(ctx, token)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(api.times(token)).To(Equal(before), "%s answered from the cache", token)
+	}
+}
