@@ -103,7 +103,7 @@ func New(opts Options) (http.Handler, error) {
 	buffers := &copybuf.Pool{}
 	p := &proxy{kubeURL: kubeURL, allowed: opts.Allowed, domain: domain, dial: dial, buffers: buffers,
 		hubIdentities: !opts.RefuseHubIdentities}
-	managed, err := review.NewTokens("managed cluster", managedReviewConfig(opts.Kube), review.TokensOptions{TTL: ttl, Now: now})
+	managed, err := review.NewTokens("managed cluster", managedReviewConfig(opts.Kube, dial), review.TokensOptions{TTL: ttl, Now: now})
 	if err != nil {
 		return nil, err
 	}
@@ -134,11 +134,13 @@ func New(opts Options) (http.Handler, error) {
 }
 
 // managedReviewConfig is cfg as the managed cluster's TokenReviews use it.
-func managedReviewConfig(cfg *rest.Config) *rest.Config {
+func managedReviewConfig(cfg *rest.Config, dial dialFunc) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "cluster-proxy-service-proxy"
 	}
+	// The reviews reach the kube-apiserver the way the requests do (the agent's --resolve overrides included).
+	cfg.Dial = dial
 	return cfg
 }
 
