@@ -72,6 +72,9 @@ type config struct {
 	keepaliveTime, frontendKeepalive  time.Duration
 	frontendQueueBytes                int
 	tokenReviewConcurrency            int
+	maxStreamsPerClient               int
+	maxConnectionsPerAgent            int
+	maxPendingDialsPerAgent           int
 	frontendStallTimeout              time.Duration
 	agentWarmup                       time.Duration
 	agentReconnectWait                time.Duration
@@ -147,6 +150,13 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.IntVar(&c.tokenReviewConcurrency, "token-review-concurrency", review.DefaultConcurrency, "TokenReviews on the hub "+
 		"in flight at once for tokens the hub knew before, and as many again for any other token; a request whose token "+
 		"would need one more is answered 429 with Retry-After at once")
+	fs.IntVar(&c.maxStreamsPerClient, "max-streams-per-client", server.DefaultMaxStreamsPerClient, "gRPC streams and "+
+		"CONNECT tunnels one client certificate may hold at once on this replica (every hub program that mounts "+
+		"proxy-client shares one); beyond it a stream ends with ResourceExhausted and a CONNECT is answered 429")
+	fs.IntVar(&c.maxConnectionsPerAgent, "max-connections-per-agent", server.DefaultMaxConnectionsPerAgent, "connections "+
+		"one agent stream may carry, established and dialing; a dial beyond it is refused (the user-server answers 503 with Retry-After)")
+	fs.IntVar(&c.maxPendingDialsPerAgent, "max-pending-dials-per-agent", server.DefaultMaxPendingDialsPerAgent, "dials "+
+		"one agent stream may have unanswered; a dial beyond it is refused like one beyond --max-connections-per-agent")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
 	var allowed []string
@@ -178,6 +188,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	}
 	if c.frontendQueueBytes < minFrontendQueueBytes {
 		return nil, fmt.Errorf("--frontend-queue-bytes=%d: want at least %d", c.frontendQueueBytes, minFrontendQueueBytes)
+	}
+	for name, v := range map[string]int{"max-streams-per-client": c.maxStreamsPerClient,
+		"max-connections-per-agent": c.maxConnectionsPerAgent, "max-pending-dials-per-agent": c.maxPendingDialsPerAgent} {
+		if v < 1 {
+			return nil, fmt.Errorf("--%s=%d: want at least 1", name, v)
+		}
 	}
 	if c.tokenReviewConcurrency < 1 {
 		return nil, fmt.Errorf("--token-review-concurrency=%d: want at least 1", c.tokenReviewConcurrency)
@@ -272,6 +288,8 @@ func (c *config) options() server.Options {
 		AgentKeepaliveTime: c.keepaliveTime, FrontendKeepaliveTime: c.frontendKeepalive, AgentReconnectWait: noWaitIfZero(c.agentReconnectWait),
 		PeerWait:           c.peerWait,
 		FrontendQueueBytes: c.frontendQueueBytes, FrontendStallTimeout: c.frontendStallTimeout,
+		MaxStreamsPerClient: c.maxStreamsPerClient, MaxConnectionsPerAgent: c.maxConnectionsPerAgent,
+		MaxPendingDialsPerAgent: c.maxPendingDialsPerAgent,
 	}
 }
 

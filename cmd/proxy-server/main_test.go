@@ -82,6 +82,8 @@ func TestRejectsBadCommandLines(t *testing.T) {
 		"a queue under a packet":  {"--frontend-queue-bytes=1000"},
 		"no stall timeout":        {"--frontend-stall-timeout=0s"},
 		"no token reviews":        {"--token-review-concurrency=0"},
+		"no streams per client":   {"--max-streams-per-client=0"},
+		"no dials per agent":      {"--max-pending-dials-per-agent=-1"},
 	}
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -50,6 +50,12 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// A CONNECT tunnel outlives the listener's shutdown, as a hijacked connection does: it ends when either end
 	// closes, once it is idle during a shutdown (router.retireIdle), and at the latest when the agent streams end.
 	cert := contract.VerifiedLeaf(r.TLS)
+	release, err := s.streams.acquire(cert)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("CONNECT %s: %v", r.Host, err), http.StatusTooManyRequests)
+		return
+	}
+	defer release()
 	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true, func(cluster string) error {
 		return s.access.check(r.Context(), cert, cluster)
 	})
@@ -57,7 +63,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusBadGateway
 		var refused *accessError
 		switch {
-		case errors.Is(err, errNoAgent):
+		case errors.Is(err, errNoAgent), errors.Is(err, errAgentBusy):
 			code = http.StatusServiceUnavailable
 		case errors.As(err, &refused):
 			code = http.StatusForbidden

@@ -266,7 +266,7 @@ func (t *tunnel) answer(pkt *client.Packet) (net.Conn, error) {
 	}
 	t.endStream()
 	if rsp := pkt.GetDialResponse(); rsp != nil {
-		for _, known := range []error{errAgentStreamEnded, errNoAgent} { // the router's own answers
+		for _, known := range []error{errAgentStreamEnded, errNoAgent, errAgentBusy} { // the router's own answers
 			if rsp.Error == known.Error() {
 				return nil, known
 			}

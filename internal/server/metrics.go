@@ -77,6 +77,11 @@ var (
 		Help: "Times an agent was told to stop reading a connection's destination because the connection's reader fell a frontend queue behind.",
 	})
 
+	limitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_proxy_server_limit_refusals_total",
+		Help: "Streams and dials refused because a client certificate or an agent stream holds as many as allowed, by limit.",
+	}, []string{"limit"})
+
 	agentStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cluster_proxy_server_agent_streams",
 		Help: "Agent streams the proxy-server holds.",
@@ -102,12 +107,15 @@ func init() {
 	for _, r := range frontendRefusalReasons {
 		frontendRefusals.WithLabelValues(r)
 	}
+	for _, l := range limitNames {
+		limitRefusals.WithLabelValues(l)
+	}
 	for _, r := range refusalReasons {
 		identityRefusals.WithLabelValues(r)
 	}
 	profile := tlsProfileInfo{desc: prometheus.NewDesc("cluster_proxy_tls_profile_info",
 		"The TLS profile the proxy-server's listeners apply to new handshakes now (min_version; cipher_suites, comma-separated, "+
 			"empty for Go's defaults). Always 1.", []string{"min_version", "cipher_suites"}, nil)}
-	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, stallWaits, readersCut, pausedConnections, agentStreams, established, connectedClusters, profile,
+	prometheus.MustRegister(identityRefusals, frontendRefusals, duplicateRefusals, movedDials, stallWaits, readersCut, pausedConnections, limitRefusals, agentStreams, established, connectedClusters, profile,
 		review.Collector())
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 	"sigs.k8s.io/apiserver-network-proxy/proto/agent"
 	"sigs.k8s.io/apiserver-network-proxy/proto/header"
@@ -39,8 +41,9 @@ type router struct {
 	// agents is the view of the connected agents by cluster, which the user-server and GET /agents read.
 	agents *Agents
 	log    logr.Logger
-	// queue bounds what waits for each frontend connection's reader.
-	queue queuePolicy
+	// queue bounds what waits for each frontend connection's reader, and limits what one agent stream carries.
+	queue  queuePolicy
+	limits agentLimits
 
 	mu sync.Mutex
 	// pending holds the dials sent to an agent and not answered yet, by dial ID.
@@ -61,6 +64,7 @@ func newRouter(serverID string, serverCount int, agents *Agents, backends *newes
 		agents:   agents,
 		log:      log,
 		queue:    newQueuePolicy(0, 0, backends.clock),
+		limits:   agentLimits{}.withDefaults(),
 		pending:  map[int64]*link{},
 	}
 }
@@ -130,6 +134,9 @@ type backend struct {
 	draining atomic.Bool
 	// pausable: the agent takes packet.Pause and packet.Resume (it said so in its stream's metadata).
 	pausable bool
+	// dials is how many dials sent to the stream wait for its answer; the router's mu guards it, as it guards the
+	// pending dials.
+	dials int
 
 	sendMu sync.Mutex
 
@@ -154,6 +161,13 @@ func (b *backend) addConn(id int64, l *link) {
 	}
 	b.conns[id] = l
 	established.Inc()
+}
+
+// connCount is how many established connections the stream carries.
+func (b *backend) connCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.conns)
 }
 
 func (b *backend) conn(id int64) *link {
@@ -318,22 +332,34 @@ func (r *router) backendGone(b *backend) {
 			delete(r.pending, random)
 		}
 	}
+	b.dials = 0
 	r.mu.Unlock()
 	for _, l := range waiting {
 		_ = l.front.send(packet.DialResponse(l.random, 0, errAgentStreamEnded.Error()))
 	}
 }
 
-// addPending records a dial sent to l.back. It reports false when that stream has ended: backendGone marks the stream
-// ended before it takes the stream's dials, under the same lock, so a dial is either taken by it or refused here.
-func (r *router) addPending(l *link) bool {
+// addPending records a dial sent to l.back. It fails with errAgentStreamEnded when that stream has ended:
+// backendGone marks the stream ended before it takes the stream's dials, under the same lock, so a dial is either
+// taken by it or refused here. It fails with errAgentBusy when the stream carries as many connections, or has as many
+// dials unanswered, as the limits allow.
+func (r *router) addPending(l *link) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if l.back.hasEnded() {
-		return false
+		return errAgentStreamEnded
+	}
+	if l.back.dials >= r.limits.pendingDials {
+		limitRefusals.WithLabelValues(limitPendingDialsPerAgent).Inc()
+		return errAgentBusy
+	}
+	if l.back.connCount()+l.back.dials >= r.limits.connections {
+		limitRefusals.WithLabelValues(limitConnectionsPerAgent).Inc()
+		return errAgentBusy
 	}
 	r.pending[l.random] = l
-	return true
+	l.back.dials++
+	return nil
 }
 
 // isPending reports whether l's dial waits for its answer.
@@ -351,6 +377,7 @@ func (r *router) withdraw(l *link) *backend {
 		return nil
 	}
 	delete(r.pending, l.random)
+	l.back.dials--
 	return l.back
 }
 
@@ -378,6 +405,8 @@ func (r *router) movePending(b *backend) {
 	for _, l := range r.pending {
 		if l.back != b && now.Sub(l.sent) >= pendingMoveAfter && slices.Contains(b.hosts, hostOf(l.address)) {
 			moves = append(moves, move{l, l.back})
+			l.back.dials--
+			b.dials++
 			l.back, l.sent = b, now
 		}
 	}
@@ -402,6 +431,7 @@ func (r *router) takePending(random int64, b *backend) *link {
 		return nil
 	}
 	delete(r.pending, random)
+	b.dials--
 	return l
 }
 
@@ -505,8 +535,11 @@ func (r *router) dialAgent(f *frontend, pkt *client.Packet, pick picker) *link {
 			break
 		}
 		l := &link{front: f, back: b, random: req.Random, address: req.Address, sent: r.backends.clock.Now()}
-		if !r.addPending(l) { // it ended after pick, and has left the backends
-			failure = errAgentStreamEnded.Error()
+		if err := r.addPending(l); errors.Is(err, errAgentBusy) {
+			failure = err.Error()
+			break
+		} else if err != nil { // it ended after pick, and has left the backends
+			failure = err.Error()
 			continue
 		}
 		err = b.send(pkt)
@@ -591,8 +624,9 @@ func hostOf(address string) string {
 // certificate may reach.
 type proxyService struct {
 	client.UnimplementedProxyServiceServer
-	r      *router
-	access *frontendAccess
+	r       *router
+	access  *frontendAccess
+	streams *clientStreams
 }
 
 // Proxy serves one client stream: its packets are read and routed on a goroutine of their own, while the handler's
@@ -601,6 +635,11 @@ type proxyService struct {
 func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 	ctx := stream.Context()
 	cert := verifiedPeerCertificate(ctx)
+	release, err := p.streams.acquire(cert)
+	if err != nil {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	defer release()
 	out := newOutbox(stream, p.r.queue)
 	served := make(chan error, 1)
 	go func() {

@@ -92,7 +92,13 @@ type Options struct {
 	// twice the queue behind loses its connection. Defaults DefaultFrontendQueueBytes, DefaultFrontendStallTimeout.
 	FrontendQueueBytes   int
 	FrontendStallTimeout time.Duration
-	AgentKeepaliveTime   time.Duration
+	// MaxStreamsPerClient bounds the gRPC streams and CONNECT tunnels one client certificate holds at once;
+	// MaxConnectionsPerAgent and MaxPendingDialsPerAgent what one agent stream carries. Defaults
+	// DefaultMaxStreamsPerClient, DefaultMaxConnectionsPerAgent, DefaultMaxPendingDialsPerAgent.
+	MaxStreamsPerClient     int
+	MaxConnectionsPerAgent  int
+	MaxPendingDialsPerAgent int
+	AgentKeepaliveTime      time.Duration
 	// AgentReconnectWait is how long after a cluster lost its last agent a dial to it waits for an agent to connect,
 	// instead of failing at once with "No agent available": default DefaultAgentReconnectWait; negative: no wait.
 	AgentReconnectWait time.Duration
@@ -161,7 +167,9 @@ type Server struct {
 	log    logr.Logger
 	router *router
 	access *frontendAccess
-	agents *Agents
+	// streams counts the frontend streams of each client certificate (--max-streams-per-client).
+	streams *clientStreams
+	agents  *Agents
 	// tunnels answers GET /tunnels.
 	tunnels *tunnelReports
 
@@ -230,13 +238,15 @@ func New(opts Options) (*Server, error) {
 	s.agents.reconnecting = backends.reconnecting
 	s.router = newRouter(opts.ServerID, opts.ServerCount, s.agents, backends, s.log)
 	s.router.queue = newQueuePolicy(opts.FrontendQueueBytes, opts.FrontendStallTimeout, opts.Clock)
+	s.router.limits = agentLimits{connections: opts.MaxConnectionsPerAgent, pendingDials: opts.MaxPendingDialsPerAgent}.withDefaults()
+	s.streams = newClientStreams(opts.MaxStreamsPerClient)
 
 	s.frontend = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
 	s.access = &frontendAccess{hub: opts.Hub, log: s.log.WithName("frontend-access")}
-	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router, access: s.access})
+	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router, access: s.access, streams: s.streams})
 
 	s.agentEndpoint = grpc.NewServer(
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.agentTLS, "h2", nil)))),

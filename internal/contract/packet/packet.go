@@ -75,3 +75,7 @@ func Pause(connID int64) *client.Packet {
 func Resume(connID int64) *client.Packet {
 	return &client.Packet{Type: ResumeType, Payload: &client.Packet_Data{Data: &client.Data{ConnectID: connID}}}
 }
+
+// ErrAgentBusy is the DIAL_RSP error of a dial to an agent stream that carries as many connections, or has as many
+// dials unanswered, as the proxy-server allows one agent: nothing reached the cluster, so the dial may be made again.
+var ErrAgentBusy = errors.New("the cluster's agent carries as many connections and dials as this proxy-server allows; try again")

@@ -509,6 +509,13 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused.write(w)
 		return
 	}
+	if errors.Is(err, packet.ErrAgentBusy) {
+		log.V(2).Info("The cluster's agent carries as much as this proxy-server allows", "cluster", t.Cluster)
+		w.Header().Set("Retry-After", "1")
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("the agent of cluster %q carries as many connections as this proxy-server allows; try again", t.Cluster))
+		return
+	}
 	if errors.Is(err, packet.ErrNoAgent) {
 		// The agent left between the check above and the dial.
 		log.V(2).Info("No agent of the cluster took the dial", "cluster", t.Cluster)
