@@ -116,6 +116,8 @@ func TestDataPlane(t *testing.T) {
 		b.reportStreams(b.sum.streams)
 	})
 	run("upload", fmt.Sprintf("5. Upload: POST of 64 MiB, one kept-alive connection per mode, %d interleaved rounds (warmed)", bulkRounds), b.upload)
+	run("bounds", fmt.Sprintf("6. Bounds: a user's %d GETs of 100 B alone, then beside %d slow readers of 64 MiB (1 KiB per %s) "+
+		"on the same route, and beside %d made-up tokens for %s", boundsRequests, slowReaders, slowReadEvery, junkTokens, junkFloodFor), b.bounds)
 	b.footer()
 	b.fig.finish(b.sum)
 	writeFigures(t, b.fig)
