@@ -446,7 +446,7 @@ func (s tunnelStream) deliver(data []byte) {
 	s.mu.Lock()
 	for s.err == nil && !s.eof {
 		fl := s.flow.Load()
-		v, d := s.policy.decide(s.inBytes, len(data), s.inSince, true, fl != nil)
+		v, d := s.policy.decide(s.inBytes, len(data), s.inSince, true, fl != nil, fl != nil && fl.isPaused.Load())
 		switch v {
 		case queueIt:
 			if s.inBytes == 0 {
@@ -454,7 +454,7 @@ func (s tunnelStream) deliver(data []byte) {
 			}
 			s.in.push(data)
 			s.inBytes += len(data)
-			full := s.inBytes >= s.policy.bytes
+			full := s.inBytes > s.policy.bytes
 			s.mu.Unlock()
 			wake(s.inReady)
 			if fl != nil && full && !fl.isPaused.Load() {

@@ -74,18 +74,28 @@ const (
 )
 
 // decide says what to do with n more bytes offered to a queue that holds queued bytes and whose reader last took
-// data (or was first given data to take) at since. paused says the connection's agent takes Pause, which then keeps
-// the queue short: nothing is waited for, and only an agent that ignores Pause fills it flowSlack past the bound. Data
-// that needs no answer from the reader (wait false: a packet the frontend's own loop sends) is never waited for.
-func (p queuePolicy) decide(queued, n int, since time.Time, wait, pausable bool) (verdict, time.Duration) {
+// data (or was first given data to take) at since. Data that needs no answer from the reader (wait false: a packet
+// the frontend's own loop sends) is never waited for.
+//
+// pausable says the connection's agent takes Pause. A full queue is then waited for until pauseWait after the reader
+// last took data: long enough for a reader that keeps up, whose backpressure costs nothing, and short enough not to
+// hold up the agent's other connections (readers that stop together are waited for together); then the data is queued
+// past the bound and the agent is told to pause (paused), and only an agent that ignores Pause fills the queue
+// flowSlack past the bound.
+func (p queuePolicy) decide(queued, n int, since time.Time, wait, pausable, paused bool) (verdict, time.Duration) {
 	if queued == 0 || queued+n <= p.bytes {
 		return queueIt, 0
 	}
 	if pausable {
-		if queued+n <= p.bytes+flowSlack {
-			return queueIt, 0
+		switch {
+		case queued+n > p.bytes+flowSlack:
+			return cutOff, 0
+		case wait && !paused:
+			if idle := p.clock.Since(since); idle < pauseWait {
+				return waitFor, pauseWait - idle
+			}
 		}
-		return cutOff, 0
+		return queueIt, 0
 	}
 	if idle := p.clock.Since(since); wait && idle < p.stall {
 		return waitFor, p.stall - idle
@@ -95,6 +105,11 @@ func (p queuePolicy) decide(queued, n int, since time.Time, wait, pausable bool)
 	}
 	return cutOff, 0
 }
+
+// pauseWait is how long after its reader last took data the agent's loop waits for a full queue whose agent can pause
+// the connection. A reader that keeps up takes a packet within microseconds, but on a busy machine it may not run
+// for milliseconds; every pause costs a round trip to the agent before data flows again.
+const pauseWait = 50 * time.Millisecond
 
 // flow pauses and resumes the agent's reading of one connection's destination (packet.Pause), for a queue whose
 // agent takes it.
@@ -128,13 +143,13 @@ func (f *flow) update(want func(paused bool) bool) {
 	_ = f.send(pkt)
 }
 
-// shouldPause is the hysteresis of a queue of queued bytes: pause once it reaches the bound, resume once the reader
-// has taken it down to half.
+// shouldPause is the hysteresis of a queue of queued bytes whose agent takes Pause: pause once it runs past the
+// bound, resume once the reader has taken it down to half.
 func (p queuePolicy) shouldPause(paused bool, queued int) bool {
 	if paused {
 		return queued > p.bytes/2
 	}
-	return queued >= p.bytes
+	return queued > p.bytes
 }
 
 // outbox is a gRPC frontend stream's sending side: the router's loops queue packets, and the stream's handler
@@ -199,7 +214,8 @@ func (o *outbox) Send(pkt *client.Packet) error {
 			return err
 		}
 		fl := o.flow.Load()
-		v, d := o.policy.decide(o.bytes, n, o.since, pkt.Type == client.PacketType_DATA, fl != nil)
+		v, d := o.policy.decide(o.bytes, n, o.since, pkt.Type == client.PacketType_DATA, fl != nil,
+			fl != nil && fl.isPaused.Load())
 		switch v {
 		case queueIt:
 			if o.bytes == 0 {
@@ -207,7 +223,7 @@ func (o *outbox) Send(pkt *client.Packet) error {
 			}
 			o.queue.push(pkt)
 			o.bytes += n
-			full := o.bytes >= o.policy.bytes
+			full := o.bytes > o.policy.bytes
 			o.mu.Unlock()
 			wake(o.ready)
 			if fl != nil && full && !fl.isPaused.Load() {

@@ -3,6 +3,7 @@ package review
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 )
 
 // tokenReviewAPI answers TokenReviews as a kube-apiserver does: "real-*" tokens authenticate as themselves, any other
-// is rejected. A review of a "slow-*" token waits until release is closed.
+// is rejected. A review of a "slow-*" token waits until release is closed ("slow-real-*" then authenticates).
 type tokenReviewAPI struct {
 	release chan struct{}
 	asked   sync.Map // token -> *atomic.Int32
@@ -35,7 +36,7 @@ func (a *tokenReviewAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(tr.Spec.Token, "slow-") {
 		<-a.release
 	}
-	if strings.HasPrefix(tr.Spec.Token, "real-") {
+	if strings.Contains(tr.Spec.Token, "real-") {
 		tr.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: tr.Spec.Token}}
 	} else {
 		tr.Status = authnv1.TokenReviewStatus{Error: "invalid bearer token"}
@@ -110,4 +111,36 @@ func TestMadeUpTokensWaitInALaneOfTheirOwnAndNeverQueue(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(api.times(token)).To(Equal(before), "%s answered from the cache", token)
 	}
+}
+
+func TestConcurrentReviewsOfOneTokenAreOneReview(t *testing.T) {
+	g := NewWithT(t)
+	api := &tokenReviewAPI{release: make(chan struct{})}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+		QPS: 1e6, Burst: 1e6}, TokensOptions{TTL: 10 * time.Second, Concurrency: 1})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancelFirst := context.WithCancel(context.Background())
+	results := make(chan error, 10)
+	for i := range 10 {
+		callerCtx := context.Background()
+		if i == 0 {
+			callerCtx = ctx
+		}
+		go func() {
+			id, err := tokens.Review(callerCtx, "slow-real-carol")
+			if err == nil && !id.Authenticated {
+				err = errors.New("not authenticated")
+			}
+			results <- err
+		}()
+	}
+	g.Eventually(func() int32 { return api.times("slow-real-carol") }).Should(BeEquivalentTo(1))
+	cancelFirst() // the caller that started the review goes away; the others still get its answer
+	close(api.release)
+	for range 9 {
+		g.Eventually(results).Should(Receive(BeNil()), "one review, shared by callers a bound of one would have refused")
+	}
+	g.Expect(api.times("slow-real-carol")).To(BeEquivalentTo(1))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -34,9 +35,10 @@ type Identity struct {
 // real. Tokens are therefore reviewed in two lanes, each with its own client (and client-go rate limit) and its own
 // bound on reviews in flight: the known lane, for tokens that authenticated before or that a caller vouched for
 // (Vouch: the managed cluster accepted a token the hub does not know), and the unknown lane for every other one. A
-// review beyond its lane's bound is not queued: Review returns ErrBusy at once (the callers answer 429 with
-// Retry-After), so a flood costs its senders and leaves the known lane alone. Answers about known tokens are cached
-// apart from the others, so that a flood of rejections cannot push them out.
+// review of the unknown lane beyond its bound is not queued: Review returns ErrBusy at once (the callers answer 429
+// with Retry-After), so a flood costs its senders and leaves the known lane alone; a review of the known lane waits
+// for its turn, as only real tokens get there. Concurrent reviews of one token are one review. Answers about known
+// tokens are cached apart from the others, so that a flood of rejections cannot push them out.
 type Tokens struct {
 	cluster string // for errors: "managed cluster" or "hub"
 	lanes   [2]lane
@@ -45,6 +47,8 @@ type Tokens struct {
 	// known remembers the tokens of the known lane for knownFor, so that their next review, once their cached answer
 	// has expired, goes there too.
 	known *Cache[struct{}]
+	// inFlight joins the concurrent reviews of one token (64 clients of one program, when its answer expires).
+	inFlight singleflight.Group
 }
 
 type lane struct {
@@ -57,6 +61,9 @@ const (
 	laneKnown = iota
 	laneUnknown
 )
+
+// sharedReviewTimeout bounds a review that concurrent callers share.
+const sharedReviewTimeout = 10 * time.Second
 
 // knownFor is how long a token that authenticated, or was vouched for, stays in the known lane.
 const knownFor = time.Hour
@@ -119,15 +126,35 @@ func (r *Tokens) Review(ctx context.Context, token string) (Identity, error) {
 	if id, ok := r.junk.Get(key); ok {
 		return id, nil
 	}
+	// The callers share the review, so no one of them may end it: it has a bound of its own.
+	v, err, _ := r.inFlight.Do(string(key[:]), func() (any, error) {
+		shared, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedReviewTimeout)
+		defer cancel()
+		return r.review(shared, key, token)
+	})
+	if err != nil {
+		return Identity{}, err
+	}
+	return v.(Identity), nil
+}
+
+// review makes the TokenReview of token (key its SHA-256) in its lane and caches the answer.
+func (r *Tokens) review(ctx context.Context, key [sha256.Size]byte, token string) (Identity, error) {
 	l := &r.lanes[laneUnknown]
 	if _, known := r.known.Get(key); known {
 		l = &r.lanes[laneKnown]
-	}
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		refusals.WithLabelValues(l.name).Inc()
-		return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ctx.Err())
+		}
+	} else {
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			refusals.WithLabelValues(l.name).Inc()
+			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
+		}
 	}
 	tr, err := l.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	<-l.slots
@@ -162,7 +189,7 @@ func (r *Tokens) Review(ctx context.Context, token string) (Identity, error) {
 // refusals counts the reviews ErrBusy refused, by lane. Each program registers it where it serves metrics.
 var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "cluster_proxy_token_reviews_refused_total",
-	Help: "TokenReviews not made because as many of their lane (known: tokens that authenticated before; unknown: any other) were in flight; the request was answered 429.",
+	Help: "TokenReviews of tokens not known to authenticate that were not made because as many of them were in flight; the request was answered 429.",
 }, []string{"lane"})
 
 // Collector is the package's metrics.
