@@ -288,5 +288,5 @@ soak: $(E2E_PREREQUISITES) ## Random faults under load on the real clusters of m
 		-ginkgo.timeout=$(SOAK_TIMEOUT) -ginkgo.label-filter=soak
 
 .PHONY: bench-data-plane
-bench-data-plane: envtest-assets ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1 (and a kube-apiserver for the hub's aggregated path): bulk, latency, 64 clients, 1,000 streams, upload (BENCH_PHASES, BENCH_MODES narrow it; BENCH_OUT).
+bench-data-plane: envtest-assets ## Data plane next to a raw apiserver-network-proxy tunnel, one process on 127.0.0.1 (and a kube-apiserver for the hub's aggregated path): bulk, latency, 64 clients, 1,000 streams, upload, bounds (slow readers, made-up tokens) (BENCH_PHASES, BENCH_MODES narrow it; BENCH_OUT).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$$' -count=1 -v -timeout 30m

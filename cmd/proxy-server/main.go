@@ -390,12 +390,7 @@ func main() {
 			log.Error(err, "Unable to set up the aggregated API")
 			os.Exit(1)
 		}
-		go func() {
-			// The tunnels serve on without it; the hub's APIService then reports it unavailable.
-			if err := gw.Run(ctx); err != nil {
-				log.Error(err, "The aggregated API stopped")
-			}
-		}()
+		srv.AddGateway(gw)
 	}
 	if err := srv.Run(ctx, user); err != nil {
 		log.Error(err, "The proxy-server stopped with an error")

@@ -35,6 +35,13 @@ type fixture struct {
 // startFixture runs a server on 127.0.0.1; newUser, when set, builds the user-server it serves.
 func startFixture(t testing.TB, useRSA bool, newUser func(*Server) UserServer, mutate func(*Options)) *fixture {
 	t.Helper()
+	return startFixtureWith(t, useRSA, newUser, mutate, nil)
+}
+
+// startFixtureWith is startFixture with beforeRun, when set, called with the server before it runs.
+func startFixtureWith(t testing.TB, useRSA bool, newUser func(*Server) UserServer, mutate func(*Options),
+	beforeRun func(*Server)) *fixture {
+	t.Helper()
 	pki := newTestPKI(t, useRSA)
 	serverCert, serverKey, _ := pki.issue(t, "proxy-server", leafSpec{cn: "proxy-server", server: true})
 	agentServerCert, agentServerKey, _ := pki.issue(t, "agent-server", leafSpec{cn: "agent-server", server: true})
@@ -69,6 +76,9 @@ func startFixture(t testing.TB, useRSA bool, newUser func(*Server) UserServer, m
 	var user UserServer
 	if newUser != nil {
 		user = newUser(srv)
+	}
+	if beforeRun != nil {
+		beforeRun(srv)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)

@@ -161,12 +161,21 @@ type UserServer interface {
 	Ready() bool
 }
 
+// Gateway is a server that sends requests on through the user-server (the aggregated API, gateway.Server): Run
+// serves until ctx ends, then drains and returns. The proxy-server runs it within its own lifecycle: a gateway that
+// fails is logged and the tunnels serve on, and at shutdown its drain ends before the tunnels it uses do.
+type Gateway interface {
+	Run(ctx context.Context) error
+}
+
 // Server is one proxy-server.
 type Server struct {
-	opts   Options
-	log    logr.Logger
-	router *router
-	access *frontendAccess
+	opts Options
+	// gateway, when set (AddGateway), runs beside the user-server.
+	gateway Gateway
+	log     logr.Logger
+	router  *router
+	access  *frontendAccess
 	// streams counts the frontend streams of each client certificate (--max-streams-per-client).
 	streams *clientStreams
 	agents  *Agents
@@ -395,6 +404,9 @@ func (s *Server) listen() error {
 // (bounded by its own drain timeout) while the frontends accept for the lame duck and then stop gracefully within the
 // shutdown timeout; then the agents' streams end. It turns Ready after start as awaitPeers decides. user may be nil
 // when the user-server is off. Call it once.
+// AddGateway has Run run g beside the user-server; call it before Run.
+func (s *Server) AddGateway(g Gateway) { s.gateway = g }
+
 func (s *Server) Run(ctx context.Context, user UserServer) error {
 	if (user == nil) != (s.opts.UserServerAddr == "") {
 		return errors.New("a user-server needs a user-server address and the other way round")
@@ -451,6 +463,20 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	} else {
 		close(userDone)
 	}
+	gatewayCtx, stopGateway := context.WithCancel(logr.NewContext(context.Background(), log))
+	defer stopGateway()
+	gatewayDone := make(chan struct{})
+	if s.gateway != nil {
+		go func() {
+			defer close(gatewayDone)
+			// The tunnels serve on without it; the hub's APIService then reports it unavailable.
+			if err := s.gateway.Run(gatewayCtx); err != nil {
+				log.Error(err, "The aggregated API stopped")
+			}
+		}()
+	} else {
+		close(gatewayDone)
+	}
 	log.Info("Proxy-server serving", "serverID", s.opts.ServerID, "addresses", s.Addrs())
 	peersCtx, stopPeers := context.WithCancel(ctx)
 	defer stopPeers()
@@ -481,9 +507,15 @@ func (s *Server) Run(ctx context.Context, user UserServer) error {
 	agentsTold.Go(s.agentEndpoint.GracefulStop)
 	var stopping sync.WaitGroup
 	stopping.Go(func() {
-		// The user-server bounds its own drain; the in-process tunnels it uses stay up until it returns.
+		// The user-server and the gateway bound their own drains, side by side; the in-process tunnels they use stay up
+		// until both have returned, or until the shutdown's bound.
+		stopGateway()
 		stopUser()
 		<-userDone
+		select {
+		case <-gatewayDone:
+		case <-shutdownCtx.Done():
+		}
 		s.cancelTunnels()
 		s.inProcess.stop(shutdownCtx)
 	})
