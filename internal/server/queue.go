@@ -172,6 +172,11 @@ type outbox struct {
 	closed    chan struct{} // closed with err
 }
 
+// queuedSize is what pkt counts against its queue.
+func queuedSize(pkt *client.Packet) int {
+	return packetOverhead + len(pkt.GetData().GetData())
+}
+
 func newOutbox(stream packetStream, policy queuePolicy) *outbox {
 	return &outbox{stream: stream, policy: policy, ready: make(chan struct{}, 1), space: make(chan struct{}, 1),
 		closed: make(chan struct{})}
@@ -196,10 +201,7 @@ func (o *outbox) pauseWanted(paused bool) bool {
 // Send queues pkt. For DATA it may wait for the reader as the policy says; it fails once the stream has failed or its
 // reader was cut off.
 func (o *outbox) Send(pkt *client.Packet) error {
-	n := packetOverhead
-	if d := pkt.GetData(); d != nil {
-		n += len(d.Data)
-	}
+	n := queuedSize(pkt)
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {
@@ -309,11 +311,7 @@ func (o *outbox) run(ctx context.Context) error {
 		o.mu.Unlock()
 		err := o.stream.Send(pkt)
 		o.mu.Lock()
-		n := packetOverhead
-		if d := pkt.GetData(); d != nil {
-			n += len(d.Data)
-		}
-		o.bytes -= n
+		o.bytes -= queuedSize(pkt)
 		o.since = o.policy.clock.Now()
 		if err != nil {
 			o.failLocked(err)

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -62,16 +63,17 @@ func (b *bench) bounds() {
 	out.flush()
 }
 
-// userLoop is a user's requests of /small one after the other on one kept-alive connection; a request that fails
-// counts its time up to the failure and is counted.
-func userLoop(r *route, n int) (samples []time.Duration, failed int, first error) {
+// userLoop is a user's requests of /small one after the other on one kept-alive connection, after warmup untimed
+// ones: n of them, or as many as d allows, whichever ends first. A request that fails counts its time up to the
+// failure and is counted.
+func userLoop(r *route, warmup, n int, d time.Duration) (samples []time.Duration, failed int, first error) {
 	rt := r.transport(1)
 	defer rt.CloseIdleConnections()
 	buf := make([]byte, bufferSize)
-	for range boundsWarmup {
+	for range warmup {
 		_ = fetchExactly(context.Background(), rt, r, "/small", smallSize, buf, nil)
 	}
-	for range n {
+	for end := time.Now().Add(d); len(samples) < n && time.Now().Before(end); {
 		ctx, cancel := context.WithTimeout(context.Background(), boundsTimeout)
 		t0 := time.Now()
 		err := fetchExactly(ctx, rt, r, "/small", smallSize, buf, nil)
@@ -91,7 +93,7 @@ func userLoop(r *route, n int) (samples []time.Duration, failed int, first error
 // besideSlowReaders measures the user of r alone, then beside slowReaders clients of the same route that each ask for
 // /bulk and read 1 KiB every 100 ms.
 func (b *bench) besideSlowReaders(r *route) (alone, beside []time.Duration, failed int) {
-	alone, failedAlone, first := userLoop(r, boundsRequests)
+	alone, failedAlone, first := userLoop(r, boundsWarmup, boundsRequests, boundsBesideFor)
 	if failedAlone > 0 {
 		b.t.Errorf("bounds, %s: %d of the user's requests failed without any load, first: %v", r.label, failedAlone, first)
 	}
@@ -134,7 +136,7 @@ func (b *bench) besideSlowReaders(r *route) (alone, beside []time.Duration, fail
 	case <-headers:
 	case <-time.After(slowReadersStart):
 	}
-	beside, failed, _ = userLoopUpTo(r, boundsRequests, boundsBesideFor)
+	beside, failed, _ = userLoop(r, 0, boundsRequests, boundsBesideFor)
 	close(stop)
 	done.Wait()
 	return alone, beside, failed
@@ -144,8 +146,7 @@ func (b *bench) besideSlowReaders(r *route) (alone, beside []time.Duration, fail
 // with a new made-up token, to the same cluster through the same user-server, for at least junkFloodFor.
 func (b *bench) besideJunkTokens(r *route) (alone, beside []time.Duration, failed int, flood string) {
 	// Alone for as long as beside: the same window gives both p99s the same chance of a rare pause.
-	_, _, _ = userLoop(r, boundsWarmup)
-	alone, failedAlone, first := userLoopUpTo(r, 1<<30, junkFloodFor)
+	alone, failedAlone, first := userLoop(r, boundsWarmup, math.MaxInt, junkFloodFor)
 	if failedAlone > 0 {
 		b.t.Errorf("bounds, %s: %d of the user's requests failed without any load, first: %v", r.label, failedAlone, first)
 	}
@@ -182,32 +183,10 @@ func (b *bench) besideJunkTokens(r *route) (alone, beside []time.Duration, faile
 			}
 		})
 	}
-	beside, failed, _ = userLoopUpTo(r, 1<<30, junkFloodFor)
+	beside, failed, _ = userLoop(r, 0, math.MaxInt, junkFloodFor)
 	wg.Wait()
 	flood = fmt.Sprintf("%d answered 429, %d 401, %d otherwise", tooMany.Load(), unauthorized.Load(), other.Load())
 	return alone, beside, failed, flood
-}
-
-// userLoopUpTo is userLoop without a warm-up, for n requests or until d has passed, whichever comes first.
-func userLoopUpTo(r *route, n int, d time.Duration) (samples []time.Duration, failed int, first error) {
-	rt := r.transport(1)
-	defer rt.CloseIdleConnections()
-	buf := make([]byte, bufferSize)
-	for end := time.Now().Add(d); len(samples) < n && time.Now().Before(end); {
-		ctx, cancel := context.WithTimeout(context.Background(), boundsTimeout)
-		t0 := time.Now()
-		err := fetchExactly(ctx, rt, r, "/small", smallSize, buf, nil)
-		samples = append(samples, time.Since(t0))
-		cancel()
-		if err != nil {
-			failed++
-			if first == nil {
-				first = err
-			}
-		}
-	}
-	slices.Sort(samples)
-	return samples, failed, first
 }
 
 func randomHex() string {
