@@ -181,10 +181,29 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(condition(g, mpc, proxyv1alpha1.ConditionEntrypointReady).Reason).To(Equal(proxyv1alpha1.ReasonPortForwardEntrypoint))
 		}, timeout, interval).Should(Succeed())
+		find := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}
 		role := get(Default, &rbacv1.Role{}, ns, "cluster-proxy-addon-agent:portforward")
-		Expect(role.Rules).To(ConsistOf(
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}}))
+		Expect(role.Rules).To(ConsistOf(find), "no proxy-server pod yet (envtest runs none): no port-forward to any pod")
+
+		By("the agents may port-forward to the proxy-server pods, by name, and to no other pod of the namespace")
+		pod := func(name string, labels map[string]string) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/c:1"}}}}
+		}
+		server := map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer, render.ConfigurationLabel: mpc.Name}
+		for _, p := range []*corev1.Pod{pod("server-a", server), pod("server-b", server), pod("manager", map[string]string{"app": "manager"})} {
+			Expect(k8s.Create(ctx(), p)).To(Succeed())
+		}
+		forwardTo := func(names ...string) rbacv1.PolicyRule {
+			return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, ResourceNames: names, Verbs: []string{"create"}}
+		}
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &rbacv1.Role{}, ns, "cluster-proxy-addon-agent:portforward").Rules).To(ConsistOf(find, forwardTo("server-a", "server-b")))
+		}, timeout, interval).Should(Succeed())
+		Expect(k8s.Delete(ctx(), pod("server-a", nil), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &rbacv1.Role{}, ns, "cluster-proxy-addon-agent:portforward").Rules).To(ConsistOf(find, forwardTo("server-b")))
+		}, timeout, interval).Should(Succeed())
 		binding := get(Default, &rbacv1.RoleBinding{}, ns, "cluster-proxy-addon-agent:portforward")
 		Expect(binding.Subjects).To(ConsistOf(HaveField("Name", "system:open-cluster-management:addon:cluster-proxy")), "the group of every agent's hub identity")
 
@@ -596,7 +615,6 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			delegator,
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: serverRole + ":authentication-reader"}},
 			&apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.GatewayAPIServiceName}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-entrypoint"}},
@@ -613,7 +631,7 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 		for _, o := range owned {
 			Expect(k8s.Get(ctx(), client.ObjectKeyFromObject(o), o)).To(Succeed(), "%T %s", o, o.GetName())
 		}
-		apiService := owned[5].(*apiregistrationv1.APIService)
+		apiService := owned[4].(*apiregistrationv1.APIService)
 		Expect(apiService.Spec.CABundle).To(Equal(get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"]),
 			"the APIService trusts the published bundle")
 		Expect(k8s.Delete(ctx(), mpc)).To(Succeed())

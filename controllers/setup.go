@@ -45,6 +45,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/intern"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/namespaces"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/metawrite"
 )
@@ -65,30 +66,46 @@ func NewClientFunc(v addonapi.Version) client.NewClientFunc {
 	}
 }
 
-// CacheOptions limits the cache to the core objects the operator owns (labelled managed-by), so a large hub's
-// namespaces, secrets, services and deployments are neither watched nor held in memory. Managed fields are dropped,
-// but for the objects apply.EnsureReplaced writes, which keep other writers' entries.
-func CacheOptions() cache.Options {
+// Namespaces are the hub namespaces the manager writes in; the zero value is every namespace.
+type Namespaces struct {
+	// ProxyServers are the namespaces of the proxy-servers: a ManagedProxyConfiguration whose
+	// spec.proxyServer.namespace is another is refused.
+	ProxyServers namespaces.Set
+	// Certificates are the namespaces, beside ProxyServers, ProxyCertificates are issued into.
+	Certificates namespaces.Set
+}
+
+// CacheOptions limits the cache to the core objects the operator owns (labelled managed-by) in the namespaces it
+// writes in, so a large hub's namespaces, secrets, services and deployments are neither watched nor held in memory,
+// and the manager needs no cluster-wide right to them. Managed fields are dropped, but for the objects
+// apply.EnsureReplaced writes, which keep other writers' entries.
+func CacheOptions(in Namespaces) cache.Options {
 	// Every cached object's strings come from one pool: the conditions, owners and labels every cluster repeats are
 	// held once (at 10,000 clusters, a third of the cache).
 	strings := intern.NewPool(intern.DefaultSize)
-	owned := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})}
+	label := labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})
+	owned := cache.ByObject{Label: label}
+	servers := cache.ByObject{Label: label, Namespaces: in.ProxyServers.Cache()}
+	secrets := cache.ByObject{Label: label, Namespaces: in.ProxyServers.Union(in.Certificates).Cache()}
 	return cache.Options{DefaultTransform: strings.Transform(cache.TransformStripManagedFields()), ByObject: map[client.Object]cache.ByObject{
 		&proxyv1alpha1.ClusterProxyStatus{}: {Transform: strings.Transform(apply.KeepForeignManagedFields)},
 		&corev1.Namespace{}:                 owned,
-		&corev1.Secret{}:                    owned,
-		&corev1.ConfigMap{}:                 owned,
-		&corev1.Service{}:                   owned,
-		&corev1.ServiceAccount{}:            owned,
-		&appsv1.Deployment{}:                owned,
-		&rbacv1.Role{}:                      owned,
-		&rbacv1.RoleBinding{}:               owned,
+		&corev1.Secret{}:                    secrets,
+		&corev1.ConfigMap{}:                 servers,
+		&corev1.Service{}:                   servers,
+		&corev1.ServiceAccount{}:            servers,
+		&appsv1.Deployment{}:                servers,
+		&rbacv1.Role{}:                      servers,
+		&rbacv1.RoleBinding{}:               servers,
 		&rbacv1.ClusterRoleBinding{}:        owned,
-		&networkingv1.NetworkPolicy{}:       owned,
+		&networkingv1.NetworkPolicy{}:       servers,
 		// The proxy-servers' endpoints (the EndpointSlice controller copies the Service's labels): tunnel health
 		// asks every replica.
-		&discoveryv1.EndpointSlice{}: owned,
-		&workv1.ManifestWork{}:       {Label: owned.Label, Transform: strings.Transform(clusteragent.TrimCachedWork)},
+		&discoveryv1.EndpointSlice{}: servers,
+		// The proxy-server pods, whose names are the only targets of the agents' port-forwards.
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}),
+			Namespaces: in.ProxyServers.Cache()},
+		&workv1.ManifestWork{}: {Label: owned.Label, Transform: strings.Transform(clusteragent.TrimCachedWork)},
 		// Other add-ons' objects are none of the operator's business.
 		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
@@ -113,6 +130,8 @@ type Options struct {
 	// CARolloverGrace is how long a rotated CA stays trusted after its last certificate was re-issued
 	// (managedproxyconfiguration.CARolloverGrace when zero).
 	CARolloverGrace time.Duration
+	// Namespaces are where the manager writes, as CacheOptions was given them.
+	Namespaces Namespaces
 	// AddOnAPI is the add-on API version the hub serves, as the manager's client speaks it (NewClientFunc); the
 	// uncached reads speak it too. Empty is v1alpha1.
 	AddOnAPI addonapi.Version
@@ -151,7 +170,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	apiReader := addonapi.NewReader(mgr.GetAPIReader(), opts.AddOnAPI)
 	options := controller.Options{RateLimiter: RateLimiter()}
 	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock,
-		Recorder: recorder, RolloverGrace: opts.CARolloverGrace}
+		Recorder: recorder, RolloverGrace: opts.CARolloverGrace, Namespaces: opts.Namespaces.ProxyServers}
 	if opts.TLSProfileNamespace != "" {
 		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
 		profiles, err := cache.New(mgr.GetConfig(), cache.Options{
@@ -173,7 +192,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		SetupWithManager(ctrl.Manager, controller.Options) error
 	}{
 		configurations,
-		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
+		&proxycertificate.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder,
+			Namespaces: opts.Namespaces.ProxyServers.Union(opts.Namespaces.Certificates)},
 		&clustercount.Reconciler{Client: mgr.GetClient(), Delay: opts.CountsDelay},
 		&agentcsr.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock, Recorder: recorder},
 		&addoninstall.Reconciler{Client: mgr.GetClient()},

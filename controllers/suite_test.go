@@ -123,7 +123,7 @@ var _ = BeforeSuite(func() {
 	fakeClock = clocktesting.NewFakeClock(time.Now())
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme:                 hubScheme,
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  controllers.CacheOptions(controllers.Namespaces{}),
 		NewCache:               addonapi.NewCacheFunc(addOnAPI),
 		NewClient:              controllers.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

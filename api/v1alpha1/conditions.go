@@ -64,6 +64,9 @@ const (
 
 	// Ready.
 	ReasonAllComponentsReady = "AllComponentsReady"
+	// ReasonNamespaceNotManaged: the object names a namespace the manager was not given (its
+	// --proxy-server-namespaces, or --proxy-certificate-namespaces for a ProxyCertificate), so it writes nothing there.
+	ReasonNamespaceNotManaged = "NamespaceNotManaged"
 
 	// ProxyCertificate Ready.
 	ReasonCertificateIssued = "Issued"

@@ -218,7 +218,9 @@ type ManagedProxyConfigurationProxyServer struct {
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:MaxLength=63
 	InClusterServiceName string `json:"inClusterServiceName,omitempty"`
-	// namespace the proxy servers and their secrets live in.
+	// namespace the proxy servers and their secrets live in: one the manager is given (its
+	// --proxy-server-namespaces, by default its own namespace), else the configuration is refused (Ready=False,
+	// NamespaceNotManaged).
 	// +optional
 	// +kubebuilder:default=open-cluster-management-cluster-proxy
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`

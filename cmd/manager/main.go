@@ -21,6 +21,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/managedproxyconfiguration"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/namespaces"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -66,6 +67,14 @@ func main() {
 	flag.DurationVar(&rolloverGrace, "ca-rollover-grace", managedproxyconfiguration.CARolloverGrace, "how long a rotated "+
 		"CA stays in the bundle after the last certificate it signed was re-issued; longer than the kubelets take to "+
 		"update the pods' Secret volumes (their sync period, 1m by default, plus their cache's delay)")
+	var serverNamespaces, certificateNamespaces string
+	flag.StringVar(&serverNamespaces, "proxy-server-namespaces", defaultNamespaces(), "namespaces (comma-separated) the "+
+		"proxy-servers may be deployed in, where the manager's Role is granted; a ManagedProxyConfiguration naming another "+
+		"is refused. \"*\" is every namespace and needs the manager's namespaced rules granted cluster-wide. Default the "+
+		"manager's own namespace (every namespace outside a cluster)")
+	flag.StringVar(&certificateNamespaces, "proxy-certificate-namespaces", "", "namespaces (comma-separated), beside the "+
+		"proxy-servers', that ProxyCertificates are issued into; the manager needs the Secrets rules of its Role in each. "+
+		"A ProxyCertificate elsewhere is refused")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -79,6 +88,13 @@ func main() {
 		log.Error(err, "Invalid flag")
 		os.Exit(2)
 	}
+	scope, err := parseNamespaces(serverNamespaces, certificateNamespaces)
+	if err != nil {
+		log.Error(err, "Invalid flag")
+		os.Exit(2)
+	}
+	log.Info("Managing namespaces", "proxyServers", scope.ProxyServers.String(), "certificates",
+		scope.ProxyServers.Union(scope.Certificates).String())
 	if rolloverGrace <= 0 {
 		log.Error(fmt.Errorf("--ca-rollover-grace is %s, want a positive duration", rolloverGrace), "Invalid flag")
 		os.Exit(2)
@@ -99,7 +115,7 @@ func main() {
 	log.Info("Speaking OCM's add-on API", "version", addOnAPI)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.New(),
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  controllers.CacheOptions(scope),
 		NewCache:               addonapi.NewCacheFunc(addOnAPI),
 		NewClient:              controllers.NewClientFunc(addOnAPI),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
@@ -120,7 +136,7 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer, CARolloverGrace: rolloverGrace,
-		AddOnAPI: addOnAPI}
+		AddOnAPI: addOnAPI, Namespaces: scope}
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
 		tunnels := tunnelhealth.New(tunnelhealth.Options{
@@ -150,6 +166,28 @@ func main() {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// defaultNamespaces is the manager's own namespace in a cluster, every namespace outside one.
+func defaultNamespaces() string {
+	if ns := inClusterNamespace(); ns != "" {
+		return ns
+	}
+	return namespaces.Wildcard
+}
+
+// parseNamespaces reads --proxy-server-namespaces and --proxy-certificate-namespaces ("" is none beyond the first).
+func parseNamespaces(servers, certificates string) (controllers.Namespaces, error) {
+	var out controllers.Namespaces
+	var err error
+	if out.ProxyServers, err = namespaces.Parse("proxy-server-namespaces", servers); err != nil {
+		return out, err
+	}
+	out.Certificates = out.ProxyServers
+	if strings.TrimSpace(certificates) != "" {
+		out.Certificates, err = namespaces.Parse("proxy-certificate-namespaces", certificates)
+	}
+	return out, err
 }
 
 // inClusterNamespace is the namespace of the manager's pod, "" outside a cluster.

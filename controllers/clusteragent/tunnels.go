@@ -15,9 +15,9 @@ import (
 
 // The tunnel health source (internal/hub/tunnelhealth) reads the proxy-client and proxy-server-ca Secrets of the default
 // configuration through the manager's cache, which already lists and watches the operator's Secrets.
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch
 // It asks every proxy-server replica, found by the EndpointSlices of their Service (cached, only the operator's).
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=system,resources=endpointslices,verbs=get;list;watch
 
 // TunnelSource reports what the proxy-servers see of each cluster's tunnel; internal/hub/tunnelhealth implements it in
 // the manager. Observations are made outside the reconciler, which only reads the latest one: a reconcile never

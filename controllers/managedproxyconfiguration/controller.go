@@ -34,8 +34,12 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/namespaces"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
 // Reconciler reconciles ManagedProxyConfigurations.
@@ -52,6 +56,9 @@ type Reconciler struct {
 	// configurations without spec.tlsProfile.
 	OCMTLSProfile          cache.Cache
 	OCMTLSProfileNamespace string
+	// Namespaces are the namespaces the manager may deploy proxy-servers in (its Role is granted there); the zero
+	// Set is every namespace.
+	Namespaces namespaces.Set
 }
 
 // scope is everything one pass reads and decides.
@@ -69,20 +76,21 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=managedproxyconfigurations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=secrets;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,namespace=system,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// The proxy-servers read the front proxy's CA by name (render.ServerHubRBAC); the manager grants only what it holds.
+// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=extension-apiserver-authentication,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,namespace=system,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=system,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,resourceNames=extension-apiserver-authentication-reader,verbs=bind
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
+// +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=system,resources=pods/portforward,verbs=create
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile brings the hub objects of one ManagedProxyConfiguration in line with its spec.
@@ -99,6 +107,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	s := &scope{mpc: mpc, status: mpc.Status.DeepCopy()}
 	if err := r.reconcileExtendedSettings(ctx, s, stored, dropped); err != nil {
 		return ctrl.Result{}, err
+	}
+	if msg := r.outsideNamespaces(mpc); msg != "" {
+		// Nothing is written: the manager has no rights there, and a forbidden request retried would say less.
+		if c := meta.FindStatusCondition(s.status.Conditions, proxyv1alpha1.ConditionReady); c == nil || c.Reason != proxyv1alpha1.ReasonNamespaceNotManaged {
+			r.Recorder.Eventf(mpc, nil, corev1.EventTypeWarning, proxyv1alpha1.ReasonNamespaceNotManaged, "Reconcile", "%s", msg)
+		}
+		setCondition(s.status, mpc.Generation, proxyv1alpha1.ConditionReady, false, proxyv1alpha1.ReasonNamespaceNotManaged, msg)
+		return ctrl.Result{}, r.patchStatus(ctx, mpc, s.status)
 	}
 
 	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates,
@@ -127,6 +143,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		err = kerrors.NewAggregate([]error{err, perr})
 	}
 	return result, err
+}
+
+// outsideNamespaces says which namespace of mpc's spec the manager does not manage, "" when it manages them all.
+func (r *Reconciler) outsideNamespaces(mpc *proxyv1alpha1.ManagedProxyConfiguration) string {
+	outside := func(field, ns string) string {
+		return fmt.Sprintf("%s is %q, a namespace this manager does not manage (its --proxy-server-namespaces are %s): "+
+			"use one of those, or add it to the manager's namespaces and grant the manager's Role in it", field, ns, r.Namespaces)
+	}
+	if ns := contract.Namespace(mpc); !r.Namespaces.Has(ns) {
+		return outside("spec.proxyServer.namespace", ns)
+	}
+	if key, ok := signer.ProvidedSecretKey(mpc); ok && !r.Namespaces.Has(key.Namespace) {
+		return outside("spec.authentication.signer.provided.secretRef.namespace", key.Namespace)
+	}
+	return ""
 }
 
 // reconcileExtendedSettings records the settings beyond the existing add-on's API in the configuration's annotation,
@@ -203,6 +234,23 @@ var agentIssuerChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
+// toConfigurationOfPod is a request for the configuration whose proxy-server the pod is.
+func toConfigurationOfPod(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[render.ConfigurationLabel]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+}
+
+// podComesOrGoes passes a pod's creation and deletion only: its name, what the configuration reads, never changes.
+var podComesOrGoes = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return true },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
 // toIssuer is a request for the configuration that issues a ProxyCertificate: one a user created, which the
 // configuration does not own, holds its CA in the bundle too.
 func toIssuer(_ context.Context, o client.Object) []reconcile.Request {
@@ -259,6 +307,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		// An earlier CA stays in the bundle while a certificate it signed is live, the users' own included.
 		Watches(&proxyv1alpha1.ProxyCertificate{}, handler.EnqueueRequestsFromMapFunc(toIssuer),
 			builder.WithPredicates(issuingCAChanged)).
+		// The agents may port-forward to the proxy-server pods by name: a pod that comes or goes changes the names.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(toConfigurationOfPod), builder.WithPredicates(podComesOrGoes)).
 		// The default configuration's CA stays in the bundle while agents hold certificates it signed.
 		Watches(&proxyv1alpha1.ClusterProxyStatus{}, handler.EnqueueRequestsFromMapFunc(toDefaultConfiguration),
 			builder.WithPredicates(agentIssuerChanged)).

@@ -116,6 +116,19 @@ func setSecretSignedCondition(status *proxyv1alpha1.ManagedProxyConfigurationSta
 	}
 }
 
+// serverPods are the names of mpc's proxy-server pods (cached: the manager watches the proxy-server pods only).
+func (r *Reconciler) serverPods(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) ([]string, error) {
+	list := &corev1.PodList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(contract.Namespace(mpc)), client.MatchingLabels(render.ServerPodLabels(mpc))); err != nil {
+		return nil, fmt.Errorf("list the proxy-server pods: %w", err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names, nil
+}
+
 // reconcileServer keeps the proxy-server ServiceAccount, Services, RBAC and Deployment.
 func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result, error) {
 	mpc := s.mpc
@@ -123,8 +136,16 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 	for _, o := range render.ServerHubRBAC(mpc) {
 		desired = append(desired, o)
 	}
-	role, binding := render.PortForwardRBAC(mpc)
-	if render.EntrypointType(mpc) == proxyv1alpha1.EntryPointTypePortForward {
+	portForward := render.EntrypointType(mpc) == proxyv1alpha1.EntryPointTypePortForward
+	var pods []string
+	if portForward {
+		var err error
+		if pods, err = r.serverPods(ctx, mpc); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	role, binding := render.PortForwardRBAC(mpc, pods)
+	if portForward {
 		desired = append(desired, role, binding)
 	} else {
 		for _, o := range []client.Object{role, binding} {

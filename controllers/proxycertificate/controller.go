@@ -6,6 +6,7 @@ package proxycertificate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers/index"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/extendedspec"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/namespaces"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
 )
 
@@ -37,11 +39,14 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Namespaces are the namespaces certificates may be issued into (the manager's Role for Secrets is granted there);
+	// the zero Set is every namespace.
+	Namespaces namespaces.Set
 }
 
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=proxy.open-cluster-management.io,resources=proxycertificates/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile issues the certificate when it is missing, due for renewal or no longer matches its spec or CA.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -68,6 +73,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, pc *proxyv1alpha1.ProxyCertificate, status *proxyv1alpha1.ProxyCertificateStatus, now time.Time) (ctrl.Result, error) {
+	if !r.Namespaces.Has(pc.Namespace) {
+		// A key issued where the manager was not asked to write could land where anyone who may create a
+		// ProxyCertificate there reads it: nothing is issued, nothing is read.
+		setNotReady(status, pc, proxyv1alpha1.ReasonNamespaceNotManaged, fmt.Sprintf("namespace %q is not one certificates "+
+			"are issued into (the manager's --proxy-certificate-namespaces and --proxy-server-namespaces: %s): create the "+
+			"ProxyCertificate in one of those, or have the manager's namespaces extended", pc.Namespace, r.Namespaces))
+		return ctrl.Result{}, nil
+	}
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: pc.Spec.IssuerRef.Name}, mpc); err != nil {
 		if apierrors.IsNotFound(err) {

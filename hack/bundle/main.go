@@ -182,13 +182,20 @@ func buildCSV(root string, crds []apiextensionsv1.CustomResourceDefinition, imag
 	if err != nil {
 		return nil, err
 	}
-	nsRules, err := rulesOf(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), "Role")
+	// The CSV's permissions are granted in the operator's namespace, which is the proxy-servers' (the manager's
+	// --proxy-server-namespaces defaults to its own): the manager's Role and the leader election's.
+	managerRules, err := rulesOf(filepath.Join(root, "config", "rbac", "role.yaml"), "Role")
 	if err != nil {
 		return nil, err
 	}
-	if len(clusterRules) == 0 || len(nsRules) == 0 {
-		return nil, errors.New("config/rbac: no ClusterRole in role.yaml or no Role in leader_election_role.yaml")
+	leaderRules, err := rulesOf(filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), "Role")
+	if err != nil {
+		return nil, err
 	}
+	if len(clusterRules) == 0 || len(managerRules) == 0 || len(leaderRules) == 0 {
+		return nil, errors.New("config/rbac: no ClusterRole or Role in role.yaml, or no Role in leader_election_role.yaml")
+	}
+	nsRules := append(managerRules, leaderRules...)
 
 	examples, err := readSamples(filepath.Join(root, "config", "samples"))
 	if err != nil {

@@ -30,8 +30,8 @@ import (
 
 // HelmValues are the values the local system installs the chart with, beyond its defaults: the image of 'make image'
 // (by the name in its archive, never pulled), the entrypoint, the replicas, the user-server, a short tunnel-health
-// interval, a CA rollover grace fit for its kubelets' 10 s sync, and Manual add-on installation; then
-// Options.HelmValues.
+// interval, a CA rollover grace fit for its kubelets' 10 s sync, Manual add-on installation, and ProxyCertificates
+// issued in namespace default too (TenantNamespace); then Options.HelmValues.
 func (s *System) HelmValues() ([]string, error) {
 	ref, err := imageName(s.opts.Image)
 	if err != nil {
@@ -44,8 +44,13 @@ func (s *System) HelmValues() ([]string, error) {
 		"userServer.enabled=true",
 		"installByPlacement.enabled=false",
 		"manager.extraArgs={--tunnel-health-interval=5s,--ca-rollover-grace=45s}",
+		"manager.proxyCertificateNamespaces={" + TenantNamespace + "}",
 	}, s.opts.HelmValues...), nil
 }
+
+// TenantNamespace is the namespace beside the operator's that the local system lets ProxyCertificates be issued
+// into: one that exists before the install, as the chart's Role there needs.
+const TenantNamespace = "default"
 
 // imageName is the name an image archive (docker-archive) is tagged with.
 func imageName(archive string) (name.Tag, error) {

@@ -244,8 +244,8 @@ func TestBundleConsistency(t *testing.T) {
 		}
 	}
 
-	// Install strategy: the manager Deployment with its service account holding both the cluster and the
-	// leader-election permissions.
+	// Install strategy: the manager Deployment with its service account holding the cluster permissions, and in its
+	// namespace the manager's Role and the leader election's.
 	strategy := csv.Spec.InstallStrategy.StrategySpec
 	if len(strategy.DeploymentSpecs) != 1 {
 		t.Fatalf("%d deployments; want 1", len(strategy.DeploymentSpecs))
@@ -265,6 +265,17 @@ func TestBundleConsistency(t *testing.T) {
 	}
 	if !leases {
 		t.Errorf("permissions %+v; want the leader-election Role (leases) for %s", strategy.Permissions, sa)
+	}
+	// What the manager writes in the proxy-servers' namespace is granted there, never cluster-wide.
+	for _, p := range strategy.ClusterPermissions {
+		for _, r := range p.Rules {
+			for _, res := range r.Resources {
+				if slices.Contains([]string{"secrets", "services", "serviceaccounts", "deployments", "roles", "rolebindings",
+					"networkpolicies", "pods/portforward"}, res) {
+					t.Errorf("clusterPermissions grant %s %v cluster-wide; want them in the Role of permissions", res, r.Verbs)
+				}
+			}
+		}
 	}
 	if img := strategy.DeploymentSpecs[0].Spec.Template.Spec.Containers[0].Image; img != csv.Annotations["containerImage"] ||
 		!strings.HasSuffix(img, ":v0.1.0") {
@@ -327,19 +338,23 @@ func readYAML(t *testing.T, path string, into any) {
 func versionlessRuleWarnings(t *testing.T, csv *operatorsv1alpha1.ClusterServiceVersion) []string {
 	t.Helper()
 	var events, endpointSlices string
-	for i, p := range csv.Spec.InstallStrategy.StrategySpec.ClusterPermissions {
-		for j, r := range p.Rules {
-			rule := fmt.Sprintf("ClusterServiceVersion.Spec.InstallStrategy.StrategySpec.ClusterPermissions[%d].Rules[%d]", i, j)
-			switch {
-			case slices.Contains(r.APIGroups, "events.k8s.io") && slices.Contains(r.Resources, "events"):
-				events = fmt.Sprintf("events: (%+q)", []string{rule})
-			case slices.Contains(r.APIGroups, "discovery.k8s.io") && slices.Contains(r.Resources, "endpointslices"):
-				endpointSlices = fmt.Sprintf("endpointslices: (%+q)", []string{rule})
+	spec := csv.Spec.InstallStrategy.StrategySpec
+	for field, perms := range map[string][]operatorsv1alpha1.StrategyDeploymentPermissions{
+		"ClusterPermissions": spec.ClusterPermissions, "Permissions": spec.Permissions} {
+		for i, p := range perms {
+			for j, r := range p.Rules {
+				rule := fmt.Sprintf("ClusterServiceVersion.Spec.InstallStrategy.StrategySpec.%s[%d].Rules[%d]", field, i, j)
+				switch {
+				case slices.Contains(r.APIGroups, "events.k8s.io") && slices.Contains(r.Resources, "events"):
+					events = fmt.Sprintf("events: (%+q)", []string{rule})
+				case slices.Contains(r.APIGroups, "discovery.k8s.io") && slices.Contains(r.Resources, "endpointslices"):
+					endpointSlices = fmt.Sprintf("endpointslices: (%+q)", []string{rule})
+				}
 			}
 		}
 	}
 	if events == "" || endpointSlices == "" {
-		t.Fatal("the CSV's clusterPermissions grant no events in events.k8s.io (the manager's event recorder writes them) " +
+		t.Fatal("the CSV's permissions grant no events in events.k8s.io (the manager's event recorder writes them) " +
 			"or no endpointslices in discovery.k8s.io (its tunnel health reads them)")
 	}
 	return []string{"Migrate the API(s) for " + events + "," + endpointSlices, "Migrate the API(s) for " + endpointSlices + "," + events}

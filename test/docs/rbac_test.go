@@ -41,6 +41,7 @@ func TestTheSecurityPageListsEveryRightThatIsGranted(t *testing.T) {
 	}
 	for _, f := range []struct{ file, kind, who, where string }{
 		{"config/rbac/role.yaml", "ClusterRole", "manager", "cluster"},
+		{"config/rbac/role.yaml", "Role", "manager", "proxy-server namespace (its own)"},
 		{"config/rbac/leader_election_role.yaml", "Role", "manager", "its namespace"},
 	} {
 		data, err := os.ReadFile(filepath.Join(root, f.file))
@@ -66,6 +67,9 @@ func TestTheSecurityPageListsEveryRightThatIsGranted(t *testing.T) {
 		}
 	}
 
+	// The chart's Role in each manager.proxyCertificateNamespaces namespace (test/helm checks its rules).
+	rows = append(rows, "| manager | each ProxyCertificate namespace (chart: manager.proxyCertificateNamespaces) | \"\" | secrets | any | create, delete, get, list, patch, update, watch |")
+
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}
 	mpc.Spec.ProxyServer.Namespace = "open-cluster-management-addon"
 	mpc.Spec.UserServer = &proxyv1alpha1.ManagedProxyConfigurationUserServer{}
@@ -74,9 +78,8 @@ func TestTheSecurityPageListsEveryRightThatIsGranted(t *testing.T) {
 			add("proxy-server", "cluster", cr.Rules)
 		}
 	}
-	rows = append(rows, "| proxy-server | cluster | (ClusterRole `system:auth-delegator`) | tokenreviews, subjectaccessreviews | any | create |",
-		"| proxy-server | kube-system | (Role `extension-apiserver-authentication-reader`) | configmaps | extension-apiserver-authentication | get, list, watch |")
-	pf, _ := render.PortForwardRBAC(mpc)
+	rows = append(rows, "| proxy-server | cluster | (ClusterRole `system:auth-delegator`) | tokenreviews, subjectaccessreviews | any | create |")
+	pf, _ := render.PortForwardRBAC(mpc, []string{"(each proxy-server pod, by name)"})
 	add("every agent (PortForward entrypoint)", "proxy-server namespace", pf.Rules)
 
 	work, _, err := render.AgentWork(render.AgentInput{Cluster: "cluster1", MPC: mpc, EntrypointHost: "hub.example.com", CABundle: nil})

@@ -67,24 +67,44 @@ func security() {
 				Expect(err).To(HaveOccurred(), "the impersonator on the HTTP-CONNECT frontend, %s", cluster)
 			}
 
-			By("a tenant's ProxyCertificate, named like the proxy-client, in a namespace of its own")
-			tenant := "security-tenant"
-			createOrExists(sys.HubClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}})
+			By("a ProxyCertificate in a namespace the manager was not given issues nothing")
+			stranger := "security-tenant"
+			createOrExists(sys.HubClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: stranger}})
 			DeferCleanup(func() {
-				_ = sys.HubClient.Delete(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}})
+				_ = sys.HubClient.Delete(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: stranger}})
 			})
-			pc := &proxyv1alpha1.ProxyCertificate{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "tool"},
-				Spec: proxyv1alpha1.ProxyCertificateSpec{SecretName: "tool", CommonName: "cluster-proxy-proxy-client",
+			refused := &proxyv1alpha1.ProxyCertificate{ObjectMeta: metav1.ObjectMeta{Namespace: stranger, Name: "tool"},
+				Spec: proxyv1alpha1.ProxyCertificateSpec{SecretName: "tool", CommonName: "tool",
+					IssuerRef: proxyv1alpha1.IssuerReference{Name: proxyv1alpha1.DefaultConfigurationName}}}
+			Expect(sys.HubClient.Create(ctx(), refused)).To(Succeed())
+			Eventually(func(g Gomega) {
+				live := &proxyv1alpha1.ProxyCertificate{}
+				g.Expect(sys.HubClient.Get(ctx(), client.ObjectKeyFromObject(refused), live)).To(Succeed())
+				c := meta.FindStatusCondition(live.Status.Conditions, proxyv1alpha1.ConditionReady)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Reason).To(Equal(proxyv1alpha1.ReasonNamespaceNotManaged))
+			}).Should(Succeed())
+			Expect(apierrors.IsNotFound(sys.HubClient.Get(ctx(), types(stranger, "tool"), &corev1.Secret{}))).To(BeTrue(),
+				"no Secret where the manager was not given the namespace")
+
+			By("a tenant's ProxyCertificate, named like the proxy-client, in a namespace certificates are issued into")
+			tenant := localsystem.TenantNamespace
+			pc := &proxyv1alpha1.ProxyCertificate{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "security-tool"},
+				Spec: proxyv1alpha1.ProxyCertificateSpec{SecretName: "security-tool", CommonName: "cluster-proxy-proxy-client",
 					Subject:   &proxyv1alpha1.CertificateSubject{Organizations: []string{"system:masters"}},
 					IssuerRef: proxyv1alpha1.IssuerReference{Name: proxyv1alpha1.DefaultConfigurationName}}}
 			Expect(sys.HubClient.Create(ctx(), pc)).To(Succeed())
+			DeferCleanup(func() {
+				_ = sys.HubClient.Delete(ctx(), pc)
+				_ = sys.HubClient.Delete(ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "security-tool"}})
+			})
 			Eventually(func(g Gomega) {
 				live := &proxyv1alpha1.ProxyCertificate{}
 				g.Expect(sys.HubClient.Get(ctx(), client.ObjectKeyFromObject(pc), live)).To(Succeed())
 				g.Expect(meta.IsStatusConditionTrue(live.Status.Conditions, proxyv1alpha1.ConditionReady)).To(BeTrue())
 			}).Should(Succeed())
 			toolSecret := &corev1.Secret{}
-			Expect(sys.HubClient.Get(ctx(), types(tenant, "tool"), toolSecret)).To(Succeed())
+			Expect(sys.HubClient.Get(ctx(), types(tenant, "security-tool"), toolSecret)).To(Succeed())
 			tool := writePair("tenant-tool", toolSecret)
 			leaf := must(certs.ParseCertificates(toolSecret.Data[corev1.TLSCertKey]))[0]
 			Expect(leaf.ExtKeyUsage).To(ConsistOf(x509.ExtKeyUsageClientAuth), "a tenant's certificate is client-only by default")
@@ -96,7 +116,7 @@ func security() {
 			}
 
 			By("the hub's RBAC grants the certificate cluster1, and nothing else")
-			user, _ := contract.CertificateIdentity(tenant, "tool")
+			user, _ := contract.CertificateIdentity(tenant, "security-tool")
 			role := "security-tenant-tool"
 			createOrExists(sys.HubClient, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: []rbacv1.PolicyRule{{
 				APIGroups: []string{gatewayGroup}, Resources: []string{"clusters/proxy"}, ResourceNames: []string{localsystem.ProxiedCluster},

@@ -299,10 +299,16 @@ func TestSameManagerAndRBACAsKustomize(t *testing.T) {
 		return r
 	}
 	kustomize := decodeFile(t, filepath.Join(root(), "config", "rbac", "role.yaml"))
-	g.Expect(kustomize).To(HaveLen(1))
+	g.Expect(kustomize).To(HaveLen(2), "a ClusterRole and the Role of the proxy-servers' namespace")
 	role := find(objs, "ClusterRole", "", "cluster-proxy-manager")
 	g.Expect(role).NotTo(BeNil())
-	g.Expect(rules(role)).To(Equal(rules(kustomize[0])), "the chart's ClusterRole differs from config/rbac/role.yaml: run 'make manifests'")
+	g.Expect(rules(role)).To(Equal(rules(find(kustomize, "ClusterRole", "", "cluster-proxy-manager"))),
+		"the chart's ClusterRole differs from config/rbac/role.yaml: run 'make manifests'")
+	nsRole := find(objs, "Role", namespace, "cluster-proxy-manager")
+	g.Expect(nsRole).NotTo(BeNil(), "the manager's Role in the release namespace, the proxy-servers'")
+	g.Expect(rules(nsRole)).To(Equal(rules(find(kustomize, "Role", "system", "cluster-proxy-manager"))),
+		"the chart's Role differs from config/rbac/role.yaml: run 'make manifests'")
+	g.Expect(find(objs, "Role", "default", "cluster-proxy-manager-certificates")).To(BeNil(), "no certificate namespaces unless asked")
 
 	leader := decodeFile(t, filepath.Join(root(), "config", "rbac", "leader_election_role.yaml"))
 	chartLeader := find(objs, "Role", namespace, "cluster-proxy-leader-election")
@@ -311,6 +317,7 @@ func TestSameManagerAndRBACAsKustomize(t *testing.T) {
 
 	for _, b := range []*unstructured.Unstructured{
 		find(objs, "ClusterRoleBinding", "", "cluster-proxy-manager"),
+		find(objs, "RoleBinding", namespace, "cluster-proxy-manager"),
 		find(objs, "RoleBinding", namespace, "cluster-proxy-leader-election"),
 	} {
 		g.Expect(b).NotTo(BeNil())
@@ -337,6 +344,32 @@ func TestSameManagerAndRBACAsKustomize(t *testing.T) {
 		gv, _, _ := unstructured.NestedFieldNoCopy(chartManager.Object, path...)
 		g.Expect(gv).To(Equal(w), "%v differs from config/manager/manager.yaml", path)
 	}
+}
+
+// TestCertificateNamespacesGetASecretsRoleAndTheFlag: each namespace of manager.proxyCertificateNamespaces gets a Role
+// for Secrets only, bound to the manager, and the manager is told of them; the release namespace needs none.
+func TestCertificateNamespacesGetASecretsRoleAndTheFlag(t *testing.T) {
+	g := NewWithT(t)
+	out, errOut, err := template(t, "--set", "manager.proxyCertificateNamespaces={team-a,"+namespace+"}")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	objs := decode(t, out)
+	role := find(objs, "Role", "team-a", "cluster-proxy-manager-certificates")
+	g.Expect(role).NotTo(BeNil())
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	g.Expect(rules).To(Equal([]any{map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"},
+		"verbs": []any{"create", "delete", "get", "list", "patch", "update", "watch"}}}), "Secrets, and nothing else")
+	binding := find(objs, "RoleBinding", "team-a", "cluster-proxy-manager-certificates")
+	g.Expect(binding).NotTo(BeNil())
+	subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+	g.Expect(subjects).To(ConsistOf(map[string]any{"kind": "ServiceAccount", "name": "cluster-proxy-addon-manager", "namespace": namespace}))
+	g.Expect(find(objs, "Role", namespace, "cluster-proxy-manager-certificates")).To(BeNil(), "the manager's Role covers its own namespace")
+	args, _, _ := unstructured.NestedSlice(find(objs, "Deployment", namespace, "cluster-proxy-addon-manager").Object,
+		"spec", "template", "spec", "containers")
+	g.Expect(args[0].(map[string]any)["args"]).To(ContainElement("--proxy-certificate-namespaces=team-a," + namespace))
+
+	_, errOut, err = template(t, "--set", "manager.proxyCertificateNamespaces={Team_A}")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(errOut).To(ContainSubstring("proxyCertificateNamespaces"))
 }
 
 // TestCRDsMatchConfig fails when charts/cluster-proxy/crds, files/manager-role.yaml or files/leader-election-role.yaml

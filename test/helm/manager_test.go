@@ -44,7 +44,7 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = requests.Wrap
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme.New(), Cache: controllers.CacheOptions(),
+		Scheme: scheme.New(), Cache: controllers.CacheOptions(controllers.Namespaces{}),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 	})
 	g.Expect(err).NotTo(HaveOccurred())

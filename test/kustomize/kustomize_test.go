@@ -77,7 +77,7 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1,
-		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1} {
+		"ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1} { // Roles: the manager's and leader election's
 		if kinds[kind] != n {
 			t.Errorf("config/default has %d %s; want %d", kinds[kind], kind, n)
 		}

@@ -329,7 +329,7 @@ func AgentArgs(in AgentInput, ns string, settings proxyenv.Settings, vars proxye
 	if EntrypointType(in.MPC) == proxyv1alpha1.EntryPointTypePortForward {
 		args = append(args,
 			"--port-forward-namespace="+contract.Namespace(in.MPC),
-			"--port-forward-selector="+labels.SelectorFromSet(serverPodLabels(in.MPC)).String(),
+			"--port-forward-selector="+labels.SelectorFromSet(ServerPodLabels(in.MPC)).String(),
 			"--port-forward-port="+strconv.Itoa(int(contract.PortsOf(in.MPC).AgentServer)))
 	}
 	if ServiceProxyEnabled(in.MPC) {

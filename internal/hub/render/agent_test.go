@@ -950,13 +950,26 @@ func TestAgentsOfThePortForwardEntrypointDialTheProxyServerPodsByPortForward(t *
 	g.Expect(args).To(ContainElements("--proxy-server-host=127.0.0.1", "--port-forward-namespace=hub",
 		"--port-forward-selector="+proxyv1alpha1.ComponentLabel+"=proxy-server,"+ConfigurationLabel+"=cluster-proxy",
 		"--port-forward-port=8091"))
-	_, binding := PortForwardRBAC(m)
+	_, binding := PortForwardRBAC(m, nil)
 	g.Expect(binding.Subjects).To(ConsistOf(HaveField("Name", csrreview.AllAgentsGroup)), "the group the agents' hub identities carry")
 
 	m.Spec.ProxyServer.Entrypoint = &proxyv1alpha1.ManagedProxyConfigurationProxyServerEntrypoint{
 		Type: proxyv1alpha1.EntryPointTypeHostname, Hostname: &proxyv1alpha1.EntryPointHostname{Value: "hub.example.com"}}
 	args = AgentArgs(AgentInput{MPC: m, Cluster: "c1", EntrypointHost: EntrypointHost(m, "")}, "ns", proxyenv.Settings{}, proxyenv.AgentVariables{})
 	g.Expect(args).NotTo(ContainElement(HavePrefix("--port-forward")))
+}
+
+func TestAgentsMayPortForwardToTheProxyServerPodsOnly(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	m.Spec.ProxyServer.Namespace = "hub"
+	find := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}
+	role, _ := PortForwardRBAC(m, []string{"cluster-proxy-b", "cluster-proxy-a", "cluster-proxy-b"})
+	g.Expect(role.Namespace).To(Equal("hub"))
+	g.Expect(role.Rules).To(Equal([]rbacv1.PolicyRule{find, {APIGroups: []string{""}, Resources: []string{"pods/portforward"},
+		ResourceNames: []string{"cluster-proxy-a", "cluster-proxy-b"}, Verbs: []string{"create"}}}))
+	role, _ = PortForwardRBAC(m, nil)
+	g.Expect(role.Rules).To(Equal([]rbacv1.PolicyRule{find}), "no pod yet: no port-forward at all, never one to any pod")
 }
 
 // New credentials are a new Secret name, so the agents roll to read them (a container reads its env at start).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -77,7 +78,8 @@ func Labels(mpc *proxyv1alpha1.ManagedProxyConfiguration) map[string]string {
 	return map[string]string{ManagedByLabel: ManagedByValue, ConfigurationLabel: mpc.Name}
 }
 
-func serverPodLabels(mpc *proxyv1alpha1.ManagedProxyConfiguration) map[string]string {
+// ServerPodLabels are the labels of mpc's proxy-server pods (what their Services and the agents select them by).
+func ServerPodLabels(mpc *proxyv1alpha1.ManagedProxyConfiguration) map[string]string {
 	return map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer, ConfigurationLabel: mpc.Name}
 }
 
@@ -112,17 +114,20 @@ func ServerServiceAccount(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.
 }
 
 // PortForwardRBAC lets agents (the hub group every agent's add-on identity carries, csrreview.AllAgentsGroup) find
-// proxy-server pods and open port-forwards to them; only the PortForward entrypoint needs it, and it grants nothing
-// else.
-func PortForwardRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) (*rbacv1.Role, *rbacv1.RoleBinding) {
+// proxy-server pods and open port-forwards to those pods only (pods, the proxy-server pods' names): a port-forward
+// reaches every port of its pod, loopback included, so no other pod of the namespace (the manager's, when it shares
+// it) may be a target. The manager renders it again as the pods come and go; with no pod yet, no pod may be
+// forwarded to. Only the PortForward entrypoint needs it, and it grants nothing else.
+func PortForwardRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration, pods []string) (*rbacv1.Role, *rbacv1.RoleBinding) {
 	ns := contract.Namespace(mpc)
-	role := &rbacv1.Role{
-		ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns),
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"pods/portforward"}, Verbs: []string{"create"}},
-		},
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}
+	if len(pods) > 0 {
+		// An empty resourceNames would be every pod: the rule is there only with names.
+		names := slices.Sorted(slices.Values(pods))
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/portforward"},
+			ResourceNames: slices.Compact(names), Verbs: []string{"create"}})
 	}
+	role := &rbacv1.Role{ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns), Rules: rules}
 	binding := &rbacv1.RoleBinding{
 		ObjectMeta: objectMeta(mpc, PortForwardRoleName, ns),
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: PortForwardRoleName},
@@ -138,7 +143,7 @@ func InClusterService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Serv
 		ObjectMeta: objectMeta(mpc, contract.ServiceName(mpc), contract.Namespace(mpc)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: serverPodLabels(mpc),
+			Selector: ServerPodLabels(mpc),
 			Ports: []corev1.ServicePort{
 				servicePort("proxy-server", p.ProxyServer, p.ProxyServer),
 				servicePort("agent-server", p.AgentServer, p.AgentServer),
@@ -155,7 +160,7 @@ func UserServerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.Ser
 		ObjectMeta: objectMeta(mpc, proxyv1alpha1.UserServerServiceName, contract.Namespace(mpc)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: serverPodLabels(mpc),
+			Selector: ServerPodLabels(mpc),
 			Ports: []corev1.ServicePort{
 				servicePort("user-server", proxyv1alpha1.UserServerPort, proxyv1alpha1.UserServerPort),
 				servicePort("gateway", proxyv1alpha1.GatewayPort, proxyv1alpha1.GatewayPort),
@@ -172,7 +177,7 @@ func LoadBalancerService(mpc *proxyv1alpha1.ManagedProxyConfiguration) *corev1.S
 		ObjectMeta: objectMeta(mpc, LoadBalancerServiceName(mpc), contract.Namespace(mpc)),
 		Spec: corev1.ServiceSpec{
 			Type:                     corev1.ServiceTypeLoadBalancer,
-			Selector:                 serverPodLabels(mpc),
+			Selector:                 ServerPodLabels(mpc),
 			Ports:                    []corev1.ServicePort{servicePort("agent-server", EntrypointPort(mpc), contract.PortsOf(mpc).AgentServer)},
 			PublishNotReadyAddresses: true,
 		},
@@ -322,15 +327,21 @@ func RetiredAgentTokenReviewBinding(mpc *proxyv1alpha1.ManagedProxyConfiguration
 
 // ServerHubRBAC is what the proxy-server pods may do on the hub: review the tokens and check the hub RBAC of the
 // users who come to the user-server, and, as an aggregated API server, read the front proxy's CA
-// (extension-apiserver-authentication) and the ClusterProxyStatuses it shows as clusters.
+// (kube-system/extension-apiserver-authentication, by name) and the ClusterProxyStatuses it shows as clusters. The CA
+// is granted by name in a ClusterRole rather than by a RoleBinding in kube-system, so that the manager holds no right
+// to write RBAC in kube-system.
 func ServerHubRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) []Object {
 	name := "open-cluster-management:cluster-proxy:proxy-server:" + mpc.Name
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ServerServiceAccountName, Namespace: contract.Namespace(mpc)}}
 	return []Object{
 		&rbacv1.ClusterRole{
 			ObjectMeta: objectMeta(mpc, name, ""),
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{proxyv1alpha1.GroupVersion.Group},
-				Resources: []string{"clusterproxystatuses"}, Verbs: []string{"get", "list", "watch"}}},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{proxyv1alpha1.GroupVersion.Group}, Resources: []string{"clusterproxystatuses"},
+					Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{FrontProxyConfigMapName},
+					Verbs: []string{"get", "list", "watch"}},
+			},
 		},
 		&rbacv1.ClusterRoleBinding{
 			ObjectMeta: objectMeta(mpc, name, ""),
@@ -342,13 +353,12 @@ func ServerHubRBAC(mpc *proxyv1alpha1.ManagedProxyConfiguration) []Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
 			Subjects:   subjects,
 		},
-		&rbacv1.RoleBinding{
-			ObjectMeta: objectMeta(mpc, name+":authentication-reader", "kube-system"),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-			Subjects:   subjects,
-		},
 	}
 }
+
+// FrontProxyConfigMapName is the ConfigMap of kube-system in which the hub kube-apiserver publishes its client and
+// front-proxy CAs for aggregated API servers.
+const FrontProxyConfigMapName = "extension-apiserver-authentication"
 
 // ServerDeployment runs the proxy servers. It mounts the certificate secrets, which are renewed in place: the
 // pod template does not change on renewal, so renewal restarts nothing.
@@ -362,10 +372,10 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(mpc.Spec.ProxyServer.Replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: serverPodLabels(mpc)},
+			Selector: &metav1.LabelSelector{MatchLabels: ServerPodLabels(mpc)},
 			Strategy: serverStrategy(mpc),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: serverPodLabels(mpc)},
+				ObjectMeta: metav1.ObjectMeta{Labels: ServerPodLabels(mpc)},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: ServerServiceAccountName,
 					// The hub API: TokenReviews and SubjectAccessReviews of user-server callers, the aggregated API.

@@ -37,7 +37,7 @@ func ServerNetworkPolicy(mpc *proxyv1alpha1.ManagedProxyConfiguration) *networki
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: objectMeta(mpc, mpc.Name, contract.Namespace(mpc)),
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: serverPodLabels(mpc)},
+			PodSelector: metav1.LabelSelector{MatchLabels: ServerPodLabels(mpc)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: ports}},
 		},

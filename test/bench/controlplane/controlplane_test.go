@@ -640,12 +640,14 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 		must(t, err)
 	case "serviceaccount":
 		// Such a run also proves that the shipped least-privilege rules suffice for a thousand clusters.
-		must(t, testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, managerNamespace, kubeconfig))
+		// Deployed in the proxy-servers' namespace, as the install paths put it: its Role is granted there.
+		must(t, testenv.DeployedManagerKubeconfig(context.Background(), cfg, c, addonNamespace, kubeconfig))
 	default:
 		t.Fatalf("BENCH_IDENTITY=%q: want admin or serviceaccount", id)
 	}
 	cmd := process.Command{Path: bin, LogPath: filepath.Join(dir, "manager.log"),
-		Args: []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprofAddr}}
+		Args: []string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
+			"--pprof-bind-address=" + pprofAddr, "--proxy-server-namespaces=" + addonNamespace}}
 	m := &manager{}
 	if memoryLimit > 0 {
 		m.cgroup = newMemoryCgroup(t, memoryLimit)
@@ -656,9 +658,6 @@ func startManager(t *testing.T, env *envtest.Environment, cfg *rest.Config, c cl
 	m.Process = p
 	return m
 }
-
-// managerNamespace stands for the namespace the manager is deployed in ("system" in config/rbac).
-const managerNamespace = "cluster-proxy-system"
 
 func (m *manager) stop() {
 	m.Stop()
