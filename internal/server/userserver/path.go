@@ -36,42 +36,68 @@ const (
 	maxEchoLength = 64
 )
 
-// ParsePath reads a request path as it arrived, still percent-encoded (url.URL.EscapedPath). It refuses anything a
-// backend could resolve differently from us: encoded slashes and backslashes, dot segments (also encoded), empty
-// segments and control characters.
+// ParsePath reads a request path as it arrived, still percent-encoded (url.URL.EscapedPath): /<cluster>/<path>. It
+// refuses anything a backend could resolve differently from us: encoded slashes and backslashes, dot segments (also
+// encoded), empty segments and control characters.
 func ParsePath(p string) (Target, error) {
 	if !strings.HasPrefix(p, "/") {
 		return Target{}, errors.New("the path must start with /<cluster>")
 	}
-	lower := strings.ToLower(p)
-	if strings.Contains(p, `\`) || strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") {
-		return Target{}, errors.New("the path must not contain backslashes or encoded slashes")
+	segs, err := segments(p)
+	if err != nil {
+		return Target{}, err
 	}
-	segs := strings.Split(p[1:], "/")
+	return target(segs[0], segs[1:])
+}
+
+// ParseClusterPath reads the path of a request for cluster that named the cluster elsewhere (the aggregated API's
+// clusters/<cluster>/proxy/<path>): escaped is the <path>, still percent-encoded, with its leading slash. It refuses
+// what ParsePath refuses.
+func ParseClusterPath(cluster, escaped string) (Target, error) {
+	if !strings.HasPrefix(escaped, "/") {
+		return Target{}, errors.New("the path must start with /")
+	}
+	segs, err := segments(escaped)
+	if err != nil {
+		return Target{}, err
+	}
+	return target(cluster, segs)
+}
+
+// segments are the decoded segments of escaped after its leading slash.
+func segments(escaped string) ([]string, error) {
+	lower := strings.ToLower(escaped)
+	if strings.Contains(escaped, `\`) || strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") {
+		return nil, errors.New("the path must not contain backslashes or encoded slashes")
+	}
+	segs := strings.Split(escaped[1:], "/")
 	for i, raw := range segs {
 		seg, err := url.PathUnescape(raw)
 		if err != nil {
-			return Target{}, fmt.Errorf("the path has an invalid escape in segment %q", echo(raw))
+			return nil, fmt.Errorf("the path has an invalid escape in segment %q", echo(raw))
 		}
 		switch {
 		case seg == "" && i != len(segs)-1:
-			return Target{}, errors.New("the path must not contain empty segments")
+			return nil, errors.New("the path must not contain empty segments")
 		case seg == "." || seg == "..":
-			return Target{}, errors.New(`the path must not contain "." or ".." segments`)
+			return nil, errors.New(`the path must not contain "." or ".." segments`)
 		case strings.ContainsFunc(seg, isControl):
-			return Target{}, errors.New("the path must not contain control characters")
+			return nil, errors.New("the path must not contain control characters")
 		}
 		segs[i] = seg
 	}
+	return segs, nil
+}
 
-	t := Target{Cluster: segs[0]}
+// target is where the decoded segments rest of a request for cluster go.
+func target(cluster string, rest []string) (Target, error) {
+	t := Target{Cluster: cluster}
 	if t.Cluster == "" {
 		return Target{}, errors.New("the path must start with /<cluster>")
 	}
 	if errs := validation.IsDNS1123Subdomain(t.Cluster); len(errs) > 0 {
 		return Target{}, fmt.Errorf("invalid cluster name %q: %s", echo(t.Cluster), strings.Join(errs, "; "))
 	}
-	rest := segs[1:]
 	if isServicePath(rest) {
 		svc, err := parseService(rest[segNamespace], rest[segService])
 		if err != nil {

@@ -1,6 +1,7 @@
 package userserver
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -133,6 +134,36 @@ func FuzzParsePath(f *testing.F) {
 				len(validation.IsDNS1123Label(svc.Namespace)) > 0 || len(validation.IsDNS1035Label(svc.Name)) > 0 {
 				t.Fatalf("ParsePath(%q) gave service %+v", p, *svc)
 			}
+		}
+	})
+}
+
+// FuzzTheClusterPathParsesAsTheUserServerPath: a path the aggregated API hands over for a cluster is read exactly as
+// the user-server's own /<cluster><path> is, refusals included, so both ways in decide alike.
+func FuzzTheClusterPathParsesAsTheUserServerPath(f *testing.F) {
+	for _, seed := range []string{"/", "/api/v1/pods", "/api/v1/namespaces/ns/services/svc/proxy-service/x", "/%2e%2e/x",
+		"//x", "/a%2Fb", "", "x", "/%00"} {
+		f.Add("c1", seed)
+	}
+	f.Add("", "/api")
+	f.Add("C1", "/api")
+	f.Fuzz(func(t *testing.T, cluster, escaped string) {
+		if strings.ContainsAny(cluster, "/%\\") {
+			return // a name the aggregated API never hands over: it is one path segment there
+		}
+		got, gotErr := ParseClusterPath(cluster, escaped)
+		if !strings.HasPrefix(escaped, "/") {
+			if gotErr == nil {
+				t.Fatalf("ParseClusterPath(%q, %q) accepted a path without its leading slash", cluster, escaped)
+			}
+			return
+		}
+		want, wantErr := ParsePath("/" + cluster + escaped)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("ParseClusterPath(%q, %q) error %v, ParsePath error %v", cluster, escaped, gotErr, wantErr)
+		}
+		if gotErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseClusterPath(%q, %q) = %+v, ParsePath = %+v", cluster, escaped, got, want)
 		}
 	})
 }

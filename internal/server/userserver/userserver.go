@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,7 +206,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if token := proxyhttp.TakeWebSocketBearer(r.Header); token != "" && r.Header.Get("Authorization") == "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}
-	s.serveAndRecord(w, r, r.URL.EscapedPath(), viaUserServer, nil)
+	path := r.URL.EscapedPath()
+	t, err := ParsePath(path)
+	s.serveAndRecord(w, r, request{target: t, invalid: err, path: path, via: viaUserServer})
 }
 
 // ServeHubIdentity sends r to cluster as id, a hub user the hub kube-apiserver authenticated and authorized for
@@ -215,7 +216,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // leading slash: a kube-apiserver path, or the service form. r's own credential headers are not sent on.
 func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity) {
 	proxyhttp.TakeWebSocketBearer(r.Header) // the hub authenticated the user; no credential of theirs goes on
-	s.serveAndRecord(w, r, "/"+url.PathEscape(cluster)+escapedPath, viaAggregated, &id)
+	t, err := ParseClusterPath(cluster, escapedPath)
+	s.serveAndRecord(w, r, request{target: t, invalid: err, path: escapedPath, via: viaAggregated, hubUser: &id})
+}
+
+// request is what the user-server knows of a request before it serves it: where it goes (or why the path is
+// invalid), the path as it arrived (for the access log), which way it came and, on the aggregated path, the hub user
+// the hub kube-apiserver authenticated and authorized.
+type request struct {
+	target  Target
+	invalid error
+	path    string
+	via     string
+	hubUser *hubidentity.Identity
 }
 
 // voucher is a HubReviewer told of tokens the hub does not know that a managed cluster accepted
@@ -241,10 +254,11 @@ type served struct {
 	clusterToken bool
 }
 
-func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, via string, id *hubidentity.Identity) {
+func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, req request) {
 	start := s.opts.Clock.Now()
 	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r), clock: s.opts.Clock}
-	info := s.serve(rec, r, path, id)
+	info := s.serve(rec, r, req)
+	via := req.via
 	code := rec.code
 	switch {
 	case code == 0 && r.Context().Err() != nil:
@@ -279,15 +293,15 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, path, vi
 	}
 	// The path without its query, which may carry anything; never a header.
 	klog.FromContext(r.Context()).Info("Access", "via", via, "cluster", info.cluster, "user", user, "verb", verb,
-		"method", r.Method, "path", path, "code", code, "seconds", answered.Sub(start).Seconds())
+		"method", r.Method, "path", req.path, "code", code, "seconds", answered.Sub(start).Seconds())
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, id *hubidentity.Identity) served {
-	t, err := ParsePath(path)
-	if err != nil {
-		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request) served {
+	if req.invalid != nil {
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, req.invalid.Error())
 		return served{}
 	}
+	t, id := req.target, req.hubUser
 	info := served{cluster: t.Cluster, known: s.opts.Clusters.Known(t.Cluster)}
 	ctx := r.Context()
 	if id == nil {
