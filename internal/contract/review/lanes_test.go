@@ -144,3 +144,45 @@ func TestConcurrentReviewsOfOneTokenAreOneReview(t *testing.T) {
 	}
 	g.Expect(api.times("slow-real-carol")).To(BeEquivalentTo(1))
 }
+
+// TestMadeUpTokensBeyondTheUnknownLanesRateAreRefusedAtOnce: the unknown lane's rate (the client's QPS and burst) is
+// a budget taken without waiting; beyond it a made-up token is ErrBusy at once, a known token still waits its turn in
+// its own lane, and the budget comes back with time.
+func TestMadeUpTokensBeyondTheUnknownLanesRateAreRefusedAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	api := &tokenReviewAPI{release: make(chan struct{})}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+		QPS: 1, Burst: 3}, TokensOptions{TTL: time.Minute, Now: clock, Concurrency: 16})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	tokens.Vouch("known-real-alice")
+
+	for i := range 3 {
+		id, err := tokens.Review(ctx, "junk-"+strconv.Itoa(i))
+		g.Expect(err).NotTo(HaveOccurred(), "within the burst")
+		g.Expect(id.Authenticated).To(BeFalse())
+	}
+	_, err = tokens.Review(ctx, "junk-3")
+	g.Expect(err).To(MatchError(ErrBusy), "the burst is spent: refused, not queued")
+	g.Expect(api.times("junk-3")).To(BeZero(), "no review was made")
+
+	id, err := tokens.Review(ctx, "known-real-alice")
+	g.Expect(err).NotTo(HaveOccurred(), "the known lane has a budget of its own")
+	g.Expect(id.Authenticated).To(BeTrue())
+
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	_, err = tokens.Review(ctx, "junk-3")
+	g.Expect(err).NotTo(HaveOccurred(), "a second later the lane has one review again")
+	g.Expect(api.times("junk-3")).To(Equal(int32(1)))
+}

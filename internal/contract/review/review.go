@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // MaxCached bounds a cache, so a flood of distinct garbage tokens cannot grow it without limit.
@@ -55,6 +56,9 @@ type lane struct {
 	client authnv1client.TokenReviewInterface
 	slots  chan struct{}
 	name   string
+	// budget, in the unknown lane, is its rate of reviews, taken without waiting (client-go's own limiter, which
+	// waits, is off there); nil in the known lane, whose client waits in client-go's limiter.
+	budget flowcontrol.RateLimiter
 }
 
 const (
@@ -100,15 +104,30 @@ func NewTokens(cluster string, cfg *rest.Config, opts TokensOptions) (*Tokens, e
 			// Every uncached request makes a review; client-go's default of 5 per second would queue them.
 			laneCfg.QPS, laneCfg.Burst = 50, 100
 		}
+		var budget flowcontrol.RateLimiter
+		if i == laneUnknown {
+			// A made-up token beyond the lane's rate is refused at once, like one beyond its bound in flight: waiting
+			// in client-go's limiter would hold a slot and queue the flood after all.
+			budget = flowcontrol.NewTokenBucketRateLimiterWithClock(laneCfg.QPS, laneCfg.Burst, nowClock(opts.Now))
+			laneCfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+		}
 		c, err := authnv1client.NewForConfig(laneCfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s TokenReview client: %w", cluster, err)
 		}
-		r.lanes[i] = lane{client: c.TokenReviews(), slots: make(chan struct{}, opts.Concurrency), name: name}
+		r.lanes[i] = lane{client: c.TokenReviews(), slots: make(chan struct{}, opts.Concurrency), name: name, budget: budget}
 		refusals.WithLabelValues(name)
 	}
 	return r, nil
 }
+
+// nowClock is TokensOptions.Now as the clock of the unknown lane's budget, which is only asked TryAccept: it never
+// sleeps.
+type nowClock func() time.Time
+
+func (c nowClock) Now() time.Time                  { return c() }
+func (c nowClock) Since(t time.Time) time.Duration { return c().Sub(t) }
+func (nowClock) Sleep(d time.Duration)             { time.Sleep(d) }
 
 // Vouch puts token in the known lane: something other than this cluster's TokenReview showed that it is real (the
 // managed cluster accepted a token the hub does not know).
@@ -152,6 +171,11 @@ func (r *Tokens) review(ctx context.Context, key [sha256.Size]byte, token string
 		select {
 		case l.slots <- struct{}{}:
 		default:
+			refusals.WithLabelValues(l.name).Inc()
+			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
+		}
+		if !l.budget.TryAccept() {
+			<-l.slots
 			refusals.WithLabelValues(l.name).Inc()
 			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
 		}
