@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/clock"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	workv1 "open-cluster-management.io/api/work/v1"
@@ -107,7 +108,10 @@ func CacheOptions(in Namespaces) cache.Options {
 			Namespaces: in.ProxyServers.Cache()},
 		&workv1.ManifestWork{}: {Label: owned.Label, Transform: strings.Transform(clusteragent.TrimCachedWork)},
 		// Other add-ons' objects are none of the operator's business.
-		&addonv1alpha1.ManagedClusterAddOn{}:        {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
+		&addonv1alpha1.ManagedClusterAddOn{}:    {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
+		&addonv1alpha1.ClusterManagementAddOn{}: {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.AddonName)},
+		// The gateway's APIService, the one the manager writes: RBAC grants it by name.
+		&apiregistrationv1.APIService{}:             {Field: fields.OneTermEqualSelector("metadata.name", proxyv1alpha1.GatewayAPIServiceName)},
 		&certificatesv1.CertificateSigningRequest{}: {Label: labels.SelectorFromSet(labels.Set{csrreview.AddonNameLabel: proxyv1alpha1.AddonName})},
 	}}
 }

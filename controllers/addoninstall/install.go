@@ -35,8 +35,9 @@ type Reconciler struct {
 }
 
 // +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=placementdecisions,verbs=get;list;watch
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,resourceNames=cluster-proxy,verbs=get;list;watch
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=create
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,resourceNames=cluster-proxy,verbs=get;list;watch;update;delete
 
 // Reconcile makes the installed add-ons match the placements.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

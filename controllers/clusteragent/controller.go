@@ -90,8 +90,10 @@ type scope struct {
 	deployed, adoptLater bool
 }
 
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons/status,verbs=get;update;patch
+// Only the add-on cluster-proxy of each cluster: the cache lists them by that name (a create names no object to RBAC).
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,verbs=create
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons,resourceNames=cluster-proxy,verbs=get;list;watch;update;delete
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=managedclusteraddons/status,resourceNames=cluster-proxy,verbs=get;update;patch
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=addondeploymentconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.open-cluster-management.io,resources=managedclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=work.open-cluster-management.io,resources=manifestworks,verbs=get;list;watch;create;update;patch;delete

@@ -87,11 +87,14 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,namespace=system,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=get;list;watch;create;update;patch;delete
+// The gateway's one APIService, by name (the cache lists it by that name).
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=create
+// +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.gateway.proxy.open-cluster-management.io,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
 // +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=system,resources=pods/portforward,verbs=create
-// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=create
+// +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,resourceNames=cluster-proxy,verbs=get;list;watch;update;patch;delete
 
 // Reconcile brings the hub objects of one ManagedProxyConfiguration in line with its spec.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -455,8 +455,9 @@ func TestAppliedToHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	// helm install --create-namespace creates the release namespace; fleet holds the loadbalancer case's Placement.
-	for _, ns := range []string{namespace, "fleet"} {
+	// helm install --create-namespace creates the release namespace; fleet holds the loadbalancer case's Placement;
+	// team-a is the main case's ProxyCertificate namespace, which must exist before the install.
+	for _, ns := range []string{namespace, "fleet", "team-a"} {
 		g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 	}
 	apply := func(o *unstructured.Unstructured, opts ...client.ApplyOption) error {
@@ -542,6 +543,8 @@ func TestHelmInstall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The main case's ProxyCertificate namespace, which must exist before its upgrade.
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}})).To(Succeed())
 
 	helm("install", "-n", namespace, "--create-namespace", releaseName, chartDir(), "--set", "proxyServer.entrypointAddress=proxy.example.com")
 	mpc := &unstructured.Unstructured{}

@@ -17,8 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -92,6 +94,8 @@ func TestTheManagerWorksWithinTheChartsNamespacedRights(t *testing.T) {
 	mgr, err := ctrl.NewManager(asManager, ctrl.Options{
 		Scheme: scheme.New(), Cache: controllers.CacheOptions(scope),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Another test of this process runs the controllers too.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{Namespaces: scope})).To(Succeed())
