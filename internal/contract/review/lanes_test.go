@@ -54,21 +54,43 @@ func (a *tokenReviewAPI) times(token string) int32 {
 	return n.(*atomic.Int32).Load()
 }
 
+// lanesOn reviews tokens through a tokenReviewAPI at qps and burst, with opts and a clock the test moves (advance).
+type lanesOn struct {
+	api    *tokenReviewAPI
+	tokens *Tokens
+	mu     sync.Mutex
+	now    time.Time
+}
+
+func newLanes(t *testing.T, qps float32, burst int, opts TokensOptions) *lanesOn {
+	t.Helper()
+	l := &lanesOn{api: &tokenReviewAPI{release: make(chan struct{})}, now: time.Unix(1000, 0)}
+	srv := httptest.NewServer(l.api)
+	t.Cleanup(srv.Close)
+	opts.Now = func() time.Time {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.now
+	}
+	var err error
+	l.tokens, err = NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+		QPS: qps, Burst: burst}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (l *lanesOn) advance(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.now = l.now.Add(d)
+}
+
 func TestMadeUpTokensWaitInALaneOfTheirOwnAndNeverQueue(t *testing.T) {
 	g := NewWithT(t)
-	api := &tokenReviewAPI{release: make(chan struct{})}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	var mu sync.Mutex
-	now := time.Unix(1000, 0)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
-		QPS: 1e6, Burst: 1e6}, TokensOptions{TTL: 10 * time.Second, Now: clock, Concurrency: 2})
-	g.Expect(err).NotTo(HaveOccurred())
+	l := newLanes(t, 1e6, 1e6, TokensOptions{TTL: 10 * time.Second, Concurrency: 2})
+	api, tokens := l.api, l.tokens
 	ctx := context.Background()
 
 	id, err := tokens.Review(ctx, "real-alice")
@@ -86,9 +108,7 @@ func TestMadeUpTokensWaitInALaneOfTheirOwnAndNeverQueue(t *testing.T) {
 	g.Expect(err).To(MatchError(ErrBusy))
 
 	// The known tokens' answers expire meanwhile: their reviews go through their own lane.
-	mu.Lock()
-	now = now.Add(11 * time.Second)
-	mu.Unlock()
+	l.advance(11 * time.Second)
 	id, err = tokens.Review(ctx, "real-alice")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(id.Authenticated).To(BeTrue())
@@ -115,12 +135,8 @@ func TestMadeUpTokensWaitInALaneOfTheirOwnAndNeverQueue(t *testing.T) {
 
 func TestConcurrentReviewsOfOneTokenAreOneReview(t *testing.T) {
 	g := NewWithT(t)
-	api := &tokenReviewAPI{release: make(chan struct{})}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
-		QPS: 1e6, Burst: 1e6}, TokensOptions{TTL: 10 * time.Second, Concurrency: 1})
-	g.Expect(err).NotTo(HaveOccurred())
+	l := newLanes(t, 1e6, 1e6, TokensOptions{TTL: 10 * time.Second, Concurrency: 1})
+	api, tokens := l.api, l.tokens
 	ctx, cancelFirst := context.WithCancel(context.Background())
 	results := make(chan error, 10)
 	for i := range 10 {
@@ -150,19 +166,8 @@ func TestConcurrentReviewsOfOneTokenAreOneReview(t *testing.T) {
 // its own lane, and the budget comes back with time.
 func TestMadeUpTokensBeyondTheUnknownLanesRateAreRefusedAtOnce(t *testing.T) {
 	g := NewWithT(t)
-	api := &tokenReviewAPI{release: make(chan struct{})}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	var mu sync.Mutex
-	now := time.Unix(1000, 0)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	tokens, err := NewTokens("hub", &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
-		QPS: 1, Burst: 3}, TokensOptions{TTL: time.Minute, Now: clock, Concurrency: 16})
-	g.Expect(err).NotTo(HaveOccurred())
+	l := newLanes(t, 1, 3, TokensOptions{TTL: time.Minute, Concurrency: 16})
+	api, tokens := l.api, l.tokens
 	ctx := context.Background()
 	tokens.Vouch("known-real-alice")
 
@@ -171,7 +176,7 @@ func TestMadeUpTokensBeyondTheUnknownLanesRateAreRefusedAtOnce(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred(), "within the burst")
 		g.Expect(id.Authenticated).To(BeFalse())
 	}
-	_, err = tokens.Review(ctx, "junk-3")
+	_, err := tokens.Review(ctx, "junk-3")
 	g.Expect(err).To(MatchError(ErrBusy), "the burst is spent: refused, not queued")
 	g.Expect(api.times("junk-3")).To(BeZero(), "no review was made")
 
@@ -179,9 +184,7 @@ func TestMadeUpTokensBeyondTheUnknownLanesRateAreRefusedAtOnce(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "the known lane has a budget of its own")
 	g.Expect(id.Authenticated).To(BeTrue())
 
-	mu.Lock()
-	now = now.Add(time.Second)
-	mu.Unlock()
+	l.advance(time.Second)
 	_, err = tokens.Review(ctx, "junk-3")
 	g.Expect(err).NotTo(HaveOccurred(), "a second later the lane has one review again")
 	g.Expect(api.times("junk-3")).To(Equal(int32(1)))

@@ -121,6 +121,21 @@ func NewTokens(cluster string, cfg *rest.Config, opts TokensOptions) (*Tokens, e
 	return r, nil
 }
 
+// tryAdmit takes a slot of the unknown lane and a review of its budget, without waiting for either; false when one of
+// them is spent (the slot is not held then).
+func (l *lane) tryAdmit() bool {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		return false
+	}
+	if !l.budget.TryAccept() {
+		<-l.slots
+		return false
+	}
+	return true
+}
+
 // nowClock is TokensOptions.Now as the clock of the unknown lane's budget, which is only asked TryAccept: it never
 // sleeps.
 type nowClock func() time.Time
@@ -167,18 +182,9 @@ func (r *Tokens) review(ctx context.Context, key [sha256.Size]byte, token string
 		case <-ctx.Done():
 			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ctx.Err())
 		}
-	} else {
-		select {
-		case l.slots <- struct{}{}:
-		default:
-			refusals.WithLabelValues(l.name).Inc()
-			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
-		}
-		if !l.budget.TryAccept() {
-			<-l.slots
-			refusals.WithLabelValues(l.name).Inc()
-			return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
-		}
+	} else if !l.tryAdmit() {
+		refusals.WithLabelValues(l.name).Inc()
+		return Identity{}, fmt.Errorf("%s TokenReview: %w", r.cluster, ErrBusy)
 	}
 	tr, err := l.client.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	<-l.slots
@@ -213,7 +219,7 @@ func (r *Tokens) review(ctx context.Context, key [sha256.Size]byte, token string
 // refusals counts the reviews ErrBusy refused, by lane. Each program registers it where it serves metrics.
 var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "cluster_proxy_token_reviews_refused_total",
-	Help: "TokenReviews of tokens not known to authenticate that were not made because as many of them were in flight; the request was answered 429.",
+	Help: "TokenReviews of tokens not known to authenticate that were not made because as many of them were in flight, or their lane's rate was spent; the request was answered 429.",
 }, []string{"lane"})
 
 // Collector is the package's metrics.
