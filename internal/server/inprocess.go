@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/deadline"
@@ -437,12 +436,8 @@ func (s tunnelStream) deliver(data []byte) {
 	if len(data) == 0 {
 		return // a Read must not return nothing without an error
 	}
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	wait := readerWait{clock: s.policy.clock}
+	defer wait.stop()
 	s.mu.Lock()
 	for s.err == nil && !s.eof {
 		fl := s.flow.Load()
@@ -469,17 +464,7 @@ func (s tunnelStream) deliver(data []byte) {
 			return
 		}
 		s.mu.Unlock()
-		stallWaits.Inc()
-		if timer == nil {
-			timer = s.policy.clock.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-s.inSpace:
-		case <-s.closed:
-		case <-timer.C():
-		}
+		wait.wait(d, s.inSpace, s.closed)
 		s.mu.Lock()
 	}
 	s.mu.Unlock() // nobody reads it any more

@@ -152,6 +152,34 @@ func (p queuePolicy) shouldPause(paused bool, queued int) bool {
 	return queued > p.bytes
 }
 
+// readerWait is the agent's loop waiting for a frontend connection's reader, as the policy said (decide's wait): d at
+// most, less once the reader takes from the queue (space) or the queue ends (closed). One timer serves the waits of a
+// packet; stop releases it.
+type readerWait struct {
+	clock clock.Clock
+	timer clock.Timer
+}
+
+func (w *readerWait) wait(d time.Duration, space, closed <-chan struct{}) {
+	stallWaits.Inc()
+	if w.timer == nil {
+		w.timer = w.clock.NewTimer(d)
+	} else {
+		w.timer.Reset(d)
+	}
+	select {
+	case <-space:
+	case <-closed:
+	case <-w.timer.C():
+	}
+}
+
+func (w *readerWait) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
 // outbox is a gRPC frontend stream's sending side: the router's loops queue packets, and the stream's handler
 // goroutine sends them (run), so that no loop ever waits on the client's flow-control window longer than the policy
 // lets it.
@@ -202,12 +230,8 @@ func (o *outbox) pauseWanted(paused bool) bool {
 // reader was cut off.
 func (o *outbox) Send(pkt *client.Packet) error {
 	n := queuedSize(pkt)
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	wait := readerWait{clock: o.policy.clock}
+	defer wait.stop()
 	o.mu.Lock()
 	for {
 		if o.err != nil {
@@ -239,17 +263,7 @@ func (o *outbox) Send(pkt *client.Packet) error {
 			return errReaderStalled
 		}
 		o.mu.Unlock()
-		stallWaits.Inc()
-		if timer == nil {
-			timer = o.policy.clock.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-o.space:
-		case <-o.closed:
-		case <-timer.C():
-		}
+		wait.wait(d, o.space, o.closed)
 		o.mu.Lock()
 	}
 }
