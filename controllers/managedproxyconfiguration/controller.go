@@ -246,13 +246,9 @@ func toConfigurationOfPod(_ context.Context, o client.Object) []reconcile.Reques
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
 }
 
-// podComesOrGoes passes a pod's creation and deletion only: its name, what the configuration reads, never changes.
-var podComesOrGoes = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return true },
-	UpdateFunc:  func(event.UpdateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return true },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-}
+// podComesOrGoes passes a pod's creation and deletion (predicate.Funcs passes what it leaves unset), not its updates:
+// its name, what the configuration reads, never changes.
+var podComesOrGoes = predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
 
 // toIssuer is a request for the configuration that issues a ProxyCertificate: one a user created, which the
 // configuration does not own, holds its CA in the bundle too.

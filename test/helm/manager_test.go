@@ -10,9 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -43,21 +45,7 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	cmaWrites := func() int64 { return requests.WritesTo("clustermanagementaddons") }
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = requests.Wrap
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme.New(), Cache: controllers.CacheOptions(controllers.Namespaces{}),
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{})).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the manager stopped with %v", err)
-		}
-	})
+	ctx := runManager(t, cfg, controllers.Namespaces{})
 
 	g.Eventually(func(g Gomega) {
 		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
@@ -88,4 +76,28 @@ func TestManagerLeavesTheHelmInstalledAddOnAlone(t *testing.T) {
 	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
 	g.Consistently(cmaWrites, 3*time.Second, 100*time.Millisecond).Should(Equal(cmaBefore))
 	g.Expect(cma().Spec.InstallStrategy.Type).To(Equal(addonv1alpha1.AddonInstallStrategyManual))
+}
+
+// runManager runs the manager's controllers with cfg, writing in scope, until the test ends; the context ends with it.
+func runManager(t *testing.T, cfg *rest.Config, scope controllers.Namespaces) context.Context {
+	t.Helper()
+	g := NewWithT(t)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme.New(), Cache: controllers.CacheOptions(scope),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// More than one test of this process runs the controllers.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{Namespaces: scope})).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager stopped with %v", err)
+		}
+	})
+	return ctx
 }

@@ -3,9 +3,7 @@ package helm
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,11 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
@@ -30,34 +24,6 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
-
-// forbidden records the requests the API server refused the manager for want of a right.
-type forbidden struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (f *forbidden) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTrip(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if err == nil && resp.StatusCode == http.StatusForbidden {
-			f.mu.Lock()
-			f.seen = append(f.seen, req.Method+" "+req.URL.Path)
-			f.mu.Unlock()
-		}
-		return resp, err
-	})
-}
-
-func (f *forbidden) requests() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.seen...)
-}
-
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestTheManagerWorksWithinTheChartsNamespacedRights runs the manager as the chart's ServiceAccount, with the rights
 // 'helm install' granted it (a ClusterRole without Secrets, Deployments, Services or RBAC, a Role in the release
@@ -69,8 +35,7 @@ func TestTheManagerWorksWithinTheChartsNamespacedRights(t *testing.T) {
 	env, _ := startHub(t)
 	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	const tenant, stranger = "team-a", "elsewhere"
 	for _, ns := range []string{tenant, stranger} {
 		g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -87,26 +52,9 @@ func TestTheManagerWorksWithinTheChartsNamespacedRights(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	asManager := rest.AnonymousClientConfig(env.Config)
 	asManager.BearerToken = token
-	var refused forbidden
-	asManager.WrapTransport = refused.wrap
-
-	scope := controllers.Namespaces{ProxyServers: namespaces.Of(namespace), Certificates: namespaces.Of(tenant)}
-	mgr, err := ctrl.NewManager(asManager, ctrl.Options{
-		Scheme: scheme.New(), Cache: controllers.CacheOptions(scope),
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		// Another test of this process runs the controllers too.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(controllers.Setup(ctx, mgr, controllers.Options{Namespaces: scope})).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the manager stopped with %v", err)
-		}
-	})
+	var requests testenv.Requests
+	asManager.WrapTransport = requests.Wrap
+	ctx = runManager(t, asManager, controllers.Namespaces{ProxyServers: namespaces.Of(namespace), Certificates: namespaces.Of(tenant)})
 
 	ready := func(o client.Object, conditions func() []metav1.Condition) func(g Gomega) {
 		return func(g Gomega) {
@@ -159,5 +107,5 @@ func TestTheManagerWorksWithinTheChartsNamespacedRights(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), fmt.Sprintf("%T %s written where the manager was not given the namespace: %v", o, o.GetName(), err))
 	}
-	g.Expect(refused.requests()).To(BeEmpty(), "RBAC refused the manager: the chart's rules do not cover what it does")
+	g.Expect(requests.Forbidden()).To(BeEmpty(), "RBAC refused the manager: the chart's rules do not cover what it does")
 }

@@ -9,7 +9,8 @@ import (
 
 // Requests counts the API requests of a client whose rest.Config.WrapTransport is Wrap: writes (every method but GET
 // and HEAD) apart from reads (GET, which LIST and WATCH are too), the writes to each resource, and the LISTs and
-// WATCHes of each resource by what they asked for (whole objects, or their metadata only).
+// WATCHes of each resource by what they asked for (whole objects, or their metadata only), and the requests the API
+// server refused for want of a right (403).
 type Requests struct {
 	writes, reads atomic.Int64
 	mu            sync.Mutex
@@ -17,6 +18,7 @@ type Requests struct {
 	byAPI         map[string]int64
 	lastByAPI     map[string]string
 	collections   map[string]CollectionReads
+	forbidden     []string
 }
 
 // CollectionReads are the LISTs and WATCHes of one resource: of whole objects, and of PartialObjectMetadata (what a
@@ -63,8 +65,21 @@ func (r *Requests) Wrap(rt http.RoundTripper) http.RoundTripper {
 			r.byResource[path.resource]++
 			r.mu.Unlock()
 		}
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode == http.StatusForbidden {
+			r.mu.Lock()
+			r.forbidden = append(r.forbidden, req.Method+" "+req.URL.Path)
+			r.mu.Unlock()
+		}
+		return resp, err
 	})
+}
+
+// Forbidden are the requests (method and path) the API server answered 403, in order.
+func (r *Requests) Forbidden() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.forbidden...)
 }
 
 // Writes is the number of writes so far.
