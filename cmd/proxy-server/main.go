@@ -49,6 +49,7 @@ type config struct {
 	serverCount                       int
 	proxyStrategies                   string
 	bindAddress                       string
+	healthBindAddress                 string // "": --bind-address's
 	serverID                          string
 	serverPort, agentPort, healthPort int
 	adminPort, httpConnectPort        int
@@ -94,7 +95,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.SetOutput(output)
 	fs.IntVar(&c.serverCount, "server-count", 1, "number of proxy-server replicas; agents connect to each")
 	fs.StringVar(&c.proxyStrategies, "proxy-strategies", "destHost", "how tunnels choose an agent; only destHost is supported")
-	fs.StringVar(&c.bindAddress, "bind-address", "", "address the listeners bind to, all interfaces when empty (the admin port always binds loopback)")
+	fs.StringVar(&c.bindAddress, "bind-address", "", "IP address the listeners bind to, all interfaces when empty (the admin port always binds loopback)")
+	fs.StringVar(&c.healthBindAddress, "health-bind-address", "", "IP address the health port binds to, --bind-address's when empty. "+
+		"Bound to the pod's IP alone it is out of reach of port-forward, which connects to the pod's loopback")
 	fs.StringVar(&c.serverID, "server-id", "", "this replica's ID, the hostname when empty")
 	fs.IntVar(&c.serverPort, "server-port", 8090, "gRPC frontend port (mTLS)")
 	fs.IntVar(&c.agentPort, "agent-port", 8091, "agent endpoint port (mTLS)")
@@ -238,6 +241,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	if c.hubServiceAccountGroups != "prefixed" && c.hubServiceAccountGroups != "unprefixed" {
 		return nil, fmt.Errorf("--hub-service-account-groups=%s: want prefixed or unprefixed", c.hubServiceAccountGroups)
 	}
+	if c.bindAddress != "" && net.ParseIP(c.bindAddress) == nil {
+		return nil, fmt.Errorf("--bind-address=%s: want an IP address (the pod's, $(POD_IP), in a cluster) or nothing", c.bindAddress)
+	}
+	if c.healthBindAddress != "" && net.ParseIP(c.healthBindAddress) == nil {
+		return nil, fmt.Errorf("--health-bind-address=%s: want an IP address (the pod's, $(POD_IP), in a cluster) or nothing", c.healthBindAddress)
+	}
 	if c.peerAddress != "" {
 		if _, _, err := net.SplitHostPort(c.peerAddress); err != nil {
 			return nil, fmt.Errorf("--peer-address=%s: want host:port: %w", c.peerAddress, err)
@@ -262,18 +271,23 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 }
 
 func (c *config) options() server.Options {
-	addr := func(port int) string {
+	bind := func(host string, port int) string {
 		if port == 0 {
 			return ""
 		}
-		return net.JoinHostPort(c.bindAddress, strconv.Itoa(port))
+		return net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	addr := func(port int) string { return bind(c.bindAddress, port) }
+	healthHost := c.bindAddress
+	if c.healthBindAddress != "" {
+		healthHost = c.healthBindAddress
 	}
 	return server.Options{
 		ServerID:        c.serverID,
 		ServerCount:     c.serverCount,
 		FrontendAddr:    addr(c.serverPort),
 		AgentAddr:       addr(c.agentPort),
-		HealthAddr:      addr(c.healthPort),
+		HealthAddr:      bind(healthHost, c.healthPort),
 		AdminAddr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(c.adminPort)),
 		Profiling:       c.profiling,
 		HTTPConnectAddr: addr(c.httpConnectPort),

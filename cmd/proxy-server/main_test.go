@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -20,7 +21,7 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	mpc.Spec.ProxyServer.Replicas = 3
 	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--allowed-service=monitoring/prometheus:9090", "--allowed-service=default/web",
 		"--per-cluster-metrics=false"}
-	args := append(render.ServerArgs(mpc), "--server-id=replica-0")
+	args := append(kubeletArgs(t, mpc), "--server-id=replica-0")
 
 	c, err := parseFlags(args, io.Discard)
 	g.Expect(err).NotTo(HaveOccurred(), "args %q", args)
@@ -31,7 +32,7 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(c.hubServiceAccountGroups).To(Equal("prefixed"), "hub ServiceAccount groups are prefixed unless asked")
 
 	mpc.Spec.HubUsers = &proxyv1alpha1.HubUsers{ServiceAccountGroups: proxyv1alpha1.ServiceAccountGroupsUnprefixed}
-	unprefixed, err := parseFlags(append(render.ServerArgs(mpc), "--server-id=replica-0"), io.Discard)
+	unprefixed, err := parseFlags(append(kubeletArgs(t, mpc), "--server-id=replica-0"), io.Discard)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(unprefixed.hubServiceAccountGroups).To(Equal("unprefixed"), "the existing add-on's names, from the configuration")
 	mpc.Spec.HubUsers = nil
@@ -42,6 +43,7 @@ func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
 	g.Expect(o.AgentAddr).To(Equal(":" + itoa(p.AgentServer)))
 	g.Expect(o.AdminAddr).To(Equal("127.0.0.1:"+itoa(p.AdminServer)), "the admin port binds loopback only")
 	g.Expect(o.HTTPConnectAddr).To(Equal(":" + itoa(p.HTTPConnectServer)))
+	g.Expect(o.HealthAddr).To(Equal(podIP+":"+itoa(p.HealthServer)), "out of reach of port-forward, which connects to loopback")
 	g.Expect(o.UserServerAddr).To(Equal(":9092"))
 	g.Expect(o.ServerCACert).NotTo(BeEmpty())
 	g.Expect(o.UserServerCert).NotTo(BeEmpty())
@@ -55,7 +57,7 @@ func TestAcceptsTheANPFlagsExistingConfigurationsPass(t *testing.T) {
 	mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 	mpc.Spec.ProxyServer.Replicas = 1
 	mpc.Spec.ProxyServer.AdditionalArgs = []string{"--keepalive-time=30s", "--frontend-keepalive-time=2m", "--v=4"}
-	c, err := parseFlags(render.ServerArgs(mpc), io.Discard)
+	c, err := parseFlags(kubeletArgs(t, mpc), io.Discard)
 	g.Expect(err).NotTo(HaveOccurred())
 	o := c.options()
 	g.Expect(o.AgentKeepaliveTime.String()).To(Equal("30s"))
@@ -99,6 +101,45 @@ func TestRejectsBadCommandLines(t *testing.T) {
 	g.Expect(c.options().UserServerAddr).To(BeEmpty())
 	g.Expect(c.options().FrontendAddr).To(Equal("127.0.0.1:8090"))
 	g.Expect(c.serverID).NotTo(BeEmpty(), "the hostname by default")
+}
+
+// podIP is the pod's IP kubeletArgs gives the container.
+const podIP = "10.244.0.7"
+
+// kubeletArgs is the proxy-server's command line as the kubelet starts it from the rendered Deployment: each $(VAR)
+// replaced by the container's variable of that name, the pod's IP for status.podIP. A reference to a variable the
+// container does not define stays as it is, as the kubelet leaves it.
+func kubeletArgs(t *testing.T, mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
+	t.Helper()
+	c := render.ServerDeployment(mpc).Spec.Template.Spec.Containers[0]
+	var pairs []string
+	for _, e := range c.Env {
+		value := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP" {
+			value = podIP
+		}
+		pairs = append(pairs, "$("+e.Name+")", value)
+	}
+	expand := strings.NewReplacer(pairs...)
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = expand.Replace(a)
+	}
+	return args
+}
+
+func TestRefusesABindAddressThatIsNotAnIP(t *testing.T) {
+	base := []string{"--server-ca-cert=ca", "--server-cert=c", "--server-key=k", "--cluster-ca-cert=ca", "--cluster-cert=c",
+		"--cluster-key=k", "--user-server-port=0", "--server-id=r"}
+	for _, bad := range []string{"--bind-address=localhost", "--health-bind-address=$(POD_IP)"} {
+		_, err := parseFlags(append(append([]string{}, base...), bad), io.Discard)
+		NewWithT(t).Expect(err).To(MatchError(ContainSubstring(strings.SplitN(bad, "=", 2)[0]+"=")), bad)
+	}
+	c, err := parseFlags(append(append([]string{}, base...), "--bind-address=::1"), io.Discard)
+	g := NewWithT(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.options().FrontendAddr).To(Equal("[::1]:8090"))
+	g.Expect(c.options().HealthAddr).To(Equal("[::1]:8092"), "the health port follows --bind-address unless told otherwise")
 }
 
 func itoa(p int32) string { return strconv.Itoa(int(p)) }

@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
@@ -51,6 +55,43 @@ func configurationAndUpgrades() {
 				for i := range 20 {
 					_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx())
 					Expect(err).NotTo(HaveOccurred(), "%s request %d", cluster, i+1)
+				}
+			}
+
+			// The attack: a managed cluster's own hub credentials (its agent's, as the cluster holds them) may
+			// port-forward to every replica, and RBAC cannot limit port-forward to a port. Port-forward connects to
+			// the pod's loopback: the agent port answers there, and so do the other ports, which each ask for a
+			// credential an agent does not hold; the health port, whose /metrics answers whoever reaches it, binds
+			// the pod's IP alone.
+			agentCfg := agentHubConfig(localsystem.ProxiedCluster)
+			live := &proxyv1alpha1.ManagedProxyConfiguration{}
+			Expect(sys.HubClient.Get(ctx(), types("", proxyv1alpha1.DefaultConfigurationName), live)).To(Succeed())
+			ports := contract.PortsOf(live)
+			for _, pod := range proxyServerPods(Default) {
+				By("port-forward to " + pod + " with " + localsystem.ProxiedCluster + "'s agent credentials")
+				local, stop, done, err := openPortForwardIn(agentCfg, localsystem.Namespace, pod, false, int(ports.AgentServer))
+				Expect(err).NotTo(HaveOccurred(), "the agent's port-forward to a replica: the PortForward entrypoint's")
+				conn, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(local)),
+					&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only that the agent port answers TLS there
+				Expect(err).NotTo(HaveOccurred(), "the agent port answers on the pod's loopback")
+				Expect(conn.ConnectionState().PeerCertificates).NotTo(BeEmpty())
+				_ = conn.Close()
+				close(stop)
+				Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
+
+				local, stop, done, err = openPortForwardIn(agentCfg, localsystem.Namespace, pod, false, int(ports.HealthServer))
+				Expect(err).NotTo(HaveOccurred(), "RBAC names the pods, not their ports: the hub admits the port-forward")
+				resp, err := (&http.Client{Timeout: 20 * time.Second}).Get("http://" + net.JoinHostPort("127.0.0.1", itoa(local)) + "/metrics")
+				if err == nil {
+					_ = resp.Body.Close()
+				}
+				Expect(err).To(HaveOccurred(), "nothing of the health port listens on the pod's loopback (got %v)", resp)
+				select {
+				case err := <-done: // client-go ends a forwarding whose pod side could not connect
+					GinkgoWriter.Println("the port-forward to the health port ended:", err)
+				default:
+					close(stop)
+					Eventually(done).WithTimeout(30 * time.Second).Should(Receive())
 				}
 			}
 		})

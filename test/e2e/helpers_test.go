@@ -542,6 +542,18 @@ func agentCertificate(g Gomega, cluster string) *x509.Certificate {
 	return chain[0]
 }
 
+// agentHubConfig is the hub as cluster's agent reaches it, with the client certificate OCM's registration wrote into
+// the agent's hub kubeconfig Secret on the managed cluster: what whoever controls that cluster holds.
+func agentHubConfig(cluster string) *rest.Config {
+	GinkgoHelper()
+	s := &corev1.Secret{}
+	Expect(managedClient(cluster).Get(ctx(), types(agentNamespace(Default, cluster), render.AgentHubKubeconfigSecretName), s)).To(Succeed())
+	Expect(s.Data).To(HaveKey("tls.crt"))
+	Expect(s.Data).To(HaveKey("tls.key"))
+	return &rest.Config{Host: sys.Hub.Config.Host, TLSClientConfig: rest.TLSClientConfig{
+		CAData: sys.Hub.Config.CAData, ServerName: sys.Hub.Config.ServerName, CertData: s.Data["tls.crt"], KeyData: s.Data["tls.key"]}}
+}
+
 // leftAfterUninstall lists what of the operator is still there: on the hub the objects of the release namespace
 // (but the namespace's own ConfigMap and ServiceAccount, and the local system's NodePort Services), the
 // cluster-scoped objects named after the add-on, the objects of the operator's kinds, the add-ons and their
@@ -707,11 +719,16 @@ func startPortForward(cfg *rest.Config, pod string, websocket bool, port int) (i
 
 // openPortForward is startPortForward without failing the spec.
 func openPortForward(cfg *rest.Config, pod string, websocket bool, port int) (int, chan struct{}, <-chan error, error) {
+	return openPortForwardIn(cfg, workloadNamespace, pod, websocket, port)
+}
+
+// openPortForwardIn is openPortForward to a pod of namespace.
+func openPortForwardIn(cfg *rest.Config, namespace, pod string, websocket bool, port int) (int, chan struct{}, <-chan error, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(workloadNamespace).Name(pod).SubResource("portforward").URL()
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("portforward").URL()
 	var dialer httpstream.Dialer
 	if websocket {
 		if dialer, err = portforward.NewSPDYOverWebsocketDialerForStreaming(u, cfg); err != nil {

@@ -218,12 +218,20 @@ func EntrypointHost(mpc *proxyv1alpha1.ManagedProxyConfiguration, lbAddress stri
 	}
 }
 
+// PodIPEnv is the proxy-server container's variable holding the pod's IP, which its health port binds (ServerArgs).
+const PodIPEnv = "POD_IP"
+
 // ServerArgs is the proxy-server command line.
 func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	p := contract.PortsOf(mpc)
 	args := []string{
 		"--server-count=" + strconv.Itoa(int(mpc.Spec.ProxyServer.Replicas)),
 		"--proxy-strategies=destHost",
+		// The health port binds the pod's IP alone. Its /metrics answers whoever reaches it, and port-forward, which
+		// every agent may do to these pods for the PortForward entrypoint (RBAC names pods, not ports), connects to
+		// the pod's loopback; the kubelet's probes and scrapers use the pod's IP. Every other port asks for a
+		// credential an agent does not hold, but the agent port.
+		"--health-bind-address=$(" + PodIPEnv + ")",
 		fmt.Sprintf("--server-port=%d", p.ProxyServer),
 		fmt.Sprintf("--agent-port=%d", p.AgentServer),
 		fmt.Sprintf("--health-port=%d", p.HealthServer),
@@ -392,6 +400,8 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/proxy-server"},
 						Args:            ServerArgs(mpc),
+						Env: []corev1.EnvVar{{Name: PodIPEnv, ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}}},
 						Ports: []corev1.ContainerPort{
 							containerPort("proxy-server", p.ProxyServer),
 							containerPort("agent-server", p.AgentServer),
