@@ -3,7 +3,12 @@
 package layout
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -75,4 +80,47 @@ func TestNoProgramLinksTestSupport(t *testing.T) {
 	if checked < 40 {
 		t.Fatalf("go list saw %d packages outside internal/testsupport; the module has more", checked)
 	}
+}
+
+// maxBinaryBytes is the largest file without text the repository may track: a built program or an archive belongs in
+// a release, not in every clone.
+const maxBinaryBytes = 1 << 20
+
+func TestNoLargeBinaryIsTracked(t *testing.T) {
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse --show-toplevel (the test reads what the repository tracks): %v", err)
+	}
+	dir := strings.TrimSpace(string(root))
+	out, err := exec.Command("git", "-C", dir, "ls-files", "-z").Output() // every tracked file, not only this folder's
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		path := filepath.Join(dir, name)
+		info, err := os.Lstat(path)
+		if err != nil || !info.Mode().IsRegular() || info.Size() <= maxBinaryBytes {
+			continue // deleted in the work tree, a link, or small
+		}
+		if binary, err := hasNUL(path); err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if binary {
+			t.Errorf("%s is tracked and is a %d-byte file that is not text: build it (make build), do not commit it", name, info.Size())
+		}
+	}
+}
+
+// hasNUL says whether the first 8 KiB of the file hold a NUL byte, as git's own test for binary content does.
+func hasNUL(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = f.Close() }()
+	buf := make([]byte, 8<<10)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return false, err
+	}
+	return bytes.IndexByte(buf[:n], 0) >= 0, nil
 }

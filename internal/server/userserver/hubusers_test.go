@@ -270,6 +270,10 @@ func TestAHubFloodedWithTokenReviewsIs429AndTheTokenGoesNowhere(t *testing.T) {
 	g.Expect(s.last()).To(BeNil())
 }
 
+// The hub reviewer the proxy-server runs is the one the user-server vouches to: the user-server finds it by a type
+// assertion, which a renamed method would make fail in silence.
+var _ voucher = (*hubidentity.Reviewer)(nil)
+
 func TestATokenTheClusterAcceptedIsVouchedForOnTheHub(t *testing.T) {
 	g := NewWithT(t)
 	code := http.StatusOK
