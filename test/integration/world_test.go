@@ -351,6 +351,8 @@ func (w *harness) serverCommandLine(mpc *proxyv1alpha1.ManagedProxyConfiguration
 	}
 	args := replaceFiles(render.ServerArgs(mpc), files)
 	args = replaceFlag(args, "--user-server-port", fmt.Sprint(w.ports.user))
+	// The kubelet's expansion of $(POD_IP): this process's "pod" is loopback.
+	args = replaceFlag(args, "--health-bind-address", "127.0.0.1")
 	// The aggregated API needs a kube-apiserver in front of it: internal/server/gateway and make e2e run it there.
 	args = replaceFlag(args, "--gateway-port", "0")
 	// The steady state: a cluster no agent has reached is unknown at once. A new replica's warm-up, when it is a
