@@ -12,9 +12,23 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/name: cluster-proxy-operator
 {{- end -}}
 
-{{/* The operator image. */}}
+{{/* The operator image: image.repository and image.tag, or the add-on's registry for a mirror of it. */}}
 {{- define "cluster-proxy.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := "quay.io/cluster-proxy-operator/cluster-proxy-operator" -}}
+{{- $tag := .Chart.AppVersion -}}
+{{- if kindIs "map" .Values.image -}}
+{{- $repository = .Values.image.repository -}}
+{{- $tag = default .Chart.AppVersion .Values.image.tag -}}
+{{- end -}}
+{{- if and .Values.registry (ne .Values.registry (include "cluster-proxy.addonRegistry" .)) -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .Values.registry) (base $repository) -}}
+{{- end -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
+{{/* The manager's pull policy: image.pullPolicy, IfNotPresent with the add-on's image value. */}}
+{{- define "cluster-proxy.pullPolicy" -}}
+{{- if kindIs "map" .Values.image -}}{{ default "IfNotPresent" .Values.image.pullPolicy }}{{- else -}}IfNotPresent{{- end -}}
 {{- end -}}
 
 {{/* The entrypoint type of the default ManagedProxyConfiguration. */}}
