@@ -15,9 +15,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
@@ -117,6 +119,40 @@ func hubAccess() {
 					return strings.HasSuffix(ev.ImpersonatedUser.Username, "team:nobody")
 				})).To(BeEmpty(), "%s: nothing of a request the hub refused reached the cluster", c.Name())
 			}
+		})
+
+		It("lets a hub user act with kubectl --as on the user-server as whom the managed cluster's RBAC lets it impersonate, and as no one else", func() {
+			tok := hubUserToken()
+			cluster := localsystem.ProxiedCluster
+			viewerToken(cluster)
+			kc := userKubeconfig(cluster, "hub-user", tok)
+			whoAs := func(as ...string) (string, error) {
+				return kubeclient.Kubectl(kc, append([]string{"auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"}, as...)...)
+			}
+			_, err := whoAs("--as=e2e-stand-in")
+			Expect(err).To(MatchError(ContainSubstring("cannot impersonate")), "the cluster grants the hub user no impersonation yet")
+
+			c := managedClient(cluster)
+			role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "impersonate-e2e-stand-in"}, Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"e2e-stand-in"}, Verbs: []string{"impersonate"}}}}
+			binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "impersonate-e2e-stand-in"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: hubUser}}}
+			createOrExists(c, role)
+			createOrExists(c, binding)
+			DeferCleanup(func() {
+				Expect(client.IgnoreNotFound(c.Delete(ctx(), binding))).To(Succeed())
+				Expect(client.IgnoreNotFound(c.Delete(ctx(), role))).To(Succeed())
+			})
+			Eventually(func(g Gomega) {
+				who, err := whoAs("--as=e2e-stand-in")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(who).To(Equal("e2e-stand-in"))
+			}).Should(Succeed())
+			_, err = whoAs("--as=e2e-stand-in", "--as-group=system:masters")
+			Expect(err).To(MatchError(ContainSubstring(`"system:masters"`)), "a group the cluster does not let it impersonate")
+			_, err = whoAs("--as=someone-else")
+			Expect(err).To(MatchError(ContainSubstring("cannot impersonate")))
 		})
 
 		It("sends a hub user downstream by name only: the managed kube-apiserver sees the agent impersonate them and reviews no token, on both paths", func() {

@@ -31,6 +31,23 @@ func whoAmI(ctx context.Context, cs kubernetes.Interface) authnv1.UserInfo {
 	return ssr.Status.UserInfo
 }
 
+// withHeaders is a clientset of cfg whose requests carry headers too.
+func withHeaders(cfg *rest.Config, headers map[string][]string) kubernetes.Interface {
+	GinkgoHelper()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			for k, v := range headers {
+				r.Header[k] = v
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return cs
+}
+
 // rawRequest sends method path to the proxy with headers and returns the status code and the body.
 func rawRequest(ctx context.Context, p *proxyUnderTest, method, path string, headers map[string][]string) (int, []byte) {
 	GinkgoHelper()
@@ -116,15 +133,15 @@ var _ = Describe("kube-apiserver requests", func() {
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the Role is for namespace team only; got %v", err)
 	})
 
-	It("refuses Impersonate-* headers from anyone but the impersonator's certificate", func(ctx SpecContext) {
+	It("serves Impersonate-* only from the impersonator's certificate, or with a token the cluster then authorizes them for", func(ctx SpecContext) {
 		p := startProxy(nil)
 		admin := rest.ImpersonationConfig{UserName: "system:admin", Groups: []string{"system:masters"}}
 		reader := tokenFor(ctx, managedAdmin, teamNamespace, "reader")
 
-		By("a managed-cluster token in plain HTTP")
+		By("a managed-cluster token whose ServiceAccount may not impersonate: the kube-apiserver refuses")
 		_, err := p.client(reader, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
-		Expect(err.Error()).To(ContainSubstring("impersonator certificate"))
+		Expect(err.Error()).To(ContainSubstring("cannot impersonate"))
 
 		By("another certificate of the same CA (a proxy client's)")
 		_, err = p.tlsClient(proxyClientPair, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
@@ -140,21 +157,79 @@ var _ = Describe("kube-apiserver requests", func() {
 		_, err = p.tlsClient(nil, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 
-		By("the headers in unusual case")
+		By("the headers in unusual case, without a token")
 		code, body := rawRequest(ctx, p, http.MethodGet, "/api/v1/namespaces/kube-system/secrets", map[string][]string{
-			"Authorization":     {"Bearer " + reader},
 			"impersonate-user":  {"system:admin"},
 			"IMPERSONATE-GROUP": {"system:masters"},
 		})
 		Expect(code).To(Equal(http.StatusForbidden), "body: %s", body)
 		expectStatus(body, http.StatusForbidden, metav1.StatusReasonForbidden)
 
+		By("a token that may impersonate someone: as the cluster's RBAC allows, and no further")
+		impersonator := tokenFor(ctx, managedAdmin, teamNamespace, "impersonator")
+		Expect(whoAmI(ctx, p.client(impersonator, rest.ImpersonationConfig{UserName: "someone"})).Username).To(Equal("someone"))
+		_, err = p.client(impersonator, rest.ImpersonationConfig{UserName: "someone-else"}).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+
+		By("a Requested-Impersonate-* header from anyone but the impersonator: dropped")
+		asked := withHeaders(&rest.Config{Host: p.url, BearerToken: impersonator}, map[string][]string{"Requested-Impersonate-User": {"someone"}})
+		Expect(whoAmI(ctx, asked).Username).To(Equal("system:serviceaccount:" + teamNamespace + ":impersonator"))
+
 		By("the impersonator's name from a CA the proxy does not trust: the handshake fails")
 		_, err = p.tlsClient(foreignImpersonator, admin).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 		Expect(err).To(HaveOccurred())
 		Expect(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)).To(BeFalse(), "no HTTP answer at all; got %v", err)
 		Expect(err.Error()).To(ContainSubstring("tls"))
-		Expect(p.managedReviews.Load()).To(BeZero(), "nothing was authenticated on the managed cluster")
+		Expect(p.managedReviews.Load()).To(BeEquivalentTo(2), "the two tokens, each reviewed once; nothing a certificate sent")
+	})
+
+	It("lets a hub user act as whom the managed cluster's RBAC lets it impersonate, and no one else", func(ctx SpecContext) {
+		p := startProxy(nil)
+		// The user-server's request for a hub user that asked to act as someone else.
+		asking := func(user string, groups []string, headers map[string][]string) kubernetes.Interface {
+			return withHeaders(&rest.Config{Host: p.tlsURL, Impersonate: rest.ImpersonationConfig{UserName: user, Groups: groups},
+				TLSClientConfig: rest.TLSClientConfig{Insecure: true, CertData: impersonatorPair.CertPEM, KeyData: impersonatorPair.KeyPEM}}, headers)
+		}
+		someone := map[string][]string{"Requested-Impersonate-User": {"someone"}}
+		aliceGroups := []string{"system:serviceaccounts", "system:serviceaccounts:" + hubNamespace}
+
+		By("before the cluster grants it: refused, naming the hub user")
+		_, err := asking(hubUserAlice, aliceGroups, someone).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring(`User "` + hubUserAlice + `" cannot impersonate resource "users"`))
+
+		By("the cluster lets alice's mapped user impersonate the user someone")
+		_, err = managedAdmin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "alice-impersonates-someone"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "impersonate-someone"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: hubUserAlice}},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(managedAdmin.RbacV1().ClusterRoleBindings().Delete(ctx, "alice-impersonates-someone", metav1.DeleteOptions{})).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			ssr, err := asking(hubUserAlice, aliceGroups, someone).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ssr.Status.UserInfo.Username).To(Equal("someone"))
+			g.Expect(ssr.Status.UserInfo.Groups).To(ConsistOf("system:authenticated"), "someone's groups, not alice's")
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+
+		By("a group it may not impersonate beside the user: refused")
+		_, err = asking(hubUserAlice, aliceGroups, map[string][]string{"Requested-Impersonate-User": {"someone"},
+			"Requested-Impersonate-Group": {"system:masters"}}).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring(`"system:masters"`))
+
+		By("another hub user asking the same: refused")
+		_, err = asking(hubUserBob, nil, someone).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring(hubUserBob))
+
+		By("a group without a user: 400, as the kube-apiserver answers")
+		_, err = asking(hubUserAlice, aliceGroups, map[string][]string{"Requested-Impersonate-Group": {"system:masters"}}).
+			CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "got %v", err)
 	})
 
 	It("answers the impersonator 400 without a user, and 403 when hub identities are refused", func(ctx SpecContext) {

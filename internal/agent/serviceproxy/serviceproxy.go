@@ -5,8 +5,11 @@
 //     and contract.ImpersonatorRoleURI,
 //     verified where the connection is accepted), as the identity its Impersonate-* headers name, with the agent's own
 //     credential: this is how hub users arrive, and their hub credential never does;
-//   - from anyone else, with a bearer token this cluster authenticates (passed through as it came) or an ID token of
-//     the configured OIDC issuer (impersonated). Impersonate-* headers are refused there.
+//     A hub user that asks to act as someone else (Impersonate-* on the user-server, passed on as
+//     Requested-Impersonate-*) acts as them when this cluster's RBAC lets the hub user impersonate them;
+//   - from anyone else, with a bearer token this cluster authenticates (passed through as it came, Impersonate-*
+//     included: the kube-apiserver decides them) or an ID token of the configured OIDC issuer (impersonated; then
+//     Impersonate-* are refused).
 package serviceproxy
 
 import (
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authzv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
@@ -107,6 +111,11 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	authz, err := authzv1client.NewForConfig(managedReviewConfig(opts.Kube, dial))
+	if err != nil {
+		return nil, fmt.Errorf("serviceproxy: SubjectAccessReview client: %w", err)
+	}
+	p.sar = authz.SubjectAccessReviews()
 	p.chain = []authenticator{{name: "the managed cluster", authenticate: managed.Review}}
 	if opts.OIDC != nil {
 		oidc, err := newOIDCAuthenticator(*opts.OIDC, dial, now)
@@ -149,9 +158,10 @@ type proxy struct {
 	kubeURL       *url.URL
 	allowed       allowlist.List
 	domain        string
-	hubIdentities bool            // the impersonator's requests are served
-	chain         []authenticator // the managed cluster, then the OIDC issuer when configured
-	agentToken    *agentToken     // the credential of impersonated requests
+	hubIdentities bool                                       // the impersonator's requests are served
+	chain         []authenticator                            // the managed cluster, then the OIDC issuer when configured
+	sar           authzv1client.SubjectAccessReviewInterface // whether a hub user may impersonate what it asks (requested.go)
+	agentToken    *agentToken                                // the credential of impersonated requests
 	kube          *httputil.ReverseProxy
 	services      *httputil.ReverseProxy
 	dial          dialFunc      // service tunnels' connections
@@ -203,12 +213,17 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		p.serveHubIdentity(w, r)
 		return
 	}
-	if proxyhttp.HasHeaderPrefix(r.Header, impersonateHeaderPrefix) {
+	// Only the impersonator asks on a hub user's behalf.
+	proxyhttp.RemoveHeaderPrefix(r.Header, proxyhttp.RequestedImpersonatePrefix)
+	token := proxyhttp.BearerToken(r.Header)
+	// Impersonate-* with a token of this cluster go on with it, and the kube-apiserver decides them for the token's
+	// identity; without a token they would be the word of whoever sent them.
+	asks := proxyhttp.HasHeaderPrefix(r.Header, impersonateHeaderPrefix)
+	if asks && token == "" {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-			"Impersonate-* headers are accepted only from the hub's impersonator certificate")
+			"Impersonate-* headers are accepted only from the hub's impersonator certificate, or with a token of this cluster")
 		return
 	}
-	token := proxyhttp.BearerToken(r.Header)
 	if token == "" {
 		proxyhttp.WriteStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized: a bearer token is required")
 		return
@@ -233,6 +248,12 @@ func (p *proxy) serveKube(w http.ResponseWriter, r *http.Request) {
 		}
 		if !a.impersonate {
 			p.kube.ServeHTTP(w, r.WithContext(withRoute(r.Context(), &route{target: p.kubeURL})))
+			return
+		}
+		if asks {
+			// The agent's credential would make the request: the caller's Impersonate-* would be the agent's.
+			proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+				fmt.Sprintf("Impersonate-* headers are not served with a token of %s; use a token of this cluster", a.name))
 			return
 		}
 		h := http.Header{}
@@ -271,6 +292,21 @@ func (p *proxy) serveHubIdentity(w http.ResponseWriter, r *http.Request) {
 	if h.Get(impersonateUserHeader) == "" {
 		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
 			"a request of the hub's impersonator must name the user in Impersonate-User")
+		return
+	}
+	want, asked, err := identityFrom(r.Header, proxyhttp.RequestedImpersonatePrefix)
+	if err != nil {
+		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "impersonation: "+err.Error())
+		return
+	}
+	proxyhttp.RemoveHeaderPrefix(r.Header, proxyhttp.RequestedImpersonatePrefix)
+	if asked {
+		as, _, err := identityFrom(h, impersonateHeaderPrefix)
+		if err != nil {
+			proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+			return
+		}
+		p.serveRequestedImpersonation(w, r, as, want)
 		return
 	}
 	p.impersonate(w, r, h)

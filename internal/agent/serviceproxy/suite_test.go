@@ -92,6 +92,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	createServiceAccount(ctx, managedAdmin, agentNamespace, "agent")
 	grantClusterRole(ctx, managedAdmin, "service-proxy-agent", []rbacv1.PolicyRule{
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
 		// userextras/<key> and uids: RBAC has no wildcard for the part after the slash.
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},

@@ -21,6 +21,29 @@ const (
 	HeaderProto     = "Cluster-Proxy-Proto"
 )
 
+// RequestedImpersonatePrefix starts the headers in which the user-server passes on, to the service-proxy, the
+// impersonation a hub user asked for with Impersonate-* headers (Requested-Impersonate-User, -Group, -Uid,
+// -Extra-<key>). The service-proxy takes them from the hub's impersonator alone, and lets the managed cluster's RBAC
+// decide whether the hub user may impersonate what they name: Impersonate-* itself would be the impersonator's word.
+const RequestedImpersonatePrefix = requested + impersonatePrefix
+
+const (
+	requested         = "Requested-"
+	impersonatePrefix = "Impersonate-" // the Kubernetes impersonation headers'
+)
+
+// RequestImpersonation renames h's Impersonate-* headers to Requested-Impersonate-*, whatever their case, after
+// removing any Requested-Impersonate-* h came with.
+func RequestImpersonation(h http.Header) {
+	RemoveHeaderPrefix(h, RequestedImpersonatePrefix)
+	for k, v := range h {
+		if HasPrefixFold(k, impersonatePrefix) {
+			delete(h, k)
+			h[http.CanonicalHeaderKey(requested+k)] = v
+		}
+	}
+}
+
 // HeaderTunnel is on every answer of the service-proxy to a service tunnel request: a CONNECT with the headers above,
 // for a plain-http service. On 200 its value is the Host the service's requests carry (<name>.<namespace>.<the
 // cluster's service domain>:<port>), and the connection then leads to the service itself; on a refusal it is

@@ -277,8 +277,8 @@ func agentLeaseRBAC(ns string) []runtime.Object {
 	return []runtime.Object{role, binding}
 }
 
-// agentImpersonationRBAC lets the service-proxy check the cluster's own tokens and act as the hub users the hub's
-// impersonator names, and as the users of OIDC tokens.
+// agentImpersonationRBAC lets the service-proxy check the cluster's own tokens, act as the hub users the hub's
+// impersonator names and as the users of OIDC tokens, and ask the cluster's RBAC whom a hub user may impersonate.
 func agentImpersonationRBAC(ns string) []runtime.Object {
 	name := "cluster-proxy-addon-agent-impersonator:" + ns
 	role := &rbacv1.ClusterRole{
@@ -286,6 +286,8 @@ func agentImpersonationRBAC(ns string) []runtime.Object {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{addonLabel: proxyv1alpha1.AddonName}},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			// Whether a hub user may impersonate whom it asks to act as: the cluster's RBAC decides.
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
 			// A hub user's extras (userextras/<key>) and UID; RBAC has no wildcard for the part after the slash, and
 			// the group has nothing else to impersonate.

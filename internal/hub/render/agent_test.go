@@ -304,6 +304,7 @@ func TestAgentWork(t *testing.T) {
 				g.Expect(o.clusterRole.Labels).To(Equal(addonLabels))
 				g.Expect(o.clusterRole.Rules).To(Equal([]rbacv1.PolicyRule{
 					{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+					{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 					{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
 					{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
 				}))

@@ -300,14 +300,35 @@ func TestATokenTheClusterAcceptedIsVouchedForOnTheHub(t *testing.T) {
 	g.Expect(hub.vouchedFor()).To(HaveLen(1), "neither the cluster's 401 nor the user-server's own 404 vouches for a token")
 }
 
-func TestAHubTokenWithImpersonateHeadersIsRefused(t *testing.T) {
+// TestAHubUsersImpersonateHeadersGoOnAsAQuestionForTheCluster: a hub user's Impersonate-* never reach the agent as
+// the impersonator's word; they go as Requested-Impersonate-*, and the hub user as the impersonation, so that the
+// cluster's service-proxy asks the cluster's RBAC whether that user may impersonate them.
+func TestAHubUsersImpersonateHeadersGoOnAsAQuestionForTheCluster(t *testing.T) {
 	g := NewWithT(t)
 	p := newPKI(t)
-	h := newHubEnv(t, p, &fakeHub{allowed: map[string]bool{"cluster1": true}}, "cluster1", Options{}, p.impersonator)
-	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, http.Header{"impersonate-user": {"system:admin"}})
-	g.Expect(code).To(Equal(http.StatusForbidden))
-	g.Expect(st.Message).To(ContainSubstring("aggregated API"))
-	g.Expect(h.seen.last()).To(BeNil())
+	hub := &fakeHub{allowed: map[string]bool{"cluster1": true}}
+	h := newHubEnv(t, p, hub, "cluster1", Options{}, p.impersonator)
+	code, st := h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces", hubToken, http.Header{
+		"impersonate-user":            {"system:admin"},
+		"Impersonate-Group":           {"system:masters"},
+		"Requested-Impersonate-User":  {"smuggled"}, // the client's own: dropped
+		"Impersonate-Extra-Scopes":    {"view"},
+		"Requested-Impersonate-Group": {"smuggled-group"},
+	})
+	g.Expect(code).To(Equal(http.StatusOK), st.Message)
+	got := h.seen.last()
+	g.Expect(got.Header.Get("Impersonate-User")).To(Equal("cluster:hub:system:serviceaccount:team:alice"), "the hub user, as always")
+	g.Expect(got.Header.Values("Impersonate-Group")).NotTo(ContainElement("system:masters"))
+	g.Expect(got.Header.Get("Requested-Impersonate-User")).To(Equal("system:admin"))
+	g.Expect(got.Header.Values("Requested-Impersonate-Group")).To(Equal([]string{"system:masters"}))
+	g.Expect(got.Header.Values("Requested-Impersonate-Extra-Scopes")).To(Equal([]string{"view"}))
+	_, authz := hub.asked()
+	g.Expect(authz).To(Equal([]string{"cluster1 get"}), "the hub's RBAC still decides the cluster")
+
+	code, st = h.send(t, http.MethodGet, "/cluster1/api/v1/namespaces/monitoring/services/http:prometheus:9090/proxy-service/metrics",
+		hubToken, http.Header{"Impersonate-User": {"system:admin"}})
+	g.Expect(code).To(Equal(http.StatusForbidden), "a service is not the kube-apiserver: %s", st.Message)
+	g.Expect(st.Message).To(ContainSubstring("Impersonate-*"))
 }
 
 func TestHubUsersGoOnlyToTheAgentOfTheClusterTheyAskedFor(t *testing.T) {

@@ -323,6 +323,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request) serv
 		// What proved who the user is stays on the hub.
 		r.Header.Del("Authorization")
 		ctx = hubidentity.WithIdentity(ctx, *id)
+		// Whom the hub user asks to act as goes on as a question: the cluster's service-proxy lets the cluster's RBAC
+		// decide whether the hub user may impersonate them, as the kube-apiserver would.
+		proxyhttp.RequestImpersonation(r.Header)
+	} else {
+		proxyhttp.RemoveHeaderPrefix(r.Header, proxyhttp.RequestedImpersonatePrefix)
 	}
 	if svc := t.Service; svc != nil && !s.opts.Allowed.Allows(svc.Namespace, svc.Name, svc.Port) {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
@@ -419,10 +424,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, t Target) 
 	if !isHub {
 		return nil, true
 	}
-	if proxyhttp.HasHeaderPrefix(r.Header, "Impersonate-") {
+	if t.Service != nil && proxyhttp.HasHeaderPrefix(r.Header, "Impersonate-") {
 		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-			"Impersonate-* headers are not served with a hub token on the user-server; use the hub's aggregated API "+
-				"(/apis/"+hubidentity.Group+"/v1alpha1/clusters/<cluster>/proxy), where the hub applies them")
+			"Impersonate-* headers are not served with a hub token to a service; they ask the cluster's kube-apiserver")
 		return &hubID, false
 	}
 	if s.opts.SkipHubAuthorization {
