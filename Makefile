@@ -1,6 +1,9 @@
 # cluster-proxy-operator
 
-IMG ?= quay.io/cluster-proxy-operator/cluster-proxy-operator:latest
+# VERSION is the release: the image tag v$(VERSION), the chart's version and appVersion, the CSV's version
+# (test/layout checks that they agree).
+VERSION := $(shell cat VERSION)
+IMG ?= quay.io/cluster-proxy-operator/cluster-proxy-operator:v$(VERSION)
 BIN_DIR := $(CURDIR)/bin
 export PATH := $(BIN_DIR):$(PATH)
 # Every go command of make builds as the image's build step does: static (CGO_ENABLED=0) and with -trimpath. The

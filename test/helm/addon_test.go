@@ -11,7 +11,7 @@ import (
 )
 
 // operatorImage is the chart's default image.
-const operatorImage = "quay.io/cluster-proxy-operator/cluster-proxy-operator:0.1.0"
+const operatorImage = "quay.io/cluster-proxy-operator/cluster-proxy-operator:v0.1.0"
 
 // TestTheExistingAddonsValues renders the chart with a values file of the existing add-on's chart, then with each of
 // its values set to another value: each means what it meant there, or the render fails with a message that names
@@ -61,7 +61,7 @@ func TestTheExistingAddonsValues(t *testing.T) {
 		check func(g Gomega, objs []*unstructured.Unstructured)
 	}{
 		{"registry=registry.corp.example/ocm/", func(g Gomega, objs []*unstructured.Unstructured) {
-			mirrored := "registry.corp.example/ocm/cluster-proxy-operator:0.1.0"
+			mirrored := "registry.corp.example/ocm/cluster-proxy-operator:v0.1.0"
 			g.Expect(managerImage(g, objs)).To(Equal(mirrored), "every image from the add-on's registry")
 			g.Expect(mpcField(g, objs, "proxyServer", "image")).To(Equal(mirrored))
 			g.Expect(mpcField(g, objs, "proxyAgent", "image")).To(Equal(mirrored))

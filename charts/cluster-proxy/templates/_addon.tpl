@@ -14,7 +14,7 @@ README lists them ("Values of the existing add-on").
 {{- fail (printf "image=%s is the existing add-on's image name, whose programs cannot run with this operator: set image.repository (and image.tag) to this operator's image, or registry alone for a mirror of it" .Values.image) -}}
 {{- end -}}
 {{- if .Values.tag -}}
-{{- fail (printf "tag=%v is the existing add-on's image tag: this operator's is image.tag (default: the chart's appVersion)" .Values.tag) -}}
+{{- fail (printf "tag=%v is the existing add-on's image tag: this operator's is image.tag (default: v<the chart's appVersion>)" .Values.tag) -}}
 {{- end -}}
 {{- if and .Values.proxyServerImage (ne .Values.proxyServerImage (include "cluster-proxy.addonImage" .)) -}}
 {{- fail (printf "proxyServerImage=%s is the existing add-on's proxy-server image, which does not take this operator's flags: set proxyServer.image to a full reference of this operator's image (empty: image)" .Values.proxyServerImage) -}}

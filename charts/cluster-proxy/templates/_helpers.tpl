@@ -15,10 +15,10 @@ app.kubernetes.io/name: cluster-proxy-operator
 {{/* The operator image: image.repository and image.tag, or the add-on's registry for a mirror of it. */}}
 {{- define "cluster-proxy.image" -}}
 {{- $repository := "quay.io/cluster-proxy-operator/cluster-proxy-operator" -}}
-{{- $tag := .Chart.AppVersion -}}
+{{- $tag := printf "v%s" .Chart.AppVersion -}}
 {{- if kindIs "map" .Values.image -}}
 {{- $repository = .Values.image.repository -}}
-{{- $tag = default .Chart.AppVersion .Values.image.tag -}}
+{{- $tag = default $tag .Values.image.tag -}}
 {{- end -}}
 {{- if and .Values.registry (ne .Values.registry (include "cluster-proxy.addonRegistry" .)) -}}
 {{- $repository = printf "%s/%s" (trimSuffix "/" .Values.registry) (base $repository) -}}
