@@ -189,6 +189,28 @@ image: ## Write the image, tagged IMG, as a docker-archive tarball IMAGE_TAR (bi
 	$(MAKE) --no-print-directory build-static OUT=$(BIN_DIR)/static
 	go run ./hack/image --binaries $(BIN_DIR)/static --tag $(IMG) --output $(IMAGE_TAR)
 
+# PLATFORMS are the platforms of the multi-platform image; IMAGE_INDEX is where make image-index writes it (an OCI
+# image layout), IMAGE where make image-push pushes it.
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_INDEX ?= $(BIN_DIR)/image-index
+IMAGE ?= $(IMG)
+comma := ,
+
+.PHONY: build-static-platforms
+build-static-platforms: ## Build the image's static binaries for each of PLATFORMS into bin/platforms/<os>_<arch>.
+	@for p in $(subst $(comma), ,$(PLATFORMS)); do \
+	  os=$${p%%/*}; arch=$${p#*/}; \
+	  GOOS=$$os GOARCH=$$arch $(MAKE) --no-print-directory build-static OUT=$(BIN_DIR)/platforms/$${os}_$${arch} || exit 1; \
+	done
+
+.PHONY: image-index
+image-index: build-static-platforms ## Write the multi-platform image (PLATFORMS, default linux/amd64 and linux/arm64) as an OCI image layout IMAGE_INDEX (bin/image-index).
+	go run ./hack/image --platforms $(PLATFORMS) --binaries $(BIN_DIR)/platforms --layout $(IMAGE_INDEX)
+
+.PHONY: image-push
+image-push: build-static-platforms ## Push the multi-platform image to IMAGE (default IMG), with the credentials of the Docker config (docker login).
+	go run ./hack/image --platforms $(PLATFORMS) --binaries $(BIN_DIR)/platforms --push $(IMAGE)
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine; its build step is make build-static).
 	docker build -t $(IMG) .

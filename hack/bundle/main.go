@@ -253,9 +253,11 @@ func buildCSV(root string, crds []apiextensionsv1.CustomResourceDefinition, imag
 		Version:        version.OperatorVersion{Version: ver},
 		Maturity:       "alpha",
 		MinKubeVersion: minKubeVersion,
-		Keywords:       []string{"open-cluster-management", "ocm", "multicluster", "proxy", "tunnel", "konnectivity", "addon"},
-		Maintainers:    []operatorsv1alpha1.Maintainer{{Name: "cluster-proxy-operator maintainers", Email: "maintainers@cluster-proxy-operator.io"}},
-		Provider:       operatorsv1alpha1.AppLink{Name: providerName, URL: repositoryURL},
+		// The manager's image runs the proxy-servers and the agents too: disconnected mirrors need it alone.
+		RelatedImages: []operatorsv1alpha1.RelatedImage{{Name: packageName, Image: containerImage}},
+		Keywords:      []string{"open-cluster-management", "ocm", "multicluster", "proxy", "tunnel", "konnectivity", "addon"},
+		Maintainers:   []operatorsv1alpha1.Maintainer{{Name: "cluster-proxy-operator maintainers", Email: "maintainers@cluster-proxy-operator.io"}},
+		Provider:      operatorsv1alpha1.AppLink{Name: providerName, URL: repositoryURL},
 		Links: []operatorsv1alpha1.AppLink{
 			{Name: "Source Code", URL: repositoryURL},
 			{Name: "Documentation", URL: repositoryURL + "#readme"},

@@ -4,7 +4,13 @@
 // the nonroot home and the build machine's CA certificates); the second layer holds every file of --binaries at /.
 // Timestamps are fixed, so the same binaries give the same image digest.
 //
-//	go run ./hack/image --binaries bin/static --tag quay.io/org/cluster-proxy-operator:latest --output bin/image.tar
+//	go run ./hack/image --binaries bin/static --tag quay.io/org/cluster-proxy-operator:v1.2.3 --output bin/image.tar
+//
+// With --platforms it builds one image per platform, from the programs in <binaries>/<os>_<arch>, as one
+// multi-platform image: written as an OCI image layout (--layout) and pushed to a registry (--push, with the
+// credentials of the Docker config, as docker and crane find them).
+//
+//	go run ./hack/image --platforms linux/amd64,linux/arm64 --binaries bin/static --layout bin/image-index --push <ref>
 package main
 
 import (
@@ -13,9 +19,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
 )
@@ -83,7 +95,7 @@ func programFiles(folder string) ([]ociimage.File, error) {
 	return files, nil
 }
 
-func buildImage(binaries string) (v1.Image, error) {
+func buildImage(binaries string, platform v1.Platform) (v1.Image, error) {
 	caCerts, err := os.ReadFile(caBundle)
 	if err != nil {
 		return nil, fmt.Errorf("the image's CA bundle is the build machine's %s: %w (install the ca-certificates package)", caBundle, err)
@@ -95,29 +107,45 @@ func buildImage(binaries string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ociimage.Build(config,
+	return ociimage.BuildFor(platform, config,
 		ociimage.Step{Files: baseFiles(caCerts), CreatedBy: "hack/image: the files of gcr.io/distroless/static:nonroot we use"},
 		ociimage.Step{Files: programs, CreatedBy: "COPY --from=build /out/ /"},
 	)
 }
 
 func main() {
-	binaries := flag.String("binaries", "", "folder of the static programs to put at / (make build-static OUT=...)")
+	binaries := flag.String("binaries", "", "folder of the static programs to put at / (make build-static OUT=...); with --platforms, the folder of their <os>_<arch> folders")
 	tag := flag.String("tag", "", "the image's name and tag, as ctr or docker will list it")
-	output := flag.String("output", "", "the docker-archive tarball to write")
+	output := flag.String("output", "", "the docker-archive tarball to write (one platform, this machine's)")
+	platforms := flag.String("platforms", "", "comma-separated platforms (os/arch) of a multi-platform image, e.g. linux/amd64,linux/arm64")
+	layoutDir := flag.String("layout", "", "with --platforms: the OCI image layout folder to write the image into")
+	push := flag.String("push", "", "with --platforms: the reference (registry/repository:tag) to push the image to")
 	flag.Parse()
-	if *binaries == "" || *tag == "" || *output == "" || flag.NArg() > 0 {
+	var err error
+	switch {
+	case flag.NArg() > 0 || *binaries == "":
 		flag.Usage()
 		os.Exit(2)
+	case *platforms != "":
+		if *layoutDir == "" && *push == "" {
+			fmt.Fprintln(os.Stderr, "image: --platforms needs --layout or --push")
+			os.Exit(2)
+		}
+		err = runIndex(*binaries, strings.Split(*platforms, ","), *layoutDir, *push)
+	case *tag == "" || *output == "":
+		flag.Usage()
+		os.Exit(2)
+	default:
+		err = run(*binaries, *tag, *output)
 	}
-	if err := run(*binaries, *tag, *output); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
 func run(binaries, tag, output string) error {
-	img, err := buildImage(binaries)
+	img, err := buildImage(binaries, v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH})
 	if err != nil {
 		return err
 	}
@@ -129,5 +157,55 @@ func run(binaries, tag, output string) error {
 		return err
 	}
 	fmt.Printf("%s: %s %s\n", output, tag, digest)
+	return nil
+}
+
+// runIndex builds the image of each platform from binaries/<os>_<arch> and writes the multi-platform image to
+// layoutDir and pushes it to ref, as asked.
+func runIndex(binaries string, platforms []string, layoutDir, ref string) error {
+	var plats []v1.Platform
+	var images []v1.Image
+	for _, p := range platforms {
+		plat, err := v1.ParsePlatform(strings.TrimSpace(p))
+		if err != nil || plat.OS == "" || plat.Architecture == "" {
+			return fmt.Errorf("--platforms: %q is not os/arch", p)
+		}
+		img, err := buildImage(filepath.Join(binaries, plat.OS+"_"+plat.Architecture), *plat)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		plats, images = append(plats, *plat), append(images, img)
+	}
+	index, err := ociimage.Index(plats, images)
+	if err != nil {
+		return err
+	}
+	digest, err := index.Digest()
+	if err != nil {
+		return err
+	}
+	if layoutDir != "" {
+		if err := os.RemoveAll(layoutDir); err != nil {
+			return err
+		}
+		l, err := layout.Write(layoutDir, empty.Index)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", layoutDir, err)
+		}
+		if err := l.AppendIndex(index); err != nil {
+			return fmt.Errorf("write %s: %w", layoutDir, err)
+		}
+		fmt.Printf("%s: %s %s\n", layoutDir, strings.Join(platforms, ","), digest)
+	}
+	if ref != "" {
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			return fmt.Errorf("--push %q: %w", ref, err)
+		}
+		if err := remote.WriteIndex(tag, index, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+		fmt.Printf("%s: %s %s\n", ref, strings.Join(platforms, ","), digest)
+	}
 	return nil
 }

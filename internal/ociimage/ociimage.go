@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // File is one entry of a layer: its tar header, and its content, given as bytes (Data) or as a file of this machine
@@ -98,6 +99,11 @@ type Step struct {
 // Build is the image of steps, bottom first, with config, for this machine's platform: its programs are built here,
 // for here.
 func Build(config v1.Config, steps ...Step) (v1.Image, error) {
+	return BuildFor(v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}, config, steps...)
+}
+
+// BuildFor is Build for platform, whose programs steps must hold.
+func BuildFor(platform v1.Platform, config v1.Config, steps ...Step) (v1.Image, error) {
 	adds := make([]mutate.Addendum, 0, len(steps))
 	for _, s := range steps {
 		l, err := Layer(s.Files)
@@ -114,8 +120,21 @@ func Build(config v1.Config, steps ...Step) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	cf.OS, cf.Architecture, cf.Config = runtime.GOOS, runtime.GOARCH, config
+	cf.OS, cf.Architecture, cf.Variant, cf.Config = platform.OS, platform.Architecture, platform.Variant, config
 	return mutate.ConfigFile(img, cf)
+}
+
+// Index is the multi-platform image of images, one per platform in the order given: a Docker manifest list, as its
+// images are Docker manifests (what every registry and runtime takes).
+func Index(platforms []v1.Platform, images []v1.Image) (v1.ImageIndex, error) {
+	if len(platforms) != len(images) {
+		return nil, fmt.Errorf("%d platforms for %d images", len(platforms), len(images))
+	}
+	adds := make([]mutate.IndexAddendum, len(images))
+	for i, img := range images {
+		adds[i] = mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &platforms[i]}}
+	}
+	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.DockerManifestList), adds...), nil
 }
 
 // Program is the image of one static program of this machine at /name, its entrypoint, run as user ("uid:gid").

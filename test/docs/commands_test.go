@@ -37,6 +37,9 @@ var exercised = map[string][]runBy{
 		{notRunHere: "needs a Docker engine; its build step, make build-static, runs in test/image"}},
 	"make image IMG=<registry>/cluster-proxy-operator:<tag>": {
 		{file: "test/image/tarball_test.go", text: `"make", "--no-print-directory", "image", "BIN_DIR="+bin, "IMAGE_TAR="+path, "IMG="+tag`}},
+	"make image-push IMAGE=<registry>/cluster-proxy-operator:v$(cat VERSION)": {
+		{file: "test/image/index_test.go", text: `"image-push", "BIN_DIR=" + bin, "IMAGE=" + ref`}},
+	"make image-index": {{file: "test/image/index_test.go", text: `"image-index", "BIN_DIR=" + bin`}},
 	"ctr -n k8s.io images import bin/image.tar": {
 		{file: "internal/localsystem/realcluster/images.go", text: `"images", "import"`}},
 	"helm uninstall -n open-cluster-management-addon cluster-proxy": {
