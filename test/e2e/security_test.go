@@ -9,10 +9,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -55,6 +57,30 @@ func security() {
 			code, body, err = serviceProxyGet(cluster, forged, "/api/v1/namespaces/kube-system/secrets", admin)
 			Expect(err).To(HaveOccurred(), "answered %d: %s", code, body)
 			Expect(err.Error()).To(ContainSubstring("tls"), "refused at the handshake: the proxy's CA vouches for nothing behind the proxy")
+		})
+
+		It("refuses, in cluster1's agent, a proxy-server certificate of its forward proxy's CA from a proxy that terminates the CONNECT", func() {
+			proxied := sys.Managed[0]
+			// A TLS-inspecting proxy with squid's key, whose CA cluster1's caBundle holds: it answers the CONNECT, then
+			// poses as the proxy-server with a certificate of that CA for the host the agent asked for.
+			mitm := startInterceptingProxy(proxied.HostIP, sys.Squid.CAPair())
+			DeferCleanup(mitm.close)
+			setProxy(mitm.url(), nil)
+			DeferCleanup(func() {
+				setProxy(sys.Squid.TLSURL(), nil)
+				expectAgentRunsWithProxy(sys.Squid.TLSURL())
+			})
+			Eventually(func(g Gomega) {
+				connects, handshakes := mitm.seen()
+				g.Expect(connects).To(ContainElement(net.JoinHostPort(localsystem.EntrypointHost, itoa(localsystem.EntrypointPort))),
+					"the new agent dials the entrypoint through the proxy")
+				g.Expect(handshakes).NotTo(BeEmpty())
+				for _, err := range handshakes {
+					g.Expect(err).To(MatchError(ContainSubstring("bad certificate")), "the agent ends each handshake with the forged proxy-server")
+				}
+			}).WithTimeout(3 * time.Minute).Should(Succeed())
+			_, handshakes := mitm.seen()
+			Expect(handshakes).To(HaveEach(HaveOccurred()), "no handshake with the forged certificate succeeded")
 		})
 
 		It("keeps the impersonator's key and a tenant's ProxyCertificate off both frontends until the hub grants the certificate a cluster", func() {
@@ -278,3 +304,83 @@ func rawGet(cfg *rest.Config, path string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// interceptingProxy is an HTTPS forward proxy that terminates the TLS of every CONNECT instead of tunnelling it,
+// with a certificate its CA issues for the host asked for: what a TLS-inspecting corporate proxy does.
+type interceptingProxy struct {
+	ln         net.Listener
+	ca         *certs.KeyPair
+	mu         sync.Mutex
+	connects   []string
+	handshakes []error // the result of each handshake it served as the CONNECT's destination
+}
+
+// startInterceptingProxy listens on ip with a certificate of ca for ip (the proxy hop the agent's caBundle trusts).
+func startInterceptingProxy(ip net.IP, ca *certs.KeyPair) *interceptingProxy {
+	GinkgoHelper()
+	hop := must(certs.IssueLeaf(ca, certs.LeafSpec{CommonName: ip.String(), IPAddresses: []net.IP{ip},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now()))
+	pair := must(tls.X509KeyPair(hop.CertPEM, hop.KeyPEM))
+	p := &interceptingProxy{ca: ca}
+	p.ln = must(tls.Listen("tcp", net.JoinHostPort(ip.String(), "0"), &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}))
+	go func() {
+		for {
+			conn, err := p.ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(conn)
+		}
+	}()
+	return p
+}
+
+func (p *interceptingProxy) url() string { return "https://" + p.ln.Addr().String() }
+
+func (p *interceptingProxy) close() { _ = p.ln.Close() }
+
+func (p *interceptingProxy) seen() ([]string, []error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.connects...), append([]error(nil), p.handshakes...)
+}
+
+func (p *interceptingProxy) serve(conn net.Conn) {
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(conn)
+	req, err := http.ReadRequest(r)
+	if err != nil || req.Method != http.MethodConnect {
+		return
+	}
+	host, _, err := net.SplitHostPort(req.Host)
+	if err != nil {
+		return
+	}
+	forged, err := certs.IssueLeaf(p.ca, certs.LeafSpec{CommonName: host, DNSNames: []string{host},
+		Usages: []certs.Usage{certs.UsageServerAuth}, Duration: time.Hour}, time.Now())
+	if err != nil {
+		return
+	}
+	pair, err := tls.X509KeyPair(forged.CertPEM, forged.KeyPEM)
+	if err != nil {
+		return
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	inner := tls.Server(&bufferedConn{Conn: conn, r: r}, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
+	err = inner.Handshake()
+	p.mu.Lock()
+	p.connects = append(p.connects, req.Host)
+	p.handshakes = append(p.handshakes, err)
+	p.mu.Unlock()
+}
+
+// bufferedConn reads what its reader buffered past the CONNECT request first.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
