@@ -184,7 +184,8 @@ var _ = Describe("kube-apiserver requests", func() {
 	})
 
 	It("lets a hub user act as whom the managed cluster's RBAC lets it impersonate, and no one else", func(ctx SpecContext) {
-		p := startProxy(nil)
+		clk := clocktesting.NewFakePassiveClock(time.Now())
+		p := startProxy(func(o *Options) { o.now = clk.Now })
 		// The user-server's request for a hub user that asked to act as someone else.
 		asking := func(user string, groups []string, headers map[string][]string) kubernetes.Interface {
 			return withHeaders(&rest.Config{Host: p.tlsURL, Impersonate: rest.ImpersonationConfig{UserName: user, Groups: groups},
@@ -193,10 +194,13 @@ var _ = Describe("kube-apiserver requests", func() {
 		someone := map[string][]string{"Requested-Impersonate-User": {"someone"}}
 		aliceGroups := []string{"system:serviceaccounts", "system:serviceaccounts:" + hubNamespace}
 
-		By("before the cluster grants it: refused, naming the hub user")
+		By("before the cluster grants it: refused, naming the hub user; asked once for the token TTL")
 		_, err := asking(hubUserAlice, aliceGroups, someone).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		Expect(err.Error()).To(ContainSubstring(`User "` + hubUserAlice + `" cannot impersonate resource "users"`))
+		_, err = asking(hubUserAlice, aliceGroups, someone).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		Expect(p.accessReviews.Load()).To(BeEquivalentTo(1), "the second request took the first one's answer")
 
 		By("the cluster lets alice's mapped user impersonate the user someone")
 		_, err = managedAdmin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -209,6 +213,7 @@ var _ = Describe("kube-apiserver requests", func() {
 			Expect(managedAdmin.RbacV1().ClusterRoleBindings().Delete(ctx, "alice-impersonates-someone", metav1.DeleteOptions{})).To(Succeed())
 		})
 		Eventually(func(g Gomega) {
+			clk.SetTime(clk.Now().Add(defaultTokenCacheTTL)) // the refusal expires; each try asks the cluster again
 			ssr, err := asking(hubUserAlice, aliceGroups, someone).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(ssr.Status.UserInfo.Username).To(Equal("someone"))

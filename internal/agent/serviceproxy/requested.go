@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 )
 
 // identity is who a request acts as, in the terms of the Kubernetes impersonation headers.
@@ -106,13 +107,19 @@ func (p *proxy) mayImpersonate(ctx context.Context, as, want identity) (denied s
 		extra[k] = v
 	}
 	for _, attrs := range want.asks() {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User: as.user, UID: as.uid, Groups: as.groups, Extra: extra, ResourceAttributes: &attrs}}
-		got, err := p.sar.Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			return "", err
+		spec := authzv1.SubjectAccessReviewSpec{User: as.user, UID: as.uid, Groups: as.groups, Extra: extra, ResourceAttributes: &attrs}
+		// kubectl --as sends every request of a command with the same headers: each answer is kept for the token TTL.
+		key := review.AccessKey(spec)
+		allowed, ok := p.impersonations.Get(key)
+		if !ok {
+			got, err := p.sar.Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
+			if err != nil {
+				return "", err
+			}
+			allowed = got.Status.Allowed && !got.Status.Denied
+			p.impersonations.Put(key, allowed)
 		}
-		if !got.Status.Allowed {
+		if !allowed {
 			what := attrs.Resource
 			if attrs.Subresource != "" {
 				what += "/" + attrs.Subresource

@@ -115,7 +115,7 @@ func New(opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serviceproxy: SubjectAccessReview client: %w", err)
 	}
-	p.sar = authz.SubjectAccessReviews()
+	p.sar, p.impersonations = authz.SubjectAccessReviews(), review.NewCache[bool](ttl, now)
 	p.chain = []authenticator{{name: "the managed cluster", authenticate: managed.Review}}
 	if opts.OIDC != nil {
 		oidc, err := newOIDCAuthenticator(*opts.OIDC, dial, now)
@@ -155,17 +155,18 @@ func managedReviewConfig(cfg *rest.Config, dial dialFunc) *rest.Config {
 
 // proxy is the handler New returns.
 type proxy struct {
-	kubeURL       *url.URL
-	allowed       allowlist.List
-	domain        string
-	hubIdentities bool                                       // the impersonator's requests are served
-	chain         []authenticator                            // the managed cluster, then the OIDC issuer when configured
-	sar           authzv1client.SubjectAccessReviewInterface // whether a hub user may impersonate what it asks (requested.go)
-	agentToken    *agentToken                                // the credential of impersonated requests
-	kube          *httputil.ReverseProxy
-	services      *httputil.ReverseProxy
-	dial          dialFunc      // service tunnels' connections
-	buffers       *copybuf.Pool // shared by both reverse proxies and the service tunnels
+	kubeURL        *url.URL
+	allowed        allowlist.List
+	domain         string
+	hubIdentities  bool                                       // the impersonator's requests are served
+	chain          []authenticator                            // the managed cluster, then the OIDC issuer when configured
+	sar            authzv1client.SubjectAccessReviewInterface // whether a hub user may impersonate what it asks (requested.go)
+	impersonations *review.Cache[bool]                        // its answers, by review.AccessKey
+	agentToken     *agentToken                                // the credential of impersonated requests
+	kube           *httputil.ReverseProxy
+	services       *httputil.ReverseProxy
+	dial           dialFunc      // service tunnels' connections
+	buffers        *copybuf.Pool // shared by both reverse proxies and the service tunnels
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {

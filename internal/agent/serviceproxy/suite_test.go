@@ -185,6 +185,7 @@ type proxyUnderTest struct {
 	url, tlsURL    string
 	handler        http.Handler // what New returned
 	managedReviews atomic.Int64 // TokenReviews sent to the managed cluster
+	accessReviews  atomic.Int64 // SubjectAccessReviews sent to it
 	dialer         *recordingDialer
 }
 
@@ -197,7 +198,7 @@ func startProxy(change func(*Options)) *proxyUnderTest {
 			Host:            managedEnv.Config.Host,
 			TLSClientConfig: rest.TLSClientConfig{CAData: managedEnv.Config.CAData},
 			BearerTokenFile: agentTokenFile,
-			WrapTransport:   countTokenReviews(&p.managedReviews),
+			WrapTransport:   countReviews(&p.managedReviews, &p.accessReviews),
 		},
 		DialContext: p.dialer.DialContext,
 	}
@@ -243,11 +244,16 @@ func (p *proxyUnderTest) client(token string, imp rest.ImpersonationConfig) kube
 	return cs
 }
 
-func countTokenReviews(n *atomic.Int64) func(http.RoundTripper) http.RoundTripper {
+// countReviews counts the TokenReviews and the SubjectAccessReviews a client sends.
+func countReviews(tokens, access *atomic.Int64) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
-				n.Add(1)
+			switch {
+			case r.Method != http.MethodPost:
+			case strings.HasSuffix(r.URL.Path, "/tokenreviews"):
+				tokens.Add(1)
+			case strings.HasSuffix(r.URL.Path, "/subjectaccessreviews"):
+				access.Add(1)
 			}
 			return rt.RoundTrip(r)
 		})

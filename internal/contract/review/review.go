@@ -5,14 +5,17 @@ package review
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
@@ -300,4 +303,14 @@ func (c *Cache[V]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
+}
+
+// AccessKey is the cache key of a SubjectAccessReview: a hash of everything its answer depends on, with the groups in
+// a fixed order (encoding/json writes map keys sorted, so equal specs give equal bytes).
+func AccessKey(spec authzv1.SubjectAccessReviewSpec) [sha256.Size]byte {
+	groups := append([]string(nil), spec.Groups...)
+	sort.Strings(groups)
+	spec.Groups = groups
+	raw, _ := json.Marshal(spec)
+	return sha256.Sum256(raw)
 }

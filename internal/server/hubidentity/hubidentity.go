@@ -6,11 +6,8 @@ package hubidentity
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -243,7 +240,7 @@ func (r *Reviewer) Vouch(token string) { r.tokens.Vouch(token) }
 // Authorize asks the hub whether id may verb clusters/proxy of cluster.
 func (r *Reviewer) Authorize(ctx context.Context, id Identity, cluster, verb string) (Decision, error) {
 	spec := specFor(id, cluster, verb)
-	key := decisionKey(spec)
+	key := review.AccessKey(spec)
 	if d, ok := r.decisions.Get(key); ok {
 		return d, nil
 	}
@@ -271,14 +268,4 @@ func specFor(id Identity, cluster, verb string) authzv1.SubjectAccessReviewSpec 
 		}
 	}
 	return spec
-}
-
-// decisionKey hashes everything the answer depends on; groups and extras in a fixed order.
-func decisionKey(spec authzv1.SubjectAccessReviewSpec) [sha256.Size]byte {
-	groups := append([]string(nil), spec.Groups...)
-	sort.Strings(groups)
-	spec.Groups = groups
-	// encoding/json writes map keys sorted, so equal specs give equal bytes.
-	raw, _ := json.Marshal(spec)
-	return sha256.Sum256(raw)
 }

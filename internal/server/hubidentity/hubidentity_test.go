@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 )
 
@@ -53,7 +54,7 @@ func TestDecisionsOfTheSameUserAreCachedWhateverTheGroupOrder(t *testing.T) {
 	a := Identity{User: "u", Groups: []string{"a", "b"}}
 	b := Identity{User: "u", Groups: []string{"b", "a"}}
 	key := func(id Identity, cluster string) [32]byte {
-		return decisionKey(specFor(id, cluster, "get"))
+		return review.AccessKey(specFor(id, cluster, "get"))
 	}
 	g.Expect(key(a, "c1")).To(Equal(key(b, "c1")))
 	g.Expect(key(a, "c1")).NotTo(Equal(key(a, "c2")))
