@@ -97,7 +97,11 @@ func TestTheExistingAddonsValues(t *testing.T) {
 		{"enableServiceProxy=true", func(g Gomega, objs []*unstructured.Unstructured) {
 			g.Expect(mpcField(g, objs, "userServer")).NotTo(BeNil(), "the add-on's switch of its user-server")
 		}},
-		{"featureGates.clusterProfile=true", func(g Gomega, objs []*unstructured.Unstructured) {}},
+		{"featureGates.clusterProfile=true", func(g Gomega, objs []*unstructured.Unstructured) {
+			defaults, errOut, err := render(t)
+			g.Expect(err).NotTo(HaveOccurred(), errOut)
+			g.Expect(objs).To(Equal(defaults), "taken either way: the manager publishes ClusterProfiles whenever their API is served")
+		}},
 		{"userServer.enabled=true", func(g Gomega, objs []*unstructured.Unstructured) {
 			g.Expect(mpcField(g, objs, "userServer")).NotTo(BeNil())
 		}},

@@ -8,7 +8,7 @@ README lists them ("Values of the existing add-on").
 {{- define "cluster-proxy.addonImage" -}}quay.io/open-cluster-management/cluster-proxy{{- end -}}
 {{- define "cluster-proxy.addonRegistry" -}}quay.io/open-cluster-management{{- end -}}
 
-{{/* addonValues fails on an add-on value that has no meaning here. Every manifest of the chart includes it once. */}}
+{{/* addonValues fails on an add-on value that has no meaning here; the ManagedProxyConfiguration's template includes it. */}}
 {{- define "cluster-proxy.addonValues" -}}
 {{- if and (kindIs "string" .Values.image) (ne .Values.image "cluster-proxy") -}}
 {{- fail (printf "image=%s is the existing add-on's image name, whose programs cannot run with this operator: set image.repository (and image.tag) to this operator's image, or registry alone for a mirror of it" .Values.image) -}}
