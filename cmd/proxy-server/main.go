@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
@@ -46,6 +49,7 @@ const (
 )
 
 type config struct {
+	adoptedProxyClients               [][sha256.Size]byte
 	serverCount                       int
 	proxyStrategies                   string
 	bindAddress                       string
@@ -162,6 +166,16 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		"one agent stream may have unanswered; a dial beyond it is refused like one beyond --max-connections-per-agent")
 	fs.StringVar(&c.tlsProfileFile, "tls-profile-file", "", "the TLS profile of every listener (JSON: minTLSVersion, "+
 		"cipherSuites), re-read like the certificates; missing: TLS 1.2 and Go's secure cipher suites")
+	fs.Func(contract.AdoptedProxyClientFlag, "the SHA-256 fingerprint (hex) of a proxy-client certificate the existing add-on "+
+		"issued, which reaches every cluster on the frontends as the operator's proxy-client does; repeatable (the "+
+		"manager sets it when it takes the add-on's CA over)", func(v string) error {
+		raw, err := hex.DecodeString(v)
+		if err != nil || len(raw) != sha256.Size {
+			return fmt.Errorf("want %d hexadecimal digits of a SHA-256 fingerprint, got %q", 2*sha256.Size, v)
+		}
+		c.adoptedProxyClients = append(c.adoptedProxyClients, [sha256.Size]byte(raw))
+		return nil
+	})
 	var allowed []string
 	fs.Func("allowed-service", "a service the user-server may reach, namespace/name[:port]; repeatable", func(v string) error {
 		allowed = append(allowed, v)
@@ -283,16 +297,17 @@ func (c *config) options() server.Options {
 		healthHost = c.healthBindAddress
 	}
 	return server.Options{
-		ServerID:        c.serverID,
-		ServerCount:     c.serverCount,
-		FrontendAddr:    addr(c.serverPort),
-		AgentAddr:       addr(c.agentPort),
-		HealthAddr:      bind(healthHost, c.healthPort),
-		AdminAddr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(c.adminPort)),
-		Profiling:       c.profiling,
-		HTTPConnectAddr: addr(c.httpConnectPort),
-		UserServerAddr:  addr(c.userServerPort),
-		ServerCert:      c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,
+		AdoptedProxyClients: c.adoptedProxyClients,
+		ServerID:            c.serverID,
+		ServerCount:         c.serverCount,
+		FrontendAddr:        addr(c.serverPort),
+		AgentAddr:           addr(c.agentPort),
+		HealthAddr:          bind(healthHost, c.healthPort),
+		AdminAddr:           net.JoinHostPort("127.0.0.1", strconv.Itoa(c.adminPort)),
+		Profiling:           c.profiling,
+		HTTPConnectAddr:     addr(c.httpConnectPort),
+		UserServerAddr:      addr(c.userServerPort),
+		ServerCert:          c.serverCert, ServerKey: c.serverKey, ServerCACert: c.serverCACert,
 		ClusterCert: c.clusterCert, ClusterKey: c.clusterKey, ClusterCACert: c.clusterCACert,
 		UserServerCert: c.userServerCert, UserServerKey: c.userServerKey,
 		ImpersonatorCert: c.impersonatorCert, ImpersonatorKey: c.impersonatorKey,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"strconv"
 	"strings"
@@ -143,3 +145,17 @@ func TestRefusesABindAddressThatIsNotAnIP(t *testing.T) {
 }
 
 func itoa(p int32) string { return strconv.Itoa(int(p)) }
+
+func TestTakesTheAdoptedProxyClientsByFingerprintAndRefusesAnythingElse(t *testing.T) {
+	g := NewWithT(t)
+	base := []string{"--server-ca-cert=ca", "--server-cert=c", "--server-key=k", "--cluster-ca-cert=ca", "--cluster-cert=c",
+		"--cluster-key=k", "--user-server-port=0", "--server-id=r"}
+	fp := sha256.Sum256([]byte("a certificate"))
+	c, err := parseFlags(append(append([]string{}, base...), "--"+contract.AdoptedProxyClientFlag+"="+hex.EncodeToString(fp[:])), io.Discard)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.options().AdoptedProxyClients).To(Equal([][sha256.Size]byte{fp}))
+	for _, bad := range []string{"abc", hex.EncodeToString(fp[:31]), strings.Repeat("zz", 32)} {
+		_, err := parseFlags(append(append([]string{}, base...), "--"+contract.AdoptedProxyClientFlag+"="+bad), io.Discard)
+		g.Expect(err).To(MatchError(ContainSubstring(contract.AdoptedProxyClientFlag)), bad)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,6 +60,9 @@ type Reconciler struct {
 	// Namespaces are the namespaces the manager may deploy proxy-servers in (its Role is granted there); the zero
 	// Set is every namespace.
 	Namespaces namespaces.Set
+
+	// swept is set once a pass found none of the existing add-on's leftovers (sweepAddOnLeftovers).
+	swept atomic.Bool
 }
 
 // scope is everything one pass reads and decides.
@@ -68,6 +72,9 @@ type scope struct {
 	ca        *certs.KeyPair // nil when the signer is not usable
 	entryHost string         // "" while unknown
 	bundle    []byte         // the published CA bundle (PEM), once the signer is ready
+	// adoptedClients are the existing add-on's proxy-client certificates (hex SHA-256) the proxy-servers let reach
+	// every cluster (AdoptedProxyClientsAnnotation).
+	adoptedClients []string
 }
 
 type phase func(context.Context, *scope) (ctrl.Result, error)

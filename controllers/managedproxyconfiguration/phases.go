@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,6 +161,10 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	deployment := render.ServerDeployment(mpc)
+	render.AcceptAdoptedProxyClients(deployment, s.adoptedClients)
+	if err := r.replaceForeignDeployment(ctx, mpc, deployment); err != nil {
+		return ctrl.Result{}, err
+	}
 	desired = append(desired, deployment)
 	for _, o := range desired {
 		wrote, err := apply.Ensure(ctx, r.Client, o)
@@ -182,6 +187,30 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
+// replaceForeignDeployment deletes the Deployment of desired's name that the operator did not write and whose pod
+// selector is not the one desired renders (the existing add-on's proxy-server, which selects its pods by the component
+// label alone): a selector cannot change, so it is replaced. Its pods go with it; agents of the add-on would be
+// refused by the operator's proxy-servers anyway, and the operator's agents reach the new ones.
+func (r *Reconciler) replaceForeignDeployment(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, desired *appsv1.Deployment) error {
+	live := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	}
+	if err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if live.Spec.Selector != nil && equality.Semantic.DeepEqual(live.Spec.Selector, desired.Spec.Selector) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, live, client.Preconditions{UID: &live.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Deployment %s/%s, whose selector cannot become the operator's: %w", live.Namespace, live.Name, err)
+	}
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "ProxyServerReplaced", "Delete",
+		"Deployment %s/%s selected its pods by %v, which cannot change: deleted, to be created anew", live.Namespace, live.Name, live.Spec.Selector.MatchLabels)
+	return nil
+}
+
 // reconcileAddOn registers the add-on with OCM and the aggregated API with the hub kube-apiserver, and deletes the hub TokenReview right agents had before hub users
 // reached them as impersonation. Only the default configuration (cluster-proxy) owns it, because OCM knows one add-on
 // named cluster-proxy.
@@ -202,7 +231,40 @@ func (r *Reconciler) reconcileAddOn(ctx context.Context, s *scope) (ctrl.Result,
 			return ctrl.Result{}, err
 		}
 	}
-	return ctrl.Result{}, r.deleteOwned(ctx, render.RetiredAgentTokenReviewBinding(s.mpc))
+	if err := r.deleteOwned(ctx, render.RetiredAgentTokenReviewBinding(s.mpc)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.sweepAddOnLeftovers(ctx, s.mpc)
+}
+
+// leftoverRecheck is how soon the existing add-on's leftovers are looked for again after some were deleted: its
+// manager, stopping during the switch, may write one once more.
+const leftoverRecheck = 30 * time.Second
+
+// sweepAddOnLeftovers deletes what the existing add-on leaves on the hub that the operator never writes and that would
+// keep a right or a credential alive (render.AddOnLeftovers), until a pass of this manager finds none; then it stops
+// looking, so a steady state sends no requests for them.
+func (r *Reconciler) sweepAddOnLeftovers(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) (ctrl.Result, error) {
+	if r.swept.Load() {
+		return ctrl.Result{}, nil
+	}
+	deleted := 0
+	for _, o := range render.AddOnLeftovers(mpc) {
+		switch err := r.Client.Delete(ctx, o); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("delete the existing add-on's %T %s: %w", o, client.ObjectKeyFromObject(o), err)
+		default:
+			deleted++
+			r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "AddOnLeftoverDeleted", "Delete",
+				"Deleted the existing add-on's %s %s, which the operator does not use", o.GetObjectKind().GroupVersionKind().Kind, client.ObjectKeyFromObject(o))
+		}
+	}
+	if deleted == 0 {
+		r.swept.Store(true)
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: leftoverRecheck}, nil
 }
 
 // deleteOwned deletes obj if it exists and is controlled by the configuration, so objects another owner keeps are

@@ -2,10 +2,12 @@ package managedproxyconfiguration
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +39,13 @@ const (
 	// return to SelfSigned then rolls over to a CA of the operator's own.
 	caSourceAnnotation = "proxy.open-cluster-management.io/ca-source"
 	caSourceProvided   = "Provided"
+	// caSourceAdopted marks a CA the operator found in the signer secret without having written it: the existing
+	// add-on's, on a hub that switches to the operator. It keeps signing as a self-signed CA of the operator's own.
+	caSourceAdopted = "Adopted"
+	// AdoptedProxyClientsAnnotation on the signer secret lists, comma-separated, the hex SHA-256 fingerprints of the
+	// proxy-client certificates the adopted CA had issued (read from the proxy-client Secret when the CA was adopted);
+	// the proxy-servers let them reach every cluster (contract.AdoptedProxyClientFlag) until the CA rotates.
+	AdoptedProxyClientsAnnotation = "proxy.open-cluster-management.io/adopted-proxy-clients"
 	// CARolloverGrace is how long, by default (Reconciler.RolloverGrace), the previous CA stays in the bundle after
 	// every certificate it signed was re-issued: pods serve the new certificates only once the kubelet has updated
 	// their Secret volumes (its sync period plus its cache's TTL, about a minute each), and a client that read a
@@ -66,6 +75,7 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 
+	s.adoptedClients = AdoptedProxyClients(secret)
 	retained, err := r.retainedCAs(ctx, mpc, s.ca.Cert, secret)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -160,6 +170,13 @@ func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.
 		return nil, nil, err
 	}
 	requested := mpc.Annotations[proxyv1alpha1.RotateCAAnnotation]
+	if secret == nil {
+		// Not in the cache, which holds only the secrets the operator labelled: the existing add-on may have left its
+		// CA there, which every agent and every hub client trusts. It is taken over, never replaced.
+		if adopted, fromAddOn, err := r.adoptCA(ctx, mpc, requested); err != nil || adopted != nil {
+			return fromAddOn, adopted, err
+		}
+	}
 	if ca == nil {
 		// Missing or unusable: the operator owns this secret, so it makes a new CA.
 		next, err := certs.NewCA(CACommonName, CAValidity, now)
@@ -184,6 +201,68 @@ func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.
 		return nil, nil, err
 	}
 	return r.rollOver(ctx, mpc, ca, next, map[string]string{rotationHandledAnnotation: requested})
+}
+
+// adoptCA takes over a usable CA that the signer secret holds though the operator did not write it (the existing
+// add-on's cluster-proxy-signer, with the same keys): it labels the secret as the operator's, keeps the CA and its key
+// as they are, and records the fingerprints of the proxy-client certificates that CA issued into the proxy-client
+// Secret, which hub programs may hold from before the switch. It returns no CA when there is none to adopt.
+func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, requested string) (*certs.KeyPair, *corev1.Secret, error) {
+	live := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, signer.SecretKey(mpc), live); err != nil {
+		return nil, nil, client.IgnoreNotFound(err)
+	}
+	ca, err := certs.ParseCA(live.Data[signer.KeyCACert], live.Data[signer.KeyCAKey])
+	if err != nil {
+		return nil, nil, nil // unusable: replaced by a CA of the operator's, as a broken secret of its own would be
+	}
+	annotations := map[string]string{rotationHandledAnnotation: requested, caSourceAnnotation: caSourceAdopted}
+	fingerprints, err := r.adoptedProxyClients(ctx, mpc, ca)
+	if err != nil {
+		return nil, nil, err
+	}
+	annotations[AdoptedProxyClientsAnnotation] = strings.Join(fingerprints, ",")
+	secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: ca.CertPEM, signer.KeyCAKey: ca.KeyPEM}, annotations)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAAdopted", "AdoptCA", "Took over CA %s from secret %s/%s, which the operator "+
+		"did not write (the existing add-on's); %d proxy-client certificate(s) it issued keep reaching every cluster",
+		certs.Fingerprint(ca.Cert), secret.Namespace, secret.Name, len(fingerprints))
+	return ca, secret, nil
+}
+
+// adoptedProxyClients are the hex SHA-256 fingerprints of the certificates in the proxy-client Secret that ca signed
+// for client authentication and that are not the operator's own (no role URI): the existing add-on's proxy-client.
+func (r *Reconciler) adoptedProxyClients(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, ca *certs.KeyPair) ([]string, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: contract.Namespace(mpc), Name: contract.SecretNamesOf(mpc).ProxyClient}
+	if err := r.APIReader.Get(ctx, key, secret); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	found, err := certs.ParseCertificates(secret.Data[corev1.TLSCertKey])
+	if err != nil || len(found) == 0 {
+		return nil, nil
+	}
+	leaf := found[0]
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, CurrentTime: r.Clock.Now()}); err != nil {
+		return nil, nil
+	}
+	if contract.HasRole(leaf, contract.ProxyClientRoleURI) {
+		return nil, nil // the operator's own: it needs no exception
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	return []string{hex.EncodeToString(sum[:])}, nil
+}
+
+// AdoptedProxyClients are the fingerprints AdoptedProxyClientsAnnotation lists on the signer secret.
+func AdoptedProxyClients(secret *corev1.Secret) []string {
+	if secret == nil || secret.Annotations[AdoptedProxyClientsAnnotation] == "" {
+		return nil
+	}
+	return strings.Split(secret.Annotations[AdoptedProxyClientsAnnotation], ",")
 }
 
 // ensureProvidedCA takes the CA of the Provided secret in: the first time as it is, and when it changes by a rollover
@@ -265,8 +344,9 @@ func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.M
 // handled and where the CA came from.
 func carriedAnnotations(secret *corev1.Secret) map[string]string {
 	return map[string]string{
-		rotationHandledAnnotation: secret.Annotations[rotationHandledAnnotation],
-		caSourceAnnotation:        secret.Annotations[caSourceAnnotation],
+		rotationHandledAnnotation:     secret.Annotations[rotationHandledAnnotation],
+		caSourceAnnotation:            secret.Annotations[caSourceAnnotation],
+		AdoptedProxyClientsAnnotation: secret.Annotations[AdoptedProxyClientsAnnotation],
 	}
 }
 

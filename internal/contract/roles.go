@@ -108,3 +108,9 @@ const (
 func CertificateIdentity(namespace, name string) (user string, groups []string) {
 	return CertificateUserPrefix + namespace + ":" + name, []string{CertificatesGroup, CertificatesGroup + ":" + namespace}
 }
+
+// AdoptedProxyClientFlag is the proxy-server flag that names, by the hex SHA-256 fingerprint of its DER, a proxy-client
+// certificate the existing add-on issued before the operator took its CA over. Such a certificate carries no role URI;
+// it reaches every cluster on the frontends because the manager read it from the proxy-client Secret itself, the one
+// hub programs mount, when it adopted the CA that signed it.
+const AdoptedProxyClientFlag = "adopted-proxy-client-sha256"

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"strings"
@@ -24,14 +25,25 @@ var frontendRefusalReasons = []string{FrontendRefusalNoIdentity, FrontendRefusal
 // frontendAccess decides which clusters a client of the gRPC and HTTP-CONNECT frontends may reach, from its verified
 // client certificate (the TLS handshake has already refused agents, the impersonator and certificates of another CA):
 //   - the operator's proxy-client (its role URI): every cluster, as hub programs of the existing add-on expect;
+//   - a proxy-client certificate the existing add-on issued, named by its fingerprint (Options.AdoptedProxyClients):
+//     every cluster, since the hub programs that mount proxy-client may hold it in memory from before the switch;
 //   - the certificate of a ProxyCertificate (the URI the issuer writes, contract.CertificateURI): the clusters the
 //     hub's RBAC lets its identity (contract.CertificateIdentity) get clusters/proxy of;
 //   - any other: none.
 //
 // No decision rests on a name the holder chose.
 type frontendAccess struct {
-	hub hubidentity.ClusterAuthorizer // nil: only the proxy-client
-	log logr.Logger
+	hub     hubidentity.ClusterAuthorizer // nil: only the proxy-client
+	adopted map[[sha256.Size]byte]bool
+	log     logr.Logger
+}
+
+func newFrontendAccess(hub hubidentity.ClusterAuthorizer, adopted [][sha256.Size]byte, log logr.Logger) *frontendAccess {
+	a := &frontendAccess{hub: hub, adopted: make(map[[sha256.Size]byte]bool, len(adopted)), log: log}
+	for _, fp := range adopted {
+		a.adopted[fp] = true
+	}
+	return a
 }
 
 // fleetWide reports whether cert may reach every cluster: the operator's proxy-client.
@@ -41,7 +53,7 @@ func fleetWide(cert *x509.Certificate) bool {
 
 // check admits cert to cluster, or says why not with an *accessError.
 func (a *frontendAccess) check(ctx context.Context, cert *x509.Certificate, cluster string) error {
-	if fleetWide(cert) {
+	if fleetWide(cert) || a.adopted[sha256.Sum256(cert.Raw)] {
 		return nil
 	}
 	ns, name, ok := contract.CertificateOf(cert)

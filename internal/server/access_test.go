@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"net/http"
@@ -133,4 +134,45 @@ func TestWithoutAHubAProxyCertificateReachesNoClusterOnTheFrontends(t *testing.T
 type tlsConfigOf struct {
 	name string
 	cfg  *tls.Config
+}
+
+// A hub program that read the existing add-on's proxy-client Secret before the switch holds a certificate of the same
+// CA without the role URI. The one the manager recorded by fingerprint when it took the add-on's CA over reaches
+// every cluster; another certificate of that CA without the URI (an add-on agent's, a tenant's lookalike) still
+// reaches none, whatever it is named.
+func TestFrontendsLetTheAdoptedProxyClientOfTheAddOnReachEveryCluster(t *testing.T) {
+	g := NewWithT(t)
+	pki := newTestPKI(t, false)
+	addonCert, addonKey, addonLeaf := pki.issue(t, "addon-proxy-client", leafSpec{cn: "cluster-proxy-proxy-client"})
+	otherCert, otherKey, _ := pki.issue(t, "addon-agent", leafSpec{cn: "open-cluster-management:cluster-proxy:proxy-agent",
+		orgs: []string{"open-cluster-management:cluster-proxy"}})
+	f := startFixtureOn(t, pki, nil, func(o *Options) {
+		o.AdoptedProxyClients = [][sha256.Size]byte{sha256.Sum256(addonLeaf.Raw)}
+	}, nil)
+	for _, c := range []string{"c1", "c2"} {
+		_, err := f.agent(t, c, "ns", "agent-"+c, "host="+c+"&host="+c+".ns", map[string]string{c + ":443": httpTarget(t, c+"-apiserver")})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	adopted, other := pki.clientTLS(t, addonCert, addonKey), pki.clientTLS(t, otherCert, otherKey)
+	for _, cluster := range []string{"c1", "c2"} {
+		conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: adopted}).DialCluster(context.Background(), cluster, 443)
+		g.Expect(err).NotTo(HaveOccurred(), "the adopted proxy-client reaches %s through gRPC", cluster)
+		body, err := get(conn, bufio.NewReader(conn), cluster, "/")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(body).To(ContainSubstring(cluster + "-apiserver"))
+		_ = conn.Close()
+		cc, br, err := httpConnect(f.addrs.HTTPConnect, adopted, cluster+":443")
+		g.Expect(err).NotTo(HaveOccurred(), "the adopted proxy-client reaches %s through CONNECT", cluster)
+		_, err = get(cc, br, cluster, "/")
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = cc.Close()
+
+		_, err = (&TunnelDialer{Address: f.addrs.Frontend, TLS: other}).DialCluster(context.Background(), cluster, 443)
+		g.Expect(err).To(MatchError(ContainSubstring("neither the proxy-client nor a ProxyCertificate's")), cluster)
+	}
+	// Reaching clusters is all it keeps: the operator's own view of the fleet stays the operator's proxy-client's.
+	resp, err := httpsClient(adopted).Get("https://" + f.addrs.HTTPConnect + "/agents")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusForbidden))
 }

@@ -42,7 +42,12 @@ func startFixture(t testing.TB, useRSA bool, newUser func(*Server) UserServer, m
 func startFixtureWith(t testing.TB, useRSA bool, newUser func(*Server) UserServer, mutate func(*Options),
 	beforeRun func(*Server)) *fixture {
 	t.Helper()
-	pki := newTestPKI(t, useRSA)
+	return startFixtureOn(t, newTestPKI(t, useRSA), newUser, mutate, beforeRun)
+}
+
+// startFixtureOn is startFixtureWith on the certificates of pki, which a test may have issued others of before.
+func startFixtureOn(t testing.TB, pki *testPKI, newUser func(*Server) UserServer, mutate func(*Options), beforeRun func(*Server)) *fixture {
+	t.Helper()
 	serverCert, serverKey, _ := pki.issue(t, "proxy-server", leafSpec{cn: "proxy-server", server: true})
 	agentServerCert, agentServerKey, _ := pki.issue(t, "agent-server", leafSpec{cn: "agent-server", server: true})
 	clientCert, clientKey, _ := pki.issue(t, "proxy-client", leafSpec{cn: "cluster-proxy-proxy-client", uris: []string{contract.ProxyClientRoleURI}})

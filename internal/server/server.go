@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -76,6 +77,11 @@ type Options struct {
 	// Hub answers which clusters a ProxyCertificate's client certificate may reach on the frontends (hub RBAC, get on
 	// clusters/proxy); nil: only the proxy-client certificate reaches clusters there.
 	Hub hubidentity.ClusterAuthorizer
+	// AdoptedProxyClients are the SHA-256 fingerprints of proxy-client certificates the existing add-on issued, which
+	// reach every cluster on the frontends as the operator's proxy-client does, though they carry no role URI: the
+	// manager recorded them from the proxy-client Secret when it took the add-on's CA over, so hub programs that read
+	// that Secret before the switch keep working until their certificate expires or the CA rolls over.
+	AdoptedProxyClients [][sha256.Size]byte
 	// TLSProfileFile is the TLS profile (contract.TLSProfile as JSON) of every TLS listener, re-read every
 	// ReloadInterval; "" or a missing file: TLS 1.2 and Go's secure cipher suites.
 	TLSProfileFile string
@@ -254,7 +260,7 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
-	s.access = &frontendAccess{hub: opts.Hub, log: s.log.WithName("frontend-access")}
+	s.access = newFrontendAccess(opts.Hub, opts.AdoptedProxyClients, s.log.WithName("frontend-access"))
 	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router, access: s.access, streams: s.streams})
 
 	s.agentEndpoint = grpc.NewServer(

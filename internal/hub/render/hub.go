@@ -19,9 +19,11 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
@@ -596,4 +598,29 @@ func SplitEntrypoint(entrypoint string) (host, port string) {
 		return "", ""
 	}
 	return h, p
+}
+
+// AcceptAdoptedProxyClients lets the proxy-servers of d take the existing add-on's proxy-client certificates, named by
+// their hex SHA-256 fingerprints, as the operator's proxy-client (contract.AdoptedProxyClientFlag).
+func AcceptAdoptedProxyClients(d *appsv1.Deployment, fingerprints []string) {
+	c := &d.Spec.Template.Spec.Containers[0]
+	for _, fp := range fingerprints {
+		c.Args = append(c.Args, "--"+contract.AdoptedProxyClientFlag+"="+fp)
+	}
+}
+
+// AddOnLeftovers are what the existing add-on leaves on the hub once the operator runs in its place, which the
+// operator never writes and which would keep something alive no one needs: the TokenReview right its manager gave every
+// agent's hub identity (the operator's agents never see a hub token), and the service-proxy serving certificate for
+// "*", signed by the CA the operator adopts, whose key would otherwise stay valid for any name its holder chose.
+// Everything else of the add-on either has the name of what the operator writes (and is taken over) or belongs to
+// its Helm release (and goes with the upgrade).
+func AddOnLeftovers(mpc *proxyv1alpha1.ManagedProxyConfiguration) []client.Object {
+	const tokenReview = "cluster-proxy-addon-agent-tokenreview"
+	return []client.Object{
+		&rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: tokenReview}},
+		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: tokenReview}},
+		&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy-service-proxy-server-cert", Namespace: contract.Namespace(mpc)}},
+	}
 }
