@@ -156,6 +156,20 @@ e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem)
 e2e-olm: $(E2E_PREREQUISITES) olm busybox ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
+.PHONY: e2e-migrate
+e2e-migrate: addon-source-given $(E2E_PREREQUISITES) ## From the existing OCM add-on to the operator on the real clusters of make e2e, not in CI: the add-on v0.11.0 built from ADDON_SOURCE (a checkout of its repository at that tag) and installed with its chart; then docs/migration.md's migration, rollback and migration again, with the add-on's clients in loops (figures per client kind).
+	ADDON_SOURCE="$(abspath $(ADDON_SOURCE))" NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" \
+		go test -tags e2e ./test/e2e-migrate/... -count=1 -timeout 60m -v -ginkgo.v
+
+# addon-source-given fails at once, before anything is built, when ADDON_SOURCE is missing.
+.PHONY: addon-source-given
+addon-source-given:
+	@if [ ! -f "$(ADDON_SOURCE)/charts/cluster-proxy/Chart.yaml" ]; then \
+		echo "ADDON_SOURCE is not a checkout of the add-on: give one, e.g. make e2e-migrate ADDON_SOURCE=../cluster-proxy" >&2; \
+		echo "(git clone https://github.com/open-cluster-management-io/cluster-proxy && git -C cluster-proxy checkout v0.11.0)" >&2; \
+		exit 2; \
+	fi
+
 ##@ Build
 
 .PHONY: build

@@ -70,6 +70,8 @@ type Options struct {
 	HelmValues []string
 	// OLM, when set, installs the operator with Operator Lifecycle Manager from a catalog instead of with Helm.
 	OLM *OLMOptions
+	// AddOn, when set, installs the existing OCM cluster-proxy add-on instead of the operator (AddOnOptions).
+	AddOn *AddOnOptions
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 	// ReadyTimeout bounds the wait for every cluster's tunnel to be Available.
@@ -100,6 +102,8 @@ type System struct {
 	// with Options.OLM.
 	registry *olm.Registry
 	catalog  *olm.Catalog
+	// extraImages are loaded into every cluster beside the operator's and OCM's: the add-on's, with Options.AddOn.
+	extraImages []string
 }
 
 // Start brings the whole system up and returns once every cluster's ClusterProxyStatus and ManagedClusterAddOn are
@@ -146,6 +150,14 @@ func (s *System) start(ctx context.Context) error {
 		return err
 	}
 	var olmImages []string
+	if s.opts.AddOn != nil {
+		s.logf("building the existing add-on's image from %s", s.opts.AddOn.Source)
+		archive, err := s.addOnImage(ctx)
+		if err != nil {
+			return err
+		}
+		s.extraImages = append(s.extraImages, archive)
+	}
 	if s.opts.OLM != nil {
 		s.logf("writing the images of OLM and of opm")
 		if olmImages, err = s.prepareOLM(); err != nil {
@@ -195,11 +207,17 @@ func (s *System) start(ctx context.Context) error {
 	if err := s.waitForAddOnWebhook(ctx); err != nil {
 		return err
 	}
-	if s.opts.OLM != nil {
+	switch {
+	case s.opts.AddOn != nil:
+		s.logf("installing the existing add-on: helm install -n %s --create-namespace cluster-proxy %s/charts/cluster-proxy", Namespace, s.opts.AddOn.Source)
+		if err := s.installAddOn(ctx); err != nil {
+			return err
+		}
+	case s.opts.OLM != nil:
 		if err := s.installOperatorByOLM(ctx); err != nil {
 			return err
 		}
-	} else {
+	default:
 		s.logf("installing the operator: helm install -n %s --create-namespace cluster-proxy charts/cluster-proxy", Namespace)
 		if err := s.installOperator(ctx); err != nil {
 			return err
@@ -230,7 +248,7 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages
 	var wg sync.WaitGroup
 	for n, spec := range specs {
 		spec.Dir, spec.Binaries, spec.Pause = s.path("clusters", spec.Name), s.opts.NodeAssets, s.opts.Pause
-		spec.Images, spec.KeepDir = []string{s.opts.Image, ocmArchive}, true
+		spec.Images, spec.KeepDir = append([]string{s.opts.Image, ocmArchive}, s.extraImages...), true
 		if spec.Name == "hub" {
 			spec.Images = append(spec.Images, hubImages...)
 			if s.opts.OLM != nil {

@@ -151,6 +151,14 @@ func (s *System) installOperator(ctx context.Context) error {
 func (s *System) exposeProxyServers(ctx context.Context) error {
 	selector := map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer,
 		render.ConfigurationLabel: proxyv1alpha1.DefaultConfigurationName}
+	userServer := selector
+	if s.opts.AddOn != nil {
+		// The add-on's proxy-servers carry the component label alone, and its user-server is a Deployment of its own;
+		// the operator's proxy-servers, which replace them, carry the component label too (FollowUserServerService
+		// moves the user-server's NodePort along).
+		selector = map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}
+		userServer = addOnUserServerSelector
+	}
 	nodePort := func(name string, ports ...corev1.ServicePort) *corev1.Service {
 		return &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
@@ -165,21 +173,30 @@ func (s *System) exposeProxyServers(ctx context.Context) error {
 	// new replica turns Ready only once the agents have reached it.
 	agents := nodePort("proxy-agent-nodeport", port("agent", ports.AgentServer, EntrypointPort))
 	agents.Spec.PublishNotReadyAddresses = true
-	return kubeclient.CreateAll(ctx, s.HubClient, agents,
-		nodePort("proxy-machine-nodeports",
-			port("frontend", ports.ProxyServer, FrontendNodePort),
-			port("http-connect", ports.HTTPConnectServer, HTTPConnectNodePort),
-			port("user-server", proxyv1alpha1.UserServerPort, UserServerNodePort)))
+	machine := nodePort("proxy-machine-nodeports",
+		port("frontend", ports.ProxyServer, FrontendNodePort),
+		port("http-connect", ports.HTTPConnectServer, HTTPConnectNodePort))
+	if s.opts.AddOn == nil {
+		machine.Spec.Ports = append(machine.Spec.Ports, port("user-server", proxyv1alpha1.UserServerPort, UserServerNodePort))
+		return kubeclient.CreateAll(ctx, s.HubClient, agents, machine)
+	}
+	users := nodePort(UserServerNodePortName, port("user-server", proxyv1alpha1.UserServerPort, UserServerNodePort))
+	users.Spec.Selector = userServer
+	return kubeclient.CreateAll(ctx, s.HubClient, agents, users, machine)
 }
 
 // installAddOns creates cluster1's AddOnDeploymentConfig (squid over TLS, with its CA) and the add-on on both
 // clusters, as a user of today's OCM writes them: add-on API v1beta1.
 func (s *System) installAddOns(ctx context.Context) error {
+	proxy := addonv1beta1.ProxyConfig{HTTPSProxy: s.Squid.TLSURL(), CABundle: s.Squid.CA()}
+	if s.opts.AddOn != nil {
+		// The add-on's proxy-agent (gRPC's HTTP CONNECT) speaks plain HTTP to a proxy: its users give it squid's plain
+		// port, which the operator's agents take as well.
+		proxy = addonv1beta1.ProxyConfig{HTTPSProxy: s.Squid.URL()}
+	}
 	adc := &addonv1beta1.AddOnDeploymentConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: ProxyConfigName, Namespace: ProxiedCluster},
-		Spec: addonv1beta1.AddOnDeploymentConfigSpec{ProxyConfig: addonv1beta1.ProxyConfig{
-			HTTPSProxy: s.Squid.TLSURL(), CABundle: s.Squid.CA(),
-		}},
+		Spec:       addonv1beta1.AddOnDeploymentConfigSpec{ProxyConfig: proxy},
 	}
 	objs := []client.Object{adc}
 	for _, name := range s.Clusters() {
@@ -249,6 +266,9 @@ func ClusterStates(ctx context.Context, hub client.Client, clusters []string) ([
 // (a request through any replica reaches any cluster), writing each cluster's state, and what the replicas miss, to
 // the log when it changes.
 func (s *System) waitAvailable(ctx context.Context) error {
+	if s.opts.AddOn != nil {
+		return s.waitAddOnAvailable(ctx)
+	}
 	deadline := time.Now().Add(s.opts.ReadyTimeout)
 	last := map[string]string{}
 	for {

@@ -21,6 +21,20 @@ type runBy struct {
 // exercised maps every command of a shell block in README.md and docs/*.md, as commandsOf normalizes it, to where
 // it is run.
 var exercised = map[string][]runBy{
+	"kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256": {
+		{file: "test/e2e-migrate/migrate_test.go", text: "const caFingerprintCommand = `kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256`"}},
+	"kubectl apply --server-side --force-conflicts -f charts/cluster-proxy/crds/": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl apply --server-side --force-conflicts -f charts/cluster-proxy/crds/")`}},
+	"kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager")`}},
+	"helm upgrade -n open-cluster-management-addon cluster-proxy charts/cluster-proxy -f addon-values.yaml": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `"upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"), "-f", addOnValuesFile()`}},
+	"kubectl wait managedproxyconfiguration cluster-proxy --for=condition=Ready --timeout=5m": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl wait managedproxyconfiguration cluster-proxy --for=condition=Ready --timeout=5m")`}},
+	"kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")`}},
+	"helm rollback -n open-cluster-management-addon cluster-proxy 1": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `"rollback", "-n", localsystem.Namespace, "cluster-proxy", "1"`}},
 	"make run": {{file: "cmd/localsystem/main_test.go", text: `exec.Command(bin)`}, // make run's program, by make e2e
 		{file: "Makefile", text: "$(BIN_DIR)/localsystem"}},
 	"make test": {{file: ".ci/run", text: "step test"}},

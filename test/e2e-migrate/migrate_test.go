@@ -1,0 +1,405 @@
+//go:build e2e
+
+// Package migrate takes a hub from the existing OCM cluster-proxy add-on (v0.11.0, built from its source and installed
+// with its own chart) to the operator, on the real clusters of internal/localsystem, as docs/migration.md says, then
+// back and forward again, with the add-on's kinds of clients running throughout: a konnectivity gRPC client holding
+// the add-on's proxy-client from before the switch (as a hub program that read its mounted Secret at start), a
+// client-go client through the user-server with a managed cluster's token, and pkg/clusterproxy. Run it with
+// 'make e2e-migrate ADDON_SOURCE=<a checkout of the add-on at v0.11.0>'.
+package migrate
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
+)
+
+const (
+	// firstIndex keeps this suite's clusters apart from make run (1–3), make e2e (11–13) and make e2e-olm (21–23).
+	firstIndex = 31
+	// retryFor is how long a retrying client retries one request before it counts it failed.
+	retryFor = 60 * time.Second
+	// unreachableGoal is the longest a cluster may be unreachable for a client that does not retry.
+	unreachableGoal = 30 * time.Second
+)
+
+// The client kinds of the add-on that the probes stand for.
+const (
+	kindGRPC       = "gRPC, the add-on's proxy-client held since before"
+	kindUserServer = "user-server, client-go, managed token (retrying)"
+	kindLibrary    = "pkg/clusterproxy (retrying)"
+)
+
+var (
+	suite   *e2esuite.Suite
+	sys     *localsystem.System
+	workDir string
+	probes  []*probe
+)
+
+func TestMigrate(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "From the existing add-on to the operator on real clusters")
+}
+
+var _ = BeforeSuite(func() {
+	ctrllog.SetLogger(GinkgoLogr)
+	SetDefaultEventuallyTimeout(5 * time.Minute)
+	SetDefaultEventuallyPollingInterval(time.Second)
+	source := os.Getenv("ADDON_SOURCE")
+	Expect(source).NotTo(BeEmpty(), "run through 'make e2e-migrate ADDON_SOURCE=<a checkout of the add-on at v0.11.0>'")
+	suite = e2esuite.Start("cluster-proxy-migrate", "e2e-migrate", firstIndex, 30*time.Minute, func(o *localsystem.Options) {
+		o.AddOn = &localsystem.AddOnOptions{Source: source}
+		o.ReadyTimeout = 10 * time.Minute
+	})
+	sys, workDir = suite.Sys, suite.WorkDir
+})
+
+var _ = ReportAfterEach(func(r SpecReport) { suite.Record(r) })
+
+var _ = AfterSuite(func() {
+	for _, p := range probes {
+		p.stop()
+	}
+	suite.Stop()
+})
+
+var _ = Describe("A hub that runs the existing add-on", Ordered, func() {
+	var addonCA string // the fingerprint of the add-on's CA
+	stopFollowing := func() {}
+
+	It("serves both clusters to the add-on's clients", func() {
+		secret := &corev1.Secret{}
+		Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Namespace: localsystem.Namespace, Name: proxyv1alpha1.SignerSecretName}, secret)).To(Succeed())
+		ca, err := certs.ParseCertificates(secret.Data["ca.crt"])
+		Expect(err).NotTo(HaveOccurred())
+		addonCA = certs.Fingerprint(ca[0])
+		GinkgoWriter.Printf("the add-on's CA: %s\n", addonCA)
+
+		grpcTLS, bundle := addOnClientTLS()
+		library := must(clusterproxy.New(ctx(), sys.Hub.Config, clusterproxy.Options{Resolve: must(clusterproxy.ParseResolve(sys.Resolve()))}))
+		for _, cluster := range sys.Clusters() {
+			user := userServerClient(cluster, bundle)
+			base := rest.CopyConfig(managedConfig(cluster))
+			base.Host = "https://kubernetes.default.svc"
+			lib := must(kubernetes.NewForConfig(must(library.RESTConfig(cluster, base)))).Discovery().RESTClient()
+			Eventually(func() error { return grpcHealthz(ctx(), grpcTLS, cluster) }).Should(Succeed(), "gRPC to %s through the add-on", cluster)
+			Eventually(func() error { return readyz(ctx(), user) }).Should(Succeed(), "the add-on's user-server to %s", cluster)
+			Eventually(func() error { return readyz(ctx(), lib) }).Should(Succeed(), "pkg/clusterproxy to %s through the add-on", cluster)
+			probes = append(probes,
+				startProbe(kindGRPC, cluster, 0, func(c context.Context) error { return grpcHealthz(c, grpcTLS, cluster) }),
+				startProbe(kindUserServer, cluster, retryFor, func(c context.Context) error { return readyz(c, user) }),
+				startProbe(kindLibrary, cluster, retryFor, func(c context.Context) error { return readyz(c, lib) }))
+		}
+		stopFollowing = followUserServer()
+		settle("the add-on")
+	})
+
+	It("migrates to the operator as docs/migration.md says, keeping the CA, the clients and the tunnels", func() {
+		migrate()
+		expectPhase("migration to the operator")
+
+		By("the CA is the add-on's, and what the add-on left is gone")
+		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
+		Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc)).To(Succeed())
+		Expect(mpc.Status.Signer).NotTo(BeNil())
+		Expect(mpc.Status.Signer.CAFingerprint).To(Equal(addonCA), "no agent and no hub client needs a new CA")
+		for _, o := range []client.Object{
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: localsystem.Namespace, Name: "cluster-proxy-addon-user"}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy-addon-agent-tokenreview"}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy-addon-agent-tokenreview"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: localsystem.Namespace, Name: "cluster-proxy-service-proxy-server-cert"}},
+		} {
+			Eventually(func() bool {
+				return apierrors.IsNotFound(sys.HubClient.Get(ctx(), client.ObjectKeyFromObject(o), o))
+			}).Should(BeTrue(), "%T %s is gone", o, o.GetName())
+		}
+		By("each cluster's agent is the operator's, replaced through OCM")
+		for _, c := range sys.Managed {
+			cs := must(kubernetes.NewForConfig(c.Config))
+			d := must(cs.AppsV1().Deployments("open-cluster-management-cluster-proxy").Get(ctx(), "cluster-proxy-proxy-agent", metav1.GetOptions{}))
+			Expect(d.Spec.Template.Spec.Containers[0].Image).NotTo(Equal(localsystem.AddOnImage), c.Name())
+		}
+	})
+
+	It("rolls back to the add-on as docs/migration.md says", func() {
+		rollBack()
+		expectPhase("rollback to the add-on")
+	})
+
+	It("migrates forward again", func() {
+		migrate()
+		expectPhase("migration again")
+		stopFollowing()
+	})
+})
+
+// migrate runs the steps of docs/migration.md: the operator's CRDs, the add-on's manager stopped, helm upgrade with the
+// add-on's values file (less the values that name its image) and the local system's own values, then waits until
+// every cluster's tunnel is Available.
+func migrate() {
+	GinkgoHelper()
+	before := shell(caFingerprintCommand)
+	By("the operator's CRDs (Helm does not upgrade CRDs)")
+	shell("kubectl apply --server-side --force-conflicts -f charts/cluster-proxy/crds/")
+	By("the add-on's manager stopped (its Deployment's selector is not the operator's)")
+	shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager")
+	By("helm upgrade cluster-proxy charts/cluster-proxy -f <the add-on's values, less its image>")
+	args := []string{"upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"), "-f", addOnValuesFile()}
+	for _, v := range must(sys.HelmValues()) {
+		args = append(args, "--set", v)
+	}
+	Expect(sys.Helm(ctx(), args...)).Error().NotTo(HaveOccurred())
+	shell("kubectl wait managedproxyconfiguration cluster-proxy --for=condition=Ready --timeout=5m")
+	suite.ExpectEveryClusterAvailable()
+	GinkgoWriter.Println(shell("kubectl get clusterproxystatuses -A"))
+	Expect(shell(caFingerprintCommand)).To(Equal(before), "the CA is the one the hub had")
+	settle("the operator")
+}
+
+// caFingerprintCommand is step 0 of docs/migration.md: the CA's fingerprint, before and after.
+const caFingerprintCommand = `kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256`
+
+// rollBack runs the rollback of docs/migration.md: the operator's manager and proxy-server Deployments deleted (their
+// selectors are not the add-on's), helm rollback to the add-on's release, until the add-on is Available again.
+func rollBack() {
+	GinkgoHelper()
+	By("the operator's manager and proxy-servers deleted (their selectors are not the add-on's)")
+	shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")
+	By("helm rollback cluster-proxy 1")
+	Expect(sys.Helm(ctx(), "rollback", "-n", localsystem.Namespace, "cluster-proxy", "1")).Error().NotTo(HaveOccurred())
+	Eventually(func(g Gomega) {
+		for _, c := range sys.Managed {
+			cs := must(kubernetes.NewForConfig(c.Config))
+			d, err := cs.AppsV1().Deployments("open-cluster-management-cluster-proxy").Get(ctx(), "cluster-proxy-proxy-agent", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(localsystem.AddOnImage), c.Name())
+			g.Expect(d.Status.UpdatedReplicas).To(Equal(d.Status.Replicas))
+			g.Expect(d.Status.AvailableReplicas).To(BeNumerically(">=", 1))
+		}
+	}).Should(Succeed(), "the add-on's agents are back")
+	settle("the add-on again")
+}
+
+// settle lets every probe answer again after a step before the phase is measured: the figures then hold the step's
+// whole cost.
+func settle(what string) {
+	GinkgoHelper()
+	for _, p := range probes {
+		Eventually(func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return !p.failing && time.Since(p.lastOK) < 5*time.Second
+		}).Should(BeTrue(), "%s answers %s on %s", what, p.kind, p.cluster)
+	}
+}
+
+// expectPhase takes every probe's figures of the phase, prints them, and holds them to the goals: no failed request
+// for retrying clients, no cluster unreachable longer than unreachableGoal for the others.
+func expectPhase(phase string) {
+	GinkgoHelper()
+	got := map[*probe]figures{}
+	for _, p := range probes {
+		got[p] = p.take()
+	}
+	t := table(phase, probes, got)
+	AddReportEntry(phase, t)
+	GinkgoWriter.Println(t)
+	for _, p := range probes {
+		f := got[p]
+		if p.retryFor > 0 {
+			Expect(f.failed).To(BeZero(), "%s to %s: %s", p.kind, p.cluster, f.lastErr)
+		} else {
+			Expect(f.longestDown).To(BeNumerically("<=", unreachableGoal), "%s to %s", p.kind, p.cluster)
+		}
+	}
+}
+
+// addOnValuesFile writes the values the add-on was installed with as its user keeps them in a file, less the values
+// that name the add-on's image (docs/migration.md: its programs cannot run the operator's).
+func addOnValuesFile() string {
+	GinkgoHelper()
+	values := map[string]any{}
+	for _, v := range localsystem.AddOnHelmValues() {
+		key, value, _ := strings.Cut(v, "=")
+		switch key {
+		case "image", "tag", "proxyServerImage", "proxyAgentImage":
+			continue
+		}
+		node := values
+		parts := strings.Split(key, ".")
+		for _, p := range parts[:len(parts)-1] {
+			if _, ok := node[p].(map[string]any); !ok {
+				node[p] = map[string]any{}
+			}
+			node = node[p].(map[string]any)
+		}
+		switch value {
+		case "true", "false":
+			node[parts[len(parts)-1]] = value == "true"
+		default:
+			node[parts[len(parts)-1]] = value
+		}
+	}
+	path := filepath.Join(workDir, "addon-values.yaml")
+	Expect(os.WriteFile(path, must(yaml.Marshal(values)), 0o600)).To(Succeed())
+	return path
+}
+
+// followUserServer keeps the machine's user-server NodePort on the pods the in-cluster Service selects, as kube-proxy
+// does for clients in the hub, until the returned function is called.
+func followUserServer() func() {
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c.Err() == nil {
+			if changed, err := sys.FollowUserServerService(c); err == nil && changed {
+				GinkgoWriter.Printf("%s the user-server's NodePort follows the Service\n", time.Now().Format("15:04:05.000"))
+			}
+			sleep(c, 200*time.Millisecond)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// addOnClientTLS is the TLS of a hub program that read the proxy-client and proxy-server-ca Secrets once, at its
+// start, before the migration, and keeps them in memory.
+func addOnClientTLS() (*tls.Config, []byte) {
+	GinkgoHelper()
+	cert, key, ca, err := sys.HubClientFiles(ctx(), filepath.Join(workDir, "addon-hub-client"))
+	Expect(err).NotTo(HaveOccurred())
+	pair := must(tls.LoadX509KeyPair(cert, key))
+	bundle := must(os.ReadFile(ca))
+	pool := x509.NewCertPool()
+	Expect(pool.AppendCertsFromPEM(bundle)).To(BeTrue())
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ServerName: "proxy-entrypoint." + localsystem.Namespace + ".svc",
+		MinVersion: tls.VersionTLS12}, bundle
+}
+
+// grpcHealthz GETs /healthz of cluster's kube-apiserver through a single-use konnectivity tunnel to the frontend, as
+// the add-on's hub clients (and 'clusteradm proxy health') do.
+func grpcHealthz(c context.Context, cfg *tls.Config, cluster string) error {
+	frontend := net.JoinHostPort(sys.Hub.NodeIP.String(), fmt.Sprint(localsystem.FrontendNodePort))
+	tunnel, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(c, context.Background(), frontend, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		return fmt.Errorf("create tunnel: %w", err)
+	}
+	transport := &http.Transport{
+		DialContext: func(c context.Context, _, _ string) (net.Conn, error) {
+			return tunnel.DialContext(c, "tcp", cluster+":443")
+		},
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the add-on's clients: the apiserver's certificate does not name the cluster
+	}
+	defer transport.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(c, http.MethodGet, "https://"+cluster+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+		return fmt.Errorf("%s: %q", resp.Status, body)
+	}
+	return nil
+}
+
+// userServerClient is client-go through the user-server Service (its machine NodePort, by its in-cluster name) with
+// a token of a ServiceAccount of cluster, trusting the CA bundle read before the migration.
+func userServerClient(cluster string, bundle []byte) rest.Interface {
+	GinkgoHelper()
+	cs := must(kubernetes.NewForConfig(managedConfig(cluster)))
+	_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "migrate-probe"}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	tok := must(cs.CoreV1().ServiceAccounts("default").CreateToken(ctx(), "migrate-probe",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7200))}}, metav1.CreateOptions{}))
+	user := fmt.Sprintf("%s.%s.svc", proxyv1alpha1.UserServerServiceName, localsystem.Namespace)
+	node := net.JoinHostPort(sys.Hub.NodeIP.String(), fmt.Sprint(localsystem.UserServerNodePort))
+	cfg := &rest.Config{
+		Host: "https://" + user + ":" + fmt.Sprint(proxyv1alpha1.UserServerPort) + "/" + cluster, BearerToken: tok.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: bundle, ServerName: user},
+		Dial: func(c context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(c, network, node)
+		},
+	}
+	return must(kubernetes.NewForConfig(cfg)).Discovery().RESTClient()
+}
+
+func readyz(c context.Context, rc rest.Interface) error {
+	body, err := rc.Get().AbsPath("/readyz").DoRaw(c)
+	if err != nil {
+		return err
+	}
+	if string(body) != "ok" {
+		return fmt.Errorf("readyz: %q", body)
+	}
+	return nil
+}
+
+func managedConfig(cluster string) *rest.Config {
+	for _, c := range sys.Managed {
+		if c.Name() == cluster {
+			return rest.CopyConfig(c.Config)
+		}
+	}
+	Fail("no managed cluster " + cluster)
+	return nil
+}
+
+// shell runs a command line of docs/migration.md as it is written, with the hub's admin kubeconfig, and returns its
+// output; it fails the spec when the command fails.
+func shell(command string) string {
+	GinkgoHelper()
+	out, err := testenv.Shell(command, sys.Hub.Kubeconfig).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s:\n%s", command, out)
+	return string(out)
+}
+
+func ctx() context.Context { return context.Background() }
+
+func must[T any](v T, err error) T {
+	GinkgoHelper()
+	Expect(err).NotTo(HaveOccurred())
+	return v
+}
