@@ -226,6 +226,7 @@ func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProx
 	if err != nil {
 		return nil, nil, err
 	}
+	r.swept.Store(false) // the switch from the add-on: look for its leftovers again
 	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "CAAdopted", "AdoptCA", "Took over CA %s from secret %s/%s, which the operator "+
 		"did not write (the existing add-on's); %d proxy-client certificate(s) it issued keep reaching every cluster",
 		certs.Fingerprint(ca.Cert), secret.Namespace, secret.Name, len(fingerprints))
