@@ -45,6 +45,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/e2esuite"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -94,7 +95,7 @@ var _ = ReportAfterEach(func(r SpecReport) { suite.Record(r) })
 
 var _ = AfterSuite(func() {
 	for _, p := range probes {
-		p.stop()
+		p.loop.Stop()
 	}
 	suite.Stop()
 })
@@ -122,9 +123,9 @@ var _ = Describe("A hub that runs the existing add-on", Ordered, func() {
 			Eventually(func() error { return readyz(ctx(), user) }).Should(Succeed(), "the add-on's user-server to %s", cluster)
 			Eventually(func() error { return readyz(ctx(), lib) }).Should(Succeed(), "pkg/clusterproxy to %s through the add-on", cluster)
 			probes = append(probes,
-				startProbe(kindGRPC, cluster, 0, func(c context.Context) error { return grpcHealthz(c, grpcTLS, cluster) }),
-				startProbe(kindUserServer, cluster, retryFor, func(c context.Context) error { return readyz(c, user) }),
-				startProbe(kindLibrary, cluster, retryFor, func(c context.Context) error { return readyz(c, lib) }))
+				startProbe(kindGRPC, cluster, false, func(c context.Context) error { return grpcHealthz(c, grpcTLS, cluster) }),
+				startProbe(kindUserServer, cluster, true, func(c context.Context) error { return readyz(c, user) }),
+				startProbe(kindLibrary, cluster, true, func(c context.Context) error { return readyz(c, lib) }))
 		}
 		stopFollowing = followUserServer()
 		settle("the add-on")
@@ -221,11 +222,7 @@ func rollBack() {
 func settle(what string) {
 	GinkgoHelper()
 	for _, p := range probes {
-		Eventually(func() bool {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return !p.failing && time.Since(p.lastOK) < 5*time.Second
-		}).Should(BeTrue(), "%s answers %s on %s", what, p.kind, p.cluster)
+		Eventually(func() bool { return p.loop.Answering(5 * time.Second) }).Should(BeTrue(), "%s answers %s on %s", what, p.kind, p.cluster)
 	}
 }
 
@@ -233,19 +230,19 @@ func settle(what string) {
 // for retrying clients, no cluster unreachable longer than unreachableGoal for the others.
 func expectPhase(phase string) {
 	GinkgoHelper()
-	got := map[*probe]figures{}
+	got := map[*probe]requestloop.Figures{}
 	for _, p := range probes {
-		got[p] = p.take()
+		got[p] = p.loop.Take()
 	}
 	t := table(phase, probes, got)
 	AddReportEntry(phase, t)
 	GinkgoWriter.Println(t)
 	for _, p := range probes {
 		f := got[p]
-		if p.retryFor > 0 {
-			Expect(f.failed).To(BeZero(), "%s to %s: %s", p.kind, p.cluster, f.lastErr)
+		if p.retrying {
+			Expect(f.Failures).To(BeEmpty(), "%s to %s", p.kind, p.cluster)
 		} else {
-			Expect(f.longestDown).To(BeNumerically("<=", unreachableGoal), "%s to %s", p.kind, p.cluster)
+			Expect(f.LongestUnreachable).To(BeNumerically("<=", unreachableGoal), "%s to %s", p.kind, p.cluster)
 		}
 	}
 }
@@ -292,7 +289,10 @@ func followUserServer() func() {
 			if changed, err := sys.FollowUserServerService(c); err == nil && changed {
 				GinkgoWriter.Printf("%s the user-server's NodePort follows the Service\n", time.Now().Format("15:04:05.000"))
 			}
-			sleep(c, 200*time.Millisecond)
+			select {
+			case <-c.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}()
 	return func() { cancel(); <-done }
