@@ -216,6 +216,9 @@ func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProx
 	if err != nil {
 		return nil, nil, nil // unusable: replaced by a CA of the operator's, as a broken secret of its own would be
 	}
+	if live.Labels[render.ManagedByLabel] == render.ManagedByValue {
+		return ca, live, nil // the operator's own, written a moment ago and not in the cache yet: nothing to adopt
+	}
 	annotations := map[string]string{rotationHandledAnnotation: requested, caSourceAnnotation: caSourceAdopted}
 	fingerprints, err := r.adoptedProxyClients(ctx, mpc, ca)
 	if err != nil {

@@ -9,8 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/signer"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 )
 
 func TestThePreviousCAStaysForTheRolloverGraceAfterItsLastUse(t *testing.T) {
@@ -35,4 +40,22 @@ func TestThePreviousCAStaysForTheRolloverGraceAfterItsLastUse(t *testing.T) {
 			g.Expect(left).To(Equal(c.left))
 		})
 	}
+}
+
+// The cache may not hold the signer secret the operator wrote a moment ago; read from the API server, it is the
+// operator's own (its label), so it signs as it is: no adoption, no Event, no write.
+func TestTheOperatorsOwnSignerSecretIsNotAdoptedWhileTheCacheLags(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName}}
+	ca, err := certs.NewCA(CACommonName, CAValidity, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	own := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, map[string][]byte{signer.KeyCACert: ca.CertPEM, signer.KeyCAKey: ca.KeyPEM}, nil)
+	api := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(own).Build()
+	// No Recorder and no Client: an adoption would emit an Event and write the secret, and panic here.
+	r := &Reconciler{APIReader: api, Clock: clocktesting.NewFakePassiveClock(now)}
+	got, secret, err := r.adoptCA(context.Background(), mpc, "")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(certs.Fingerprint(got.Cert)).To(Equal(certs.Fingerprint(ca.Cert)))
+	g.Expect(secret.Annotations).NotTo(HaveKey(caSourceAnnotation))
 }
