@@ -3,10 +3,11 @@ package localsystem
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -15,9 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/ociimage"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
 // AddOnOptions install the existing OCM cluster-proxy add-on in place of the operator, from its own chart and an
@@ -37,17 +40,27 @@ const (
 	ANPVersion = "v0.36.0"
 )
 
-// AddOnHelmValues are the values the local system installs the add-on's chart with: its image under its default
-// name, the entrypoint the agents dial, the service-proxy and user-server on, and no Placement (the local system
-// creates each cluster's ManagedClusterAddOn, cluster1's with its AddOnDeploymentConfig).
-func AddOnHelmValues() []string {
-	return []string{
-		"registry=quay.io/open-cluster-management", "image=cluster-proxy", "tag=v0.11.0",
-		"proxyServerImage=quay.io/open-cluster-management/cluster-proxy", "proxyAgentImage=quay.io/open-cluster-management/cluster-proxy",
-		"proxyServer.entrypointAddress=" + EntrypointHost, "proxyServer.port=" + strconv.Itoa(EntrypointPort),
-		"enableServiceProxy=true", "userServer.enabled=true",
-		"installByPlacement.placementName=" + addOnNoPlacement, "installByPlacement.placementNamespace=" + Namespace,
+// AddOnValues are the values the local system installs the add-on's chart with, as its user keeps them in a values
+// file: its image under its default name, the entrypoint the agents dial, the service-proxy and user-server on, and no
+// Placement (the local system creates each cluster's ManagedClusterAddOn, cluster1's with its AddOnDeploymentConfig).
+func AddOnValues() map[string]any {
+	return map[string]any{
+		"registry": "quay.io/open-cluster-management", "image": "cluster-proxy", "tag": "v0.11.0",
+		"proxyServerImage": "quay.io/open-cluster-management/cluster-proxy", "proxyAgentImage": "quay.io/open-cluster-management/cluster-proxy",
+		"proxyServer":        map[string]any{"entrypointAddress": EntrypointHost, "port": EntrypointPort},
+		"enableServiceProxy": true,
+		"userServer":         map[string]any{"enabled": true},
+		"installByPlacement": map[string]any{"placementName": addOnNoPlacement, "placementNamespace": Namespace},
 	}
+}
+
+// WriteValues writes Helm values to path as YAML, a values file to give helm with -f.
+func WriteValues(path string, values map[string]any) error {
+	data, err := yaml.Marshal(values)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
 }
 
 // addOnNoPlacement names a Placement that does not exist, so the add-on's chart creates none and OCM installs the
@@ -110,9 +123,6 @@ func (s *System) buildANP(ctx context.Context, out string) error {
 	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(goMod), 0o644); err != nil {
 		return err
 	}
-	if err := goCommand(ctx, mod, "mod", "download", "sigs.k8s.io/apiserver-network-proxy"); err != nil {
-		return err
-	}
 	for name, pkg := range map[string]string{"proxy-server": "sigs.k8s.io/apiserver-network-proxy/cmd/server", "proxy-agent": "sigs.k8s.io/apiserver-network-proxy/cmd/agent"} {
 		if err := goCommand(ctx, mod, "get", pkg+"@"+ANPVersion); err != nil {
 			return err
@@ -129,20 +139,19 @@ func goCommand(ctx context.Context, dir string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %v: %w: %s", args, err, out)
-	}
-	return nil
+	_, err := process.Output(cmd, "go "+strings.Join(args, " "))
+	return err
 }
 
-// installAddOn runs the add-on's own helm install (its chart in Options.AddOn.Source) with AddOnHelmValues, then
-// exposes its proxy-servers and user-server on the hub's node as for the operator.
+// installAddOn runs the add-on's own helm install (its chart in Options.AddOn.Source) with a values file of
+// AddOnValues, then exposes its proxy-servers and user-server on the hub's node as for the operator.
 func (s *System) installAddOn(ctx context.Context) error {
-	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(s.opts.AddOn.Source, "charts", "cluster-proxy")}
-	for _, v := range AddOnHelmValues() {
-		args = append(args, "--set", v)
+	values := s.path("addon-values.yaml")
+	if err := WriteValues(values, AddOnValues()); err != nil {
+		return err
 	}
-	if _, err := s.Helm(ctx, args...); err != nil {
+	if _, err := s.Helm(ctx, "install", "-n", Namespace, "--create-namespace", "cluster-proxy",
+		filepath.Join(s.opts.AddOn.Source, "charts", "cluster-proxy"), "-f", values); err != nil {
 		return err
 	}
 	return s.exposeProxyServers(ctx)
@@ -162,7 +171,7 @@ func (s *System) FollowUserServerService(ctx context.Context) (bool, error) {
 	if err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: UserServerNodePortName}, machine); err != nil {
 		return false, err
 	}
-	if len(svc.Spec.Selector) == 0 || equalLabels(svc.Spec.Selector, machine.Spec.Selector) {
+	if len(svc.Spec.Selector) == 0 || maps.Equal(svc.Spec.Selector, machine.Spec.Selector) {
 		return false, nil
 	}
 	machine.Spec.Selector = svc.Spec.Selector
@@ -171,18 +180,6 @@ func (s *System) FollowUserServerService(ctx context.Context) (bool, error) {
 
 // UserServerNodePortName is the NodePort Service by which programs on the machine reach the user-server.
 const UserServerNodePortName = "user-server-machine-nodeport"
-
-func equalLabels(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
 
 // addOnAvailable reports whether OCM says the add-on is Available on cluster (its ManagedClusterAddOn: the add-on
 // has no ClusterProxyStatus).

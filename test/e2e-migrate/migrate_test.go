@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +37,6 @@ import (
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/yaml"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -251,30 +249,12 @@ func expectPhase(phase string) {
 // that name the add-on's image (docs/migration.md: its programs cannot run the operator's).
 func addOnValuesFile() string {
 	GinkgoHelper()
-	values := map[string]any{}
-	for _, v := range localsystem.AddOnHelmValues() {
-		key, value, _ := strings.Cut(v, "=")
-		switch key {
-		case "image", "tag", "proxyServerImage", "proxyAgentImage":
-			continue
-		}
-		node := values
-		parts := strings.Split(key, ".")
-		for _, p := range parts[:len(parts)-1] {
-			if _, ok := node[p].(map[string]any); !ok {
-				node[p] = map[string]any{}
-			}
-			node = node[p].(map[string]any)
-		}
-		switch value {
-		case "true", "false":
-			node[parts[len(parts)-1]] = value == "true"
-		default:
-			node[parts[len(parts)-1]] = value
-		}
+	values := localsystem.AddOnValues()
+	for _, image := range []string{"image", "tag", "proxyServerImage", "proxyAgentImage"} {
+		delete(values, image)
 	}
 	path := filepath.Join(workDir, "addon-values.yaml")
-	Expect(os.WriteFile(path, must(yaml.Marshal(values)), 0o600)).To(Succeed())
+	Expect(localsystem.WriteValues(path, values)).To(Succeed())
 	return path
 }
 

@@ -23,7 +23,6 @@ import (
 
 	gatewayv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/gateway/v1alpha1"
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
-
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/csrreview"
