@@ -73,7 +73,7 @@ type scope struct {
 	entryHost string         // "" while unknown
 	bundle    []byte         // the published CA bundle (PEM), once the signer is ready
 	// adoptedClients are the existing add-on's proxy-client certificates (hex SHA-256) the proxy-servers let reach
-	// every cluster (AdoptedProxyClientsAnnotation).
+	// every cluster (adoptedProxyClientsAnnotation).
 	adoptedClients []string
 }
 

@@ -42,10 +42,10 @@ const (
 	// caSourceAdopted marks a CA the operator found in the signer secret without having written it: the existing
 	// add-on's, on a hub that switches to the operator. It keeps signing as a self-signed CA of the operator's own.
 	caSourceAdopted = "Adopted"
-	// AdoptedProxyClientsAnnotation on the signer secret lists, comma-separated, the hex SHA-256 fingerprints of the
+	// adoptedProxyClientsAnnotation on the signer secret lists, comma-separated, the hex SHA-256 fingerprints of the
 	// proxy-client certificates the adopted CA had issued (read from the proxy-client Secret when the CA was adopted);
 	// the proxy-servers let them reach every cluster (contract.AdoptedProxyClientFlag) until the CA rotates.
-	AdoptedProxyClientsAnnotation = "proxy.open-cluster-management.io/adopted-proxy-clients"
+	adoptedProxyClientsAnnotation = "proxy.open-cluster-management.io/adopted-proxy-clients"
 	// CARolloverGrace is how long, by default (Reconciler.RolloverGrace), the previous CA stays in the bundle after
 	// every certificate it signed was re-issued: pods serve the new certificates only once the kubelet has updated
 	// their Secret volumes (its sync period plus its cache's TTL, about a minute each), and a client that read a
@@ -75,7 +75,7 @@ func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 
-	s.adoptedClients = AdoptedProxyClients(secret)
+	s.adoptedClients = adoptedProxyClientsOf(secret)
 	retained, err := r.retainedCAs(ctx, mpc, s.ca.Cert, secret)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -224,7 +224,7 @@ func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProx
 	if err != nil {
 		return nil, nil, err
 	}
-	annotations[AdoptedProxyClientsAnnotation] = strings.Join(fingerprints, ",")
+	annotations[adoptedProxyClientsAnnotation] = strings.Join(fingerprints, ",")
 	secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: ca.CertPEM, signer.KeyCAKey: ca.KeyPEM}, annotations)
 	if err != nil {
 		return nil, nil, err
@@ -261,12 +261,12 @@ func (r *Reconciler) adoptedProxyClients(ctx context.Context, mpc *proxyv1alpha1
 	return []string{hex.EncodeToString(sum[:])}, nil
 }
 
-// AdoptedProxyClients are the fingerprints AdoptedProxyClientsAnnotation lists on the signer secret.
-func AdoptedProxyClients(secret *corev1.Secret) []string {
-	if secret == nil || secret.Annotations[AdoptedProxyClientsAnnotation] == "" {
+// adoptedProxyClientsOf are the fingerprints adoptedProxyClientsAnnotation lists on the signer secret.
+func adoptedProxyClientsOf(secret *corev1.Secret) []string {
+	if secret == nil || secret.Annotations[adoptedProxyClientsAnnotation] == "" {
 		return nil
 	}
-	return strings.Split(secret.Annotations[AdoptedProxyClientsAnnotation], ",")
+	return strings.Split(secret.Annotations[adoptedProxyClientsAnnotation], ",")
 }
 
 // ensureProvidedCA takes the CA of the Provided secret in: the first time as it is, and when it changes by a rollover
@@ -350,7 +350,7 @@ func carriedAnnotations(secret *corev1.Secret) map[string]string {
 	return map[string]string{
 		rotationHandledAnnotation:     secret.Annotations[rotationHandledAnnotation],
 		caSourceAnnotation:            secret.Annotations[caSourceAnnotation],
-		AdoptedProxyClientsAnnotation: secret.Annotations[AdoptedProxyClientsAnnotation],
+		adoptedProxyClientsAnnotation: secret.Annotations[adoptedProxyClientsAnnotation],
 	}
 }
 
