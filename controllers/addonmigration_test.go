@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"time"
@@ -18,6 +19,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	workv1 "open-cluster-management.io/api/work/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -61,8 +66,25 @@ var _ = Describe("A hub the existing add-on ran on", func() {
 			Expect(k8s.Create(ctx(), o)).To(Succeed(), "%T %s", o, o.GetName())
 			DeferCleanupDelete(o)
 		}
+		cluster := "addon-ran-" + mpcSuffix()
+		newCluster(cluster)
+		installAddOn(cluster)
+		mca := get(Default, &addonv1alpha1.ManagedClusterAddOn{}, cluster, proxyv1alpha1.AddonName)
+		addonWork := addonAgentWork(mca)
+		Expect(k8s.Create(ctx(), addonWork)).To(Succeed())
+		DeferCleanupDelete(addonWork)
+		DeferCleanupDelete(mca)
+		DeferCleanupDelete(&clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}})
 		createMPC(mpc)
 		expectReady(mpc)
+
+		By("the add-on's agent ManifestWork, which carries none of the operator's labels, is replaced by the operator's agent")
+		Eventually(func(g Gomega) {
+			work := get(g, &workv1.ManifestWork{}, cluster, agentWork)
+			g.Expect(work.Labels).To(HaveKeyWithValue(render.ManagedByLabel, render.ManagedByValue), "the cache sees it from now on")
+			g.Expect(work.UID).To(Equal(addonWork.UID), "the same work, so OCM's work agent updates the agent in place")
+			g.Expect(agentDeployment(g, cluster).Spec.Template.Spec.Containers[0].Image).To(Equal(mpc.Spec.ProxyAgent.Image))
+		}, timeout, interval).Should(Succeed())
 
 		By("the add-on's CA signs on: the same fingerprint, alone in the bundle, every new certificate under it")
 		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
@@ -138,6 +160,30 @@ func addonLeaf(ca *x509.Certificate, caKey *rsa.PrivateKey, name string, usage x
 func leafOfSecret(s *corev1.Secret) *x509.Certificate {
 	block, _ := pem.Decode(s.Data["tls.crt"])
 	return must(x509.ParseCertificate(block.Bytes))
+}
+
+// addonAgentWork is the add-on's agent ManifestWork for the cluster of mca: its name and owner, no label of the
+// operator's, the add-on's agent Deployment.
+func addonAgentWork(mca *addonv1alpha1.ManagedClusterAddOn) *workv1.ManifestWork {
+	agent := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "open-cluster-management-cluster-proxy", Name: "cluster-proxy-proxy-agent"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"open-cluster-management.io/addon": "cluster-proxy"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"open-cluster-management.io/addon": "cluster-proxy"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "proxy-agent",
+					Image: "quay.io/open-cluster-management/cluster-proxy:v0.11.0", Command: []string{"/proxy-agent"}}}},
+			},
+		},
+	}
+	return &workv1.ManifestWork{
+		ObjectMeta: metav1.ObjectMeta{Namespace: mca.Namespace, Name: agentWork,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "addon.open-cluster-management.io/v1beta1", Kind: "ManagedClusterAddOn",
+				Name: mca.Name, UID: mca.UID, Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true)}}},
+		Spec: workv1.ManifestWorkSpec{Workload: workv1.ManifestsTemplate{Manifests: []workv1.Manifest{
+			{RawExtension: runtime.RawExtension{Raw: must(json.Marshal(agent))}}}}},
+	}
 }
 
 // addonProxyServer is the add-on's proxy-server Deployment: its name, its selector.

@@ -246,7 +246,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *scope) (bool, error)
 	}
 	s.summary = summary
 	work.OwnerReferences = []metav1.OwnerReference{ownerRef(s.mca)}
-	s.work, s.deployed, err = apply.EnsureReplaced(ctx, r.Client, work)
+	s.work, s.deployed, err = apply.EnsureReplaced(ctx, r.Client, r.APIReader, work)
 	return err == nil, err
 }
 

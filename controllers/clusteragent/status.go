@@ -172,7 +172,7 @@ func (r *Reconciler) prepareClusterStatus(ctx context.Context, s *scope) error {
 		},
 		Spec: proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: s.mca.Namespace},
 	}
-	live, created, err := apply.EnsureReplaced(ctx, r.Client, cps)
+	live, created, err := apply.EnsureReplaced(ctx, r.Client, r.APIReader, cps)
 	if err != nil {
 		return err
 	}

@@ -31,8 +31,10 @@ var ErrNotCached = errors.New("created earlier, not in the cache yet")
 //
 // It returns the object as it now is (as read, or as the create or update answered) and whether it wrote. When
 // the object exists but the cache has not seen it yet (created by an earlier pass), it returns ErrNotCached: the
-// caller reads again soon.
-func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desired T) (T, bool, error) {
+// caller reads again soon. An object of desired's name that lacks desired's labels is another writer's (the existing
+// add-on's agent ManifestWork, say), which a cache that selects those labels never holds: read through uncached, it is
+// replaced like any other, and so enters the cache.
+func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, uncached client.Reader, desired T) (T, bool, error) {
 	var none T
 	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
 	if err != nil {
@@ -67,13 +69,19 @@ func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desir
 	}
 	switch err := c.Get(ctx, key, live); {
 	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, desired, client.FieldOwner(FieldOwner)); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return none, false, ErrNotCached
-			}
+		err := c.Create(ctx, desired, client.FieldOwner(FieldOwner))
+		if err == nil {
+			return desired, true, nil // the create filled it in with the server's answer
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return none, false, fmt.Errorf("create %s %s: %w", gvk.Kind, key, err)
 		}
-		return desired, true, nil // the create filled it in with the server's answer
+		if err := uncached.Get(ctx, key, live); err != nil {
+			return none, false, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
+		}
+		if hasLabels(live, desired.GetLabels()) {
+			return none, false, ErrNotCached
+		}
 	case err != nil:
 		return none, false, fmt.Errorf("get %s %s: %w", gvk.Kind, key, err)
 	}
@@ -103,6 +111,16 @@ func EnsureReplaced[T client.Object](ctx context.Context, c client.Client, desir
 		return none, true, fmt.Errorf("read the replaced %s %s: %w", gvk.Kind, key, err)
 	}
 	return updated, true, nil
+}
+
+// hasLabels reports whether obj carries every one of labels, with its value.
+func hasLabels(obj client.Object, labels map[string]string) bool {
+	for k, v := range labels {
+		if got, ok := obj.GetLabels()[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // typedHash is the rendered hash of a typed object: its JSON without the hash annotation. The typed object marshals

@@ -57,6 +57,24 @@ func TestEnsureReplaced(t *testing.T) {
 			check: func(g Gomega, returned, _ *corev1.ConfigMap) { g.Expect(returned).To(BeNil()) },
 		},
 		{
+			name: "another writer's object of the name, without the rendered labels, which the cache never holds: replaced",
+			before: func(g Gomega, c client.Client, live *corev1.ConfigMap) {
+				live.Labels = map[string]string{"addon": "theirs"}
+				live.Annotations = nil
+				live.OwnerReferences = []metav1.OwnerReference{otherOwner}
+				live.Data = map[string]string{"their": "agent"}
+				g.Expect(c.Update(ctx, live, client.FieldOwner("addon-manager"))).To(Succeed())
+			},
+			getNotFound: true, wrote: true, writes: 2, // the failed create, the replacement
+			check: func(g Gomega, returned, stored *corev1.ConfigMap) {
+				g.Expect(stored.Data).To(Equal(map[string]string{"rendered": "yes"}))
+				g.Expect(stored.Labels).To(Equal(map[string]string{"app": "ours", "addon": "theirs"}), "the cache's labels are on it now")
+				g.Expect(stored.Annotations).To(HaveKey(HashAnnotation))
+				g.Expect(stored.OwnerReferences).To(ConsistOf(desiredConfigMap().OwnerReferences[0], otherOwner))
+				g.Expect(returned.ResourceVersion).To(Equal(stored.ResourceVersion))
+			},
+		},
+		{
 			name:   "same hash: no write",
 			before: func(Gomega, client.Client, *corev1.ConfigMap) {}, wrote: false, writes: 0,
 			check: func(g Gomega, returned, stored *corev1.ConfigMap) {
@@ -123,29 +141,31 @@ func TestEnsureReplaced(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			writes, getNotFound := 0, false
-			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithReturnManagedFields().
-				WithInterceptorFuncs(interceptor.Funcs{
-					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-						if getNotFound {
-							return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, key.Name)
-						}
-						return c.Get(ctx, key, obj, opts...)
-					},
-					Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-						writes++
-						return c.Create(ctx, obj, opts...)
-					},
-					Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-						writes++
-						return c.Update(ctx, obj, opts...)
-					},
-					Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-						writes++
-						return c.Patch(ctx, obj, patch, opts...)
-					},
-				}).Build()
+			// base is the API server as an uncached reader sees it; c, the cached client, misses what the cache has
+			// not seen (getNotFound).
+			base := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithReturnManagedFields().Build()
+			c := interceptor.NewClient(base, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if getNotFound {
+						return apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, key.Name)
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					writes++
+					return c.Create(ctx, obj, opts...)
+				},
+				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					writes++
+					return c.Update(ctx, obj, opts...)
+				},
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					writes++
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			})
 			if tc.before != nil {
-				_, wrote, err := EnsureReplaced(ctx, c, desiredConfigMap())
+				_, wrote, err := EnsureReplaced(ctx, c, base, desiredConfigMap())
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(wrote).To(BeTrue())
 				live := &corev1.ConfigMap{}
@@ -158,7 +178,7 @@ func TestEnsureReplaced(t *testing.T) {
 			if tc.desired != nil {
 				desired = tc.desired()
 			}
-			returned, wrote, err := EnsureReplaced(ctx, c, desired)
+			returned, wrote, err := EnsureReplaced(ctx, c, base, desired)
 			if tc.err != nil {
 				g.Expect(err).To(MatchError(tc.err))
 			} else {
