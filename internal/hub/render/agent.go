@@ -38,6 +38,9 @@ const (
 	// AgentContainerName is the agent container; ADC resource requirements address it as
 	// deployments:cluster-proxy-proxy-agent:proxy-agent.
 	AgentContainerName = "proxy-agent"
+	// AgentImpersonatorPrefix, with the agent's namespace, names the ClusterRole and ClusterRoleBinding of the agent's
+	// impersonation rights.
+	AgentImpersonatorPrefix = "cluster-proxy-agent-impersonator:"
 	// AgentServiceAccountName is the agent's identity on the managed cluster.
 	AgentServiceAccountName = "cluster-proxy"
 	// AgentCASecretName holds what the agent trusts, one bundle per purpose: the hub's CA bundle (AgentHubCAKey) for
@@ -279,8 +282,11 @@ func agentLeaseRBAC(ns string) []runtime.Object {
 
 // agentImpersonationRBAC lets the service-proxy check the cluster's own tokens, act as the hub users the hub's
 // impersonator names and as the users of OIDC tokens, and ask the cluster's RBAC whom a hub user may impersonate.
+// The names are none of the existing add-on's: its ClusterRoleBinding cluster-proxy-addon-agent-impersonator:<ns>
+// refers to another ClusterRole, and a binding's roleRef cannot change, so the work taking over its agent would fail
+// to apply a binding of that name (OCM's work agent deletes the add-on's, which the work no longer lists).
 func agentImpersonationRBAC(ns string) []runtime.Object {
-	name := "cluster-proxy-addon-agent-impersonator:" + ns
+	name := AgentImpersonatorPrefix + ns
 	role := &rbacv1.ClusterRole{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{addonLabel: proxyv1alpha1.AddonName}},

@@ -32,7 +32,7 @@ const (
 	testHubHost     = "hub.example.com"
 	testCluster     = "cluster1"
 	defaultNoProxy  = "kubernetes.default.svc,kubernetes.default.svc.cluster.local,.svc,.cluster.local,localhost,127.0.0.1,$(KUBERNETES_SERVICE_HOST)"
-	impersonatorFmt = "cluster-proxy-addon-agent-impersonator:"
+	impersonatorFmt = "cluster-proxy-agent-impersonator:"
 )
 
 // testCAs are generated once: the hub CA the agent trusts and the CA of a forward proxy.
@@ -436,6 +436,9 @@ func TestAgentWork(t *testing.T) {
 				g.Expect(o.clusterRole.Name).To(Equal(impersonatorFmt + ns))
 				g.Expect(o.clusterRoleBinding.Name).To(Equal(impersonatorFmt + ns))
 				g.Expect(o.clusterRoleBinding.RoleRef.Name).To(Equal(impersonatorFmt + ns))
+				// The existing add-on's binding of the name cluster-proxy-addon-agent-impersonator:<ns> refers to another
+				// ClusterRole; a roleRef cannot change, so the work that takes over its agent must not name it.
+				g.Expect(o.clusterRoleBinding.Name).NotTo(Equal("cluster-proxy-addon-agent-impersonator:" + ns))
 				g.Expect(o.clusterRoleBinding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "cluster-proxy", Namespace: ns}}))
 				g.Expect(o.container().Args).To(ContainElement("--agent-identifiers=host=cluster1&host=cluster1.custom-agents"))
 				g.Expect(o.container().Args).To(Equal(append(baseArgs(testCluster, ns), "--service-proxy-port=7443")))
