@@ -102,6 +102,9 @@ var _ = Describe("A hub the existing add-on ran on", func() {
 		}
 		signerSecret := get(Default, &corev1.Secret{}, ns, "cluster-proxy-signer")
 		Expect(signerSecret.Labels).To(HaveKey(render.ManagedByLabel), "the cache sees the adopted secret from now on")
+		Expect(signerSecret.Data["ca.crt"]).To(Equal(addonObjects[0].(*corev1.Secret).Data["ca.crt"]))
+		Expect(signerSecret.Data["ca.key"]).To(Equal(addonObjects[0].(*corev1.Secret).Data["ca.key"]),
+			"the key stays PKCS#8, byte for byte: the add-on's manager parses nothing else, and reads it again after a rollback")
 
 		By("a hub program still holding the add-on's proxy-client and bundle completes mutual TLS with the new proxy-server")
 		Expect(handshake(get(Default, &corev1.Secret{}, ns, "proxy-server"), get(Default, &corev1.Secret{}, ns, "proxy-server-ca").Data["ca.crt"],

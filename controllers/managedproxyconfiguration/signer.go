@@ -205,7 +205,7 @@ func (r *Reconciler) ensureSelfSignedCA(ctx context.Context, mpc *proxyv1alpha1.
 
 // adoptCA takes over a usable CA that the signer secret holds though the operator did not write it (the existing
 // add-on's cluster-proxy-signer, with the same keys): it labels the secret as the operator's, keeps the CA and its key
-// as they are, and records the fingerprints of the proxy-client certificates that CA issued into the proxy-client
+// as they are, byte for byte, and records the fingerprints of the proxy-client certificates that CA issued into the proxy-client
 // Secret, which hub programs may hold from before the switch. It returns no CA when there is none to adopt.
 func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration, requested string) (*certs.KeyPair, *corev1.Secret, error) {
 	live := &corev1.Secret{}
@@ -225,7 +225,9 @@ func (r *Reconciler) adoptCA(ctx context.Context, mpc *proxyv1alpha1.ManagedProx
 		return nil, nil, err
 	}
 	annotations[adoptedProxyClientsAnnotation] = strings.Join(fingerprints, ",")
-	secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: ca.CertPEM, signer.KeyCAKey: ca.KeyPEM}, annotations)
+	// The bytes stay the add-on's own (its key is PKCS#8, which its manager alone parses): after a rollback it reads
+	// the secret as it wrote it.
+	secret, err := r.writeSignerSecret(ctx, mpc, map[string][]byte{signer.KeyCACert: live.Data[signer.KeyCACert], signer.KeyCAKey: live.Data[signer.KeyCAKey]}, annotations)
 	if err != nil {
 		return nil, nil, err
 	}
