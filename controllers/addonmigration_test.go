@@ -61,6 +61,8 @@ var _ = Describe("A hub the existing add-on ran on", func() {
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tokenReview},
 				Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "open-cluster-management:cluster-proxy"}}},
 			addonProxyServer(ns, mpc.Name),
+			serverPod(ns, "addon-proxy-server", map[string]string{proxyv1alpha1.ComponentLabel: proxyv1alpha1.ComponentProxyServer}),
+			serverPod(ns, "operator-proxy-server", render.ServerPodLabels(mpc)),
 		}
 		for _, o := range addonObjects {
 			Expect(k8s.Create(ctx(), o)).To(Succeed(), "%T %s", o, o.GetName())
@@ -118,6 +120,18 @@ var _ = Describe("A hub the existing add-on ran on", func() {
 			g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(mpc.Spec.ProxyServer.Image))
 			g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--" + contract.AdoptedProxyClientFlag + "=" + hex.EncodeToString(sum[:])))
 		}, timeout, interval).Should(Succeed())
+
+		By("the add-on's proxy-server pods are deleted at once, the operator's stay")
+		Eventually(func(g Gomega) {
+			pod := &corev1.Pod{}
+			err := k8s.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "addon-proxy-server"}, pod)
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pod.DeletionGracePeriodSeconds).To(HaveValue(BeNumerically("<=", 1)), "a second's grace, not the pod's 30 s")
+		}, timeout, interval).Should(Succeed())
+		Expect(get(Default, &corev1.Pod{}, ns, "operator-proxy-server").DeletionTimestamp).To(BeNil())
 
 		By("the add-on's leftovers are gone")
 		for _, o := range []client.Object{
@@ -187,6 +201,12 @@ func addonAgentWork(mca *addonv1alpha1.ManagedClusterAddOn) *workv1.ManifestWork
 		Spec: workv1.ManifestWorkSpec{Workload: workv1.ManifestsTemplate{Manifests: []workv1.Manifest{
 			{RawExtension: runtime.RawExtension{Raw: must(json.Marshal(agent))}}}}},
 	}
+}
+
+// serverPod is a proxy-server pod with labels, scheduled to a node (so that its deletion waits for its grace period).
+func serverPod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: "hub", Containers: []corev1.Container{{Name: "proxy-server", Image: "proxy-server"}}}}
 }
 
 // addonProxyServer is the add-on's proxy-server Deployment: its name, its selector.

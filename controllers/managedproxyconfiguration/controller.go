@@ -98,7 +98,8 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,verbs=create
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.gateway.proxy.open-cluster-management.io,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=system:auth-delegator,verbs=bind
-// +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch
+// The existing add-on's proxy-server pods, deleted at once when their Deployment is replaced.
+// +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",namespace=system,resources=pods/portforward,verbs=create
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,verbs=create
 // +kubebuilder:rbac:groups=addon.open-cluster-management.io,resources=clustermanagementaddons,resourceNames=cluster-proxy,verbs=get;list;watch;update;patch;delete

@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,8 +208,37 @@ func (r *Reconciler) replaceForeignDeployment(ctx context.Context, mpc *proxyv1a
 	if err := r.Client.Delete(ctx, live, client.Preconditions{UID: &live.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete Deployment %s/%s, whose selector cannot become the operator's: %w", live.Namespace, live.Name, err)
 	}
+	if err := r.deleteForeignServerPods(ctx, live); err != nil {
+		return err
+	}
 	r.Recorder.Eventf(mpc, nil, corev1.EventTypeNormal, "ProxyServerReplaced", "Delete",
 		"Deployment %s/%s selected its pods by %v, which cannot change: deleted, to be created anew", live.Namespace, live.Name, live.Spec.Selector.MatchLabels)
+	return nil
+}
+
+// deleteForeignServerPods deletes the pods of the replaced Deployment at once (a second's grace), rather than after
+// their grace period: the add-on's proxy-server serves until it is killed, 30 s later, and trusts the same CA, so the
+// operator's agents that reach it meanwhile stay on it and are missing from the operator's proxy-servers, where hub
+// clients then find no tunnel. The operator's own proxy-server pods, which carry its configuration label, stay.
+func (r *Reconciler) deleteForeignServerPods(ctx context.Context, replaced *appsv1.Deployment) error {
+	selector, err := metav1.LabelSelectorAsSelector(replaced.Spec.Selector)
+	if err != nil {
+		return nil // no pods of its own to find
+	}
+	notOurs, err := labels.NewRequirement(render.ConfigurationLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(replaced.Namespace), client.MatchingLabelsSelector{Selector: selector.Add(*notOurs)}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}, client.GracePeriodSeconds(1)); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete pod %s/%s of the replaced Deployment %s: %w", pod.Namespace, pod.Name, replaced.Name, err)
+		}
+	}
 	return nil
 }
 
