@@ -153,7 +153,7 @@ e2e: $(E2E_PREREQUISITES) ## The product on real clusters (internal/localsystem)
 	NODE_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./cmd/localsystem/ -count=1 -timeout 20m -v
 
 .PHONY: e2e-olm
-e2e-olm: $(E2E_PREREQUISITES) olm busybox ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
+e2e-olm: $(E2E_PREREQUISITES) olm busybox build-static-platforms ## OLM installs the operator on the real clusters of make e2e: OLM v0.38.0 from its chart, bundle and catalog images of three releases pulled from a registry, a Subscription; install, upgrade through the channel with the tunnels up, a release that cannot install.
 	NODE_ASSETS="$(NODE_ASSETS)" KUBEBUILDER_ASSETS="$(NODE_ASSETS)" go test -tags e2e ./test/e2e-olm/... -count=1 -timeout 60m -v -ginkgo.v
 
 .PHONY: e2e-migrate
@@ -221,9 +221,11 @@ build-static-platforms: ## Build the image's static binaries for each of PLATFOR
 image-index: build-static-platforms ## Write the multi-platform image (PLATFORMS, default linux/amd64 and linux/arm64) as an OCI image layout IMAGE_INDEX (bin/image-index).
 	go run ./hack/image --platforms $(PLATFORMS) --binaries $(BIN_DIR)/platforms --layout $(IMAGE_INDEX)
 
+# PUSH_INSECURE=true makes make image-push speak plain HTTP to a registry without TLS (a local one).
+PUSH_INSECURE ?= false
 .PHONY: image-push
-image-push: build-static-platforms ## Push the multi-platform image to IMAGE (default IMG), with the credentials of the Docker config (docker login).
-	go run ./hack/image --platforms $(PLATFORMS) --binaries $(BIN_DIR)/platforms --push $(IMAGE)
+image-push: build-static-platforms ## Push the multi-platform image to IMAGE (default IMG), with the credentials of the Docker config (docker login); PUSH_INSECURE=true for a registry without TLS.
+	go run ./hack/image --platforms $(PLATFORMS) --binaries $(BIN_DIR)/platforms --push $(IMAGE) $(if $(filter true,$(PUSH_INSECURE)),--insecure)
 
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine; its build step is make build-static).

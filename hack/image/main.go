@@ -120,6 +120,7 @@ func main() {
 	platforms := flag.String("platforms", "", "comma-separated platforms (os/arch) of a multi-platform image, e.g. linux/amd64,linux/arm64")
 	layoutDir := flag.String("layout", "", "with --platforms: the OCI image layout folder to write the image into")
 	push := flag.String("push", "", "with --platforms: the reference (registry/repository:tag) to push the image to")
+	insecure := flag.Bool("insecure", false, "with --push: speak plain HTTP to the registry (one without TLS)")
 	flag.Parse()
 	var err error
 	switch {
@@ -131,7 +132,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "image: --platforms needs --layout or --push")
 			os.Exit(2)
 		}
-		err = runIndex(*binaries, strings.Split(*platforms, ","), *layoutDir, *push)
+		err = runIndex(*binaries, strings.Split(*platforms, ","), *layoutDir, *push, *insecure)
 	case *tag == "" || *output == "":
 		flag.Usage()
 		os.Exit(2)
@@ -161,8 +162,8 @@ func run(binaries, tag, output string) error {
 }
 
 // runIndex builds the image of each platform from binaries/<os>_<arch> and writes the multi-platform image to
-// layoutDir and pushes it to ref, as asked.
-func runIndex(binaries string, platforms []string, layoutDir, ref string) error {
+// layoutDir and pushes it to ref (over plain HTTP if insecure), as asked.
+func runIndex(binaries string, platforms []string, layoutDir, ref string, insecure bool) error {
 	var plats []v1.Platform
 	var images []v1.Image
 	for _, p := range platforms {
@@ -198,7 +199,11 @@ func runIndex(binaries string, platforms []string, layoutDir, ref string) error 
 		fmt.Printf("%s: %s %s\n", layoutDir, strings.Join(platforms, ","), digest)
 	}
 	if ref != "" {
-		tag, err := name.NewTag(ref)
+		var opts []name.Option
+		if insecure {
+			opts = append(opts, name.Insecure)
+		}
+		tag, err := name.NewTag(ref, opts...)
 		if err != nil {
 			return fmt.Errorf("--push %q: %w", ref, err)
 		}

@@ -252,7 +252,15 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages
 		if spec.Name == "hub" {
 			spec.Images = append(spec.Images, hubImages...)
 			if s.opts.OLM != nil {
+				// OLM's hub pulls the operator's image, as its users' hubs do: the registry serves the host its name
+				// holds (quay.io), so the node holds none of it beforehand.
+				spec.Images = append([]string{ocmArchive}, append(s.extraImages, hubImages...)...)
 				spec.PlainHTTPRegistries = []string{s.registryHost()}
+				ref, err := imageName(s.opts.Image)
+				if err != nil {
+					return err
+				}
+				spec.RegistryMirrors = map[string]string{ref.RegistryStr(): s.registryHost()}
 			}
 		}
 		wg.Go(func() { clusters[n], errs[n] = realcluster.Start(ctx, spec) })

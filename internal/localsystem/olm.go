@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,9 @@ type OLMOptions struct {
 	Tools olm.Tools
 	// Releases are the catalog's, in the order of its channel; the first is installed.
 	Releases []olm.Release
+	// PushImage pushes the operator's multi-platform image to ref, a repository of the registry, as 'make image-push
+	// IMAGE=<ref>' does; the registry then serves it under every release's manager image name (RegistryImage).
+	PushImage func(ctx context.Context, ref string) error
 }
 
 // prepareOLM writes the images of OLM and of opm, for the hub to load.
@@ -59,8 +63,8 @@ func (s *System) Catalog() *olm.Catalog { return s.catalog }
 // installOperatorByOLM installs OLM on the hub and the operator from the catalog as an OLM user does: bundle images
 // and a catalog image pushed to a registry, OLM with a CatalogSource of that image, the operator's namespace with an
 // OperatorGroup and a Subscription, the approval of the first release's InstallPlan, and the
-// ManagedProxyConfiguration of the CSV's alm-examples set for this system. The node holds the image of 'make image'
-// under the name of every release's manager image, as a registry would serve them.
+// ManagedProxyConfiguration of the CSV's alm-examples set for this system. The registry serves the operator's
+// multi-platform image under every release's manager image name, for the hub to pull.
 func (s *System) installOperatorByOLM(ctx context.Context) error {
 	o := s.opts.OLM
 	var err error
@@ -79,10 +83,8 @@ func (s *System) installOperatorByOLM(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, image := range s.catalog.Images {
-		if err := s.Hub.TagImage(ctx, ref.String(), image); err != nil {
-			return err
-		}
+	if err := s.pushOperatorImage(ctx, ref); err != nil {
+		return err
 	}
 	c, err := client.New(s.Hub.Config, client.Options{Scheme: olm.NewScheme()})
 	if err != nil {
@@ -125,6 +127,32 @@ func (s *System) installOperatorByOLM(ctx context.Context) error {
 		return fmt.Errorf("create the ManagedProxyConfiguration of the CSV's alm-examples: %w", err)
 	}
 	return s.exposeProxyServers(ctx)
+}
+
+// pushOperatorImage pushes the operator's multi-platform image (OLMOptions.PushImage) to the registry under the
+// name of the image of 'make image', and tags it there with every release's manager image name.
+func (s *System) pushOperatorImage(ctx context.Context, image name.Tag) error {
+	first := s.RegistryImage(image.String())
+	s.logf("pushing the operator's multi-platform image to %s (make image-push)", first)
+	if err := s.opts.OLM.PushImage(ctx, first); err != nil {
+		return err
+	}
+	for _, release := range s.catalog.Images {
+		if err := s.registry.Tag(ctx, first, s.RegistryImage(release)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RegistryImage is where the registry serves image (<host>/<repository>:<tag>) to the hub, with Options.OLM: the
+// same repository and tag on the registry's host, which the hub's containerd pulls for image's host.
+func (s *System) RegistryImage(image string) string {
+	ref, err := name.NewTag(image)
+	if err != nil {
+		return ""
+	}
+	return s.registryHost() + "/" + ref.RepositoryStr() + ":" + ref.TagStr()
 }
 
 // sampleConfiguration is the ManagedProxyConfiguration of the CSV's alm-examples, what OLM's consoles offer a user.

@@ -12,6 +12,7 @@ package e2eolm
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,7 +79,8 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(3 * time.Minute)
 	SetDefaultEventuallyPollingInterval(time.Second)
 	suite = e2esuite.Start("cluster-proxy-e2e-olm", "e2e-olm", firstIndex, 20*time.Minute, func(opts *localsystem.Options) {
-		opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(repo.Root(), "bin", "olm")}, Releases: releases}
+		opts.OLM = &localsystem.OLMOptions{Tools: olm.Tools{Dir: filepath.Join(repo.Root(), "bin", "olm")}, Releases: releases,
+			PushImage: makeImagePush}
 	})
 	sys = suite.Sys
 	var err error
@@ -99,9 +101,10 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 		Expect(csv(Default, releases[0].CSVName()).Status.Phase).To(Equal(operatorsv1alpha1.CSVPhaseSucceeded))
 		expectManagerRuns(releases[0].Version)
 
-		By("the hub's node pulled the catalog image, and the bundle image for OLM's unpack Job, from the registry")
+		By("the hub's node pulled the catalog image, the bundle image for OLM's unpack Job and the CSV's multi-platform manager image (make image-push) from the registry")
 		expectPulled(sys.Catalog().Image)
 		expectPulled(sys.Catalog().Bundles[releases[0].Version])
+		expectPulled(sys.RegistryImage(sys.Catalog().Images[releases[0].Version]))
 
 		mpc := &proxyv1alpha1.ManagedProxyConfiguration{}
 		Expect(sys.HubClient.Get(ctx(), client.ObjectKey{Name: proxyv1alpha1.DefaultConfigurationName}, mpc)).To(Succeed())
@@ -120,6 +123,7 @@ var _ = Describe("The operator installed by OLM", Ordered, func() {
 		approve(releases[1])
 		Expect(olm.WaitSucceeded(ctx(), olmHub, localsystem.Namespace, releases[1].CSVName(), 5*time.Minute)).To(Succeed())
 		expectPulled(sys.Catalog().Bundles[releases[1].Version])
+		expectPulled(sys.RegistryImage(sys.Catalog().Images[releases[1].Version]))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(olmHub.Get(ctx(), client.ObjectKey{Namespace: localsystem.Namespace, Name: releases[0].CSVName()},
 				&operatorsv1alpha1.ClusterServiceVersion{}))
@@ -154,6 +158,17 @@ func approve(r olm.Release) {
 	nudges, err := olm.Approve(ctx(), olmHub, localsystem.Namespace, r.CSVName())
 	Expect(err).NotTo(HaveOccurred())
 	AddReportEntry("Subscription changes to make OLM resolve again before the InstallPlan of "+r.Version, nudges)
+}
+
+// makeImagePush pushes the operator's multi-platform image to ref as its users publish it: make image-push, with the
+// programs make e2e-olm built for each platform beforehand (build-static-platforms).
+func makeImagePush(c context.Context, ref string) error {
+	cmd := exec.CommandContext(c, "make", "--no-print-directory", "-o", "build-static-platforms", "image-push", "IMAGE="+ref, "PUSH_INSECURE=true")
+	cmd.Dir = repo.Root()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make image-push IMAGE=%s: %w: %s", ref, err, out)
+	}
+	return nil
 }
 
 // expectPulled expects that the hub's node pulled the image ref from the registry.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -97,6 +98,29 @@ func (r *Registry) Push(ctx context.Context, repository, tag string, img v1.Imag
 	return ref.String(), nil
 }
 
+// Tag gives the image or index from (<Host>/<repository>:<tag>) a second tag, to, in its repository.
+func (r *Registry) Tag(ctx context.Context, from, to string) error {
+	src, err := name.NewTag(from, name.Insecure)
+	if err != nil {
+		return err
+	}
+	dst, err := name.NewTag(to, name.Insecure)
+	if err != nil {
+		return err
+	}
+	desc, err := remote.Get(src, remote.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", from, err)
+	}
+	if dst.Context() != src.Context() {
+		return fmt.Errorf("tag %s as %s: a tag names a manifest of its own repository", from, to)
+	}
+	if err := remote.Tag(dst, desc, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("tag %s as %s: %w", from, to, err)
+	}
+	return nil
+}
+
 // accessLine is a line of the registry's access log: `<client> - - [<time>] "<method> <path> HTTP/1.1" <status> ...`.
 var accessLine = regexp.MustCompile(`^(\S+) \S+ \S+ \[[^]]*\] "(\S+) (\S+) [^"]*" (\d{3}) `)
 
@@ -125,7 +149,9 @@ func (r *Registry) Pulled(ctx context.Context, client net.IP, ref string) (bool,
 		if m == nil || m[1] != client.String() || m[4] != "200" {
 			continue
 		}
-		switch m[3] {
+		// A node that pulls through a mirror names the registry the image names in a query (?ns=quay.io).
+		path, _, _ := strings.Cut(m[3], "?")
+		switch path {
 		case manifests + tag.TagStr():
 			resolved = true
 		case manifests + desc.Digest.String():

@@ -25,6 +25,10 @@ func (c *Cluster) writeConfig() error {
 	for _, host := range c.opts.PlainHTTPRegistries {
 		files[filepath.Join("config", "certs.d", host, "hosts.toml")] = plainHTTPHost(host)
 	}
+	for host, mirror := range c.opts.RegistryMirrors {
+		// The mirror is the namespace's server as well as its host: containerd never falls back to the named host.
+		files[filepath.Join("config", "certs.d", host, "hosts.toml")] = plainHTTPHost(mirror)
+	}
 	for name, content := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -78,8 +82,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = %[8]q
     conf_dir = %[9]q
   [plugins."io.containerd.grpc.v1.cri".registry]
-    # One hosts.toml per registry of Options.PlainHTTPRegistries; any other registry is pulled from as containerd's
-    # default does (https), which this machine does not reach.
+    # One hosts.toml per registry of Options.PlainHTTPRegistries and Options.RegistryMirrors; any other registry is
+    # pulled from as containerd's default does (https), which this machine does not reach.
     config_path = %[10]q
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), nodeContainerdSocket, nodeContainerdSocket+".ttrpc",
 		filepath.Join(d, "opt"), pauseImage, filepath.Join(d, "runc"), cniBinDir, filepath.Join(c.opts.Dir, "cni", "net.d"),

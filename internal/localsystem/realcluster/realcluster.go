@@ -79,6 +79,10 @@ type Options struct {
 	// PlainHTTPRegistries are registries (host:port) the node's containerd pulls from over plain HTTP, as a cluster
 	// with an insecure registry mirror configured does.
 	PlainHTTPRegistries []string
+	// RegistryMirrors map a registry host that images name (quay.io) to a registry (host:port) the node's containerd
+	// pulls that host's images from instead, over plain HTTP, as a cluster with a registry mirror does; the named host
+	// itself is never asked.
+	RegistryMirrors map[string]string
 	// ServiceAccountIssuer is the issuer of the ServiceAccount tokens the kube-apiserver signs, and the URL of its
 	// OpenID discovery; empty: DefaultServiceAccountIssuer. Tokens of the default issuer are still accepted.
 	ServiceAccountIssuer string
