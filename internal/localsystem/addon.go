@@ -41,8 +41,8 @@ const (
 )
 
 // AddOnValues are the values the local system installs the add-on's chart with, as its user keeps them in a values
-// file: its image under its default name, the entrypoint the agents dial, the service-proxy and user-server on, and no
-// Placement (the local system creates each cluster's ManagedClusterAddOn, cluster1's with its AddOnDeploymentConfig).
+// file: its image under its default name, the entrypoint the agents dial, the service-proxy and user-server on, and
+// the chart's own Placement (every cluster of the global set), so OCM creates each cluster's ManagedClusterAddOn.
 func AddOnValues() map[string]any {
 	return map[string]any{
 		"registry": "quay.io/open-cluster-management", "image": "cluster-proxy", "tag": "v0.11.0",
@@ -50,7 +50,6 @@ func AddOnValues() map[string]any {
 		"proxyServer":        map[string]any{"entrypointAddress": EntrypointHost, "port": EntrypointPort},
 		"enableServiceProxy": true,
 		"userServer":         map[string]any{"enabled": true},
-		"installByPlacement": map[string]any{"placementName": addOnNoPlacement, "placementNamespace": Namespace},
 	}
 }
 
@@ -62,10 +61,6 @@ func WriteValues(path string, values map[string]any) error {
 	}
 	return os.WriteFile(path, data, 0o600)
 }
-
-// addOnNoPlacement names a Placement that does not exist, so the add-on's chart creates none and OCM installs the
-// add-on only where a ManagedClusterAddOn is created.
-const addOnNoPlacement = "no-placement"
 
 // addOnImage builds the add-on's image from Options.AddOn.Source, as its Dockerfile does: its three programs (the
 // manager with the agent image's name built in) and apiserver-network-proxy's proxy-server and proxy-agent, all at /,

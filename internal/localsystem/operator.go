@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -37,15 +38,19 @@ func (s *System) HelmValues() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append([]string{
+	values := []string{
 		"image.repository=" + ref.Context().Name(), "image.tag=" + ref.TagStr(), "image.pullPolicy=Never",
 		"replicas=" + strconv.Itoa(s.opts.Replicas),
 		"proxyServer.entrypointAddress=" + EntrypointHost, "proxyServer.port=" + strconv.Itoa(EntrypointPort),
 		"userServer.enabled=true",
-		"installByPlacement.enabled=false",
 		"manager.extraArgs={--tunnel-health-interval=5s,--ca-rollover-grace=45s}",
 		"manager.proxyCertificateNamespaces={" + TenantNamespace + "}",
-	}, s.opts.HelmValues...), nil
+	}
+	if s.opts.AddOn == nil {
+		// A hub that ran the add-on keeps its Placement (the add-on's values say so); a new one installs by hand.
+		values = append(values, "installByPlacement.enabled=false")
+	}
+	return append(values, s.opts.HelmValues...), nil
 }
 
 // TenantNamespace is the namespace beside the operator's that the local system lets ProxyCertificates be issued
@@ -186,7 +191,8 @@ func (s *System) exposeProxyServers(ctx context.Context) error {
 }
 
 // installAddOns creates cluster1's AddOnDeploymentConfig (squid over TLS, with its CA) and the add-on on both
-// clusters, as a user of today's OCM writes them: add-on API v1beta1.
+// clusters, as a user of today's OCM writes them: add-on API v1beta1. A hub of the existing add-on installs it by its
+// Placement instead: only cluster1's ManagedClusterAddOn is then given the AddOnDeploymentConfig.
 func (s *System) installAddOns(ctx context.Context) error {
 	proxy := addonv1beta1.ProxyConfig{HTTPSProxy: s.Squid.TLSURL(), CABundle: s.Squid.CA()}
 	if s.opts.AddOn != nil {
@@ -198,18 +204,54 @@ func (s *System) installAddOns(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: ProxyConfigName, Namespace: ProxiedCluster},
 		Spec:       addonv1beta1.AddOnDeploymentConfigSpec{ProxyConfig: proxy},
 	}
+	if s.opts.AddOn != nil {
+		if err := kubeclient.CreateAll(ctx, s.HubClient, adc); err != nil {
+			return err
+		}
+		return s.configureAddOnOfPlacement(ctx)
+	}
 	objs := []client.Object{adc}
 	for _, name := range s.Clusters() {
 		mca := &addonv1beta1.ManagedClusterAddOn{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.AddonName, Namespace: name}}
 		if name == ProxiedCluster {
-			mca.Spec.Configs = []addonv1beta1.AddOnConfig{{
-				ConfigGroupResource: addonv1beta1.ConfigGroupResource{Group: addonv1beta1.GroupName, Resource: "addondeploymentconfigs"},
-				ConfigReferent:      addonv1beta1.ConfigReferent{Namespace: ProxiedCluster, Name: ProxyConfigName},
-			}}
+			mca.Spec.Configs = proxyConfigs()
 		}
 		objs = append(objs, mca)
 	}
 	return kubeclient.CreateAll(ctx, s.HubClient, objs...)
+}
+
+// configureAddOnOfPlacement points cluster1's ManagedClusterAddOn, which OCM creates for the add-on's Placement, at
+// the AddOnDeploymentConfig, as a user of the add-on does to send one cluster's agent through a proxy.
+func (s *System) configureAddOnOfPlacement(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
+	defer cancel()
+	for {
+		mca := &addonv1beta1.ManagedClusterAddOn{}
+		err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: ProxiedCluster, Name: proxyv1alpha1.AddonName}, mca)
+		if err == nil {
+			mca.Spec.Configs = proxyConfigs()
+			if err = s.HubClient.Update(ctx, mca); err == nil {
+				return nil
+			}
+		}
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("point %s's ManagedClusterAddOn at its AddOnDeploymentConfig: %w", ProxiedCluster, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("OCM created no ManagedClusterAddOn for %s from the add-on's Placement: %w", ProxiedCluster, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// proxyConfigs are cluster1's add-on configs: its AddOnDeploymentConfig.
+func proxyConfigs() []addonv1beta1.AddOnConfig {
+	return []addonv1beta1.AddOnConfig{{
+		ConfigGroupResource: addonv1beta1.ConfigGroupResource{Group: addonv1beta1.GroupName, Resource: "addondeploymentconfigs"},
+		ConfigReferent:      addonv1beta1.ConfigReferent{Namespace: ProxiedCluster, Name: ProxyConfigName},
+	}}
 }
 
 // ClusterState is one managed cluster's tunnel as the hub reports it.

@@ -31,8 +31,10 @@ var exercised = map[string][]runBy{
 		{file: "test/e2e-migrate/migrate_test.go", text: `"upgrade", "-n", localsystem.Namespace, "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy"), "-f", addOnValuesFile()`}},
 	"kubectl wait managedproxyconfiguration cluster-proxy --for=condition=Ready --timeout=5m": {
 		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl wait managedproxyconfiguration cluster-proxy --for=condition=Ready --timeout=5m")`}},
-	"kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy": {
-		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")`}},
+	"kubectl delete deployment --cascade=foreground -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl delete deployment --cascade=foreground -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")`}},
+	"kubectl delete -n open-cluster-management-addon serviceaccount/cluster-proxy service/cluster-proxy-addon-user service/proxy-entrypoint": {
+		{file: "test/e2e-migrate/migrate_test.go", text: `shell("kubectl delete -n open-cluster-management-addon serviceaccount/cluster-proxy service/cluster-proxy-addon-user service/proxy-entrypoint")`}},
 	"helm rollback -n open-cluster-management-addon cluster-proxy 1": {
 		{file: "test/e2e-migrate/migrate_test.go", text: `"rollback", "-n", localsystem.Namespace, "cluster-proxy", "1"`}},
 	"make run": {{file: "cmd/localsystem/main_test.go", text: `exec.Command(bin)`}, // make run's program, by make e2e

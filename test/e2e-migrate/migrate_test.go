@@ -148,11 +148,20 @@ var _ = Describe("A hub that runs the existing add-on", Ordered, func() {
 				return apierrors.IsNotFound(sys.HubClient.Get(ctx(), client.ObjectKeyFromObject(o), o))
 			}).Should(BeTrue(), "%T %s is gone", o, o.GetName())
 		}
-		By("each cluster's agent is the operator's, replaced through OCM")
+		By("each cluster's agent is the operator's, replaced through OCM, and OCM's work agent removed the add-on's objects the work no longer lists")
 		for _, c := range sys.Managed {
-			cs := must(kubernetes.NewForConfig(c.Config))
-			d := must(cs.AppsV1().Deployments("open-cluster-management-cluster-proxy").Get(ctx(), "cluster-proxy-proxy-agent", metav1.GetOptions{}))
+			d, err := agentDeployment(c.Config)
+			Expect(err).NotTo(HaveOccurred(), c.Name())
 			Expect(d.Spec.Template.Spec.Containers[0].Image).NotTo(Equal(localsystem.AddOnImage), c.Name())
+			managed := must(client.New(c.Config, client.Options{}))
+			for _, o := range []client.Object{
+				&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cluster-proxy-addon-agent-impersonator"}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: "cluster-proxy-service-proxy-server-certificates"}},
+			} {
+				Eventually(func() bool {
+					return apierrors.IsNotFound(managed.Get(ctx(), client.ObjectKeyFromObject(o), o))
+				}).Should(BeTrue(), "%s: %T %s is gone", c.Name(), o, o.GetName())
+			}
 		}
 	})
 
@@ -195,17 +204,21 @@ func migrate() {
 const caFingerprintCommand = `kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256`
 
 // rollBack runs the rollback of docs/migration.md: the operator's manager and proxy-server Deployments deleted (their
-// selectors are not the add-on's), helm rollback to the add-on's release, until the add-on is Available again.
+// selectors are not the add-on's) with their pods, then the ServiceAccount and Services of the add-on's names that the
+// operator wrote (Helm's rollback creates its own and refuses objects it did not write; the add-on's manager never
+// updates a Service, so proxy-entrypoint would keep selecting the operator's pods), helm rollback to the add-on's
+// release, until the add-on is Available again.
 func rollBack() {
 	GinkgoHelper()
-	By("the operator's manager and proxy-servers deleted (their selectors are not the add-on's)")
-	shell("kubectl delete deployment -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")
+	By("the operator's manager and proxy-servers deleted with their pods (their selectors are not the add-on's)")
+	shell("kubectl delete deployment --cascade=foreground -n open-cluster-management-addon cluster-proxy-addon-manager cluster-proxy")
+	By("the ServiceAccount and Services the operator wrote under the add-on's names deleted")
+	shell("kubectl delete -n open-cluster-management-addon serviceaccount/cluster-proxy service/cluster-proxy-addon-user service/proxy-entrypoint")
 	By("helm rollback cluster-proxy 1")
 	Expect(sys.Helm(ctx(), "rollback", "-n", localsystem.Namespace, "cluster-proxy", "1")).Error().NotTo(HaveOccurred())
 	Eventually(func(g Gomega) {
 		for _, c := range sys.Managed {
-			cs := must(kubernetes.NewForConfig(c.Config))
-			d, err := cs.AppsV1().Deployments("open-cluster-management-cluster-proxy").Get(ctx(), "cluster-proxy-proxy-agent", metav1.GetOptions{})
+			d, err := agentDeployment(c.Config)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(localsystem.AddOnImage), c.Name())
 			g.Expect(d.Status.UpdatedReplicas).To(Equal(d.Status.Replicas))
@@ -215,12 +228,31 @@ func rollBack() {
 	settle("the add-on again")
 }
 
+// agentDeployment is the agent Deployment cluster-proxy-proxy-agent of a managed cluster, in the namespace OCM installs
+// it in (the add-on's default, or an AddOnDeploymentConfig's agentInstallNamespace).
+func agentDeployment(cfg *rest.Config) (*appsv1.Deployment, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx(), metav1.ListOptions{FieldSelector: "metadata.name=cluster-proxy-proxy-agent"})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("%d Deployments cluster-proxy-proxy-agent, want one", len(list.Items))
+	}
+	return &list.Items[0], nil
+}
+
 // settle lets every probe answer again after a step before the phase is measured: the figures then hold the step's
 // whole cost.
 func settle(what string) {
 	GinkgoHelper()
 	for _, p := range probes {
-		Eventually(func() bool { return p.loop.Answering(5 * time.Second) }).Should(BeTrue(), "%s answers %s on %s", what, p.kind, p.cluster)
+		Eventually(func() bool { return p.loop.Answering(5 * time.Second) }).Should(BeTrue(), func() string {
+			return fmt.Sprintf("%s answers %s on %s (its last error: %s)", what, p.kind, p.cluster, p.loop.LastError())
+		})
 	}
 }
 

@@ -27,6 +27,8 @@ type Loop struct {
 	// lastOK is when a try was last answered (the start if none was); failing is whether the latest try failed.
 	lastOK  time.Time
 	failing bool
+	// lastErr is the error of the latest failed try.
+	lastErr string
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -111,7 +113,7 @@ func (l *Loop) record(err error, retry bool) bool {
 		l.phase.OK++
 		return false
 	}
-	l.failing = true
+	l.failing, l.lastErr = true, err.Error()
 	l.phase.LongestUnreachable = max(l.phase.LongestUnreachable, now.Sub(l.lastOK))
 	if retry {
 		l.phase.Retried++
@@ -140,6 +142,13 @@ func (l *Loop) Answering(within time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !l.failing && time.Since(l.lastOK) < within
+}
+
+// LastError is the error of the latest failed try, empty if none failed yet.
+func (l *Loop) LastError() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
 }
 
 // Take returns what the loop saw since its start or the last Take, and starts counting anew.

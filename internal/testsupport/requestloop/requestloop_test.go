@@ -58,6 +58,7 @@ func TestARequestThatOutlastsItsRetriesFailsOnce(t *testing.T) {
 		return len(down.phase.Failures)
 	}).Should(BeNumerically(">=", 1))
 	g.Expect(down.Answering(time.Minute)).To(BeFalse())
+	g.Expect(down.LastError()).To(Equal("down"), "what a waiting test reports")
 	ok, failures := down.Stop()
 	g.Expect(ok).To(BeZero())
 	g.Expect(failures[0].Err).To(Equal("down"))
