@@ -248,20 +248,22 @@ func (s *System) startClusters(ctx context.Context, ocmArchive string, hubImages
 	var wg sync.WaitGroup
 	for n, spec := range specs {
 		spec.Dir, spec.Binaries, spec.Pause = s.path("clusters", spec.Name), s.opts.NodeAssets, s.opts.Pause
-		spec.Images, spec.KeepDir = append([]string{s.opts.Image, ocmArchive}, s.extraImages...), true
-		if spec.Name == "hub" {
-			spec.Images = append(spec.Images, hubImages...)
-			if s.opts.OLM != nil {
-				// OLM's hub pulls the operator's image, as its users' hubs do: the registry serves the host its name
-				// holds (quay.io), so the node holds none of it beforehand.
-				spec.Images = append([]string{ocmArchive}, append(s.extraImages, hubImages...)...)
-				spec.PlainHTTPRegistries = []string{s.registryHost()}
-				ref, err := imageName(s.opts.Image)
-				if err != nil {
-					return err
-				}
-				spec.RegistryMirrors = map[string]string{ref.RegistryStr(): s.registryHost()}
+		spec.Images, spec.KeepDir = append([]string{ocmArchive}, s.extraImages...), true
+		switch {
+		case spec.Name != "hub":
+			spec.Images = append(spec.Images, s.opts.Image)
+		case s.opts.OLM != nil:
+			// OLM's hub pulls the operator's image, as its users' hubs do: the registry serves the host its name
+			// holds (quay.io), so the node holds none of it beforehand.
+			ref, err := imageName(s.opts.Image)
+			if err != nil {
+				return err
 			}
+			spec.Images = append(spec.Images, hubImages...)
+			spec.PlainHTTPRegistries = []string{s.registryHost()}
+			spec.RegistryMirrors = map[string]string{ref.RegistryStr(): s.registryHost()}
+		default:
+			spec.Images = append(spec.Images, append([]string{s.opts.Image}, hubImages...)...)
 		}
 		wg.Go(func() { clusters[n], errs[n] = realcluster.Start(ctx, spec) })
 	}

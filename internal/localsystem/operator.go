@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	addonv1beta1 "open-cluster-management.io/api/addon/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -224,26 +225,24 @@ func (s *System) installAddOns(ctx context.Context) error {
 // configureAddOnOfPlacement points cluster1's ManagedClusterAddOn, which OCM creates for the add-on's Placement, at
 // the AddOnDeploymentConfig, as a user of the add-on does to send one cluster's agent through a proxy.
 func (s *System) configureAddOnOfPlacement(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ReadyTimeout)
-	defer cancel()
-	for {
+	key := client.ObjectKey{Namespace: ProxiedCluster, Name: proxyv1alpha1.AddonName}
+	err := wait.PollUntilContextTimeout(ctx, time.Second, s.opts.ReadyTimeout, true, func(ctx context.Context) (bool, error) {
 		mca := &addonv1beta1.ManagedClusterAddOn{}
-		err := s.HubClient.Get(ctx, client.ObjectKey{Namespace: ProxiedCluster, Name: proxyv1alpha1.AddonName}, mca)
-		if err == nil {
-			mca.Spec.Configs = proxyConfigs()
-			if err = s.HubClient.Update(ctx, mca); err == nil {
-				return nil
-			}
+		if err := s.HubClient.Get(ctx, key, mca); err != nil {
+			return false, client.IgnoreNotFound(err) // not created yet
 		}
-		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("point %s's ManagedClusterAddOn at its AddOnDeploymentConfig: %w", ProxiedCluster, err)
+		mca.Spec.Configs = proxyConfigs()
+		switch err := s.HubClient.Update(ctx, mca); {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			return false, nil // written or removed meanwhile: read again
+		default:
+			return err == nil, err
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("OCM created no ManagedClusterAddOn for %s from the add-on's Placement: %w", ProxiedCluster, ctx.Err())
-		case <-time.After(time.Second):
-		}
+	})
+	if err != nil {
+		return fmt.Errorf("point %s's ManagedClusterAddOn, which OCM creates from the add-on's Placement, at its AddOnDeploymentConfig: %w", ProxiedCluster, err)
 	}
+	return nil
 }
 
 // proxyConfigs are cluster1's add-on configs: its AddOnDeploymentConfig.

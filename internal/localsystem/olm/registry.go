@@ -108,12 +108,12 @@ func (r *Registry) Tag(ctx context.Context, from, to string) error {
 	if err != nil {
 		return err
 	}
+	if dst.Context() != src.Context() {
+		return fmt.Errorf("tag %s as %s: a tag names a manifest of its own repository", from, to)
+	}
 	desc, err := remote.Get(src, remote.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", from, err)
-	}
-	if dst.Context() != src.Context() {
-		return fmt.Errorf("tag %s as %s: a tag names a manifest of its own repository", from, to)
 	}
 	if err := remote.Tag(dst, desc, remote.WithContext(ctx)); err != nil {
 		return fmt.Errorf("tag %s as %s: %w", from, to, err)
