@@ -10,10 +10,12 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/controllers"
@@ -22,6 +24,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/addonapi"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/apply"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/namespaces"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/statemetrics"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -137,9 +140,10 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	opts := controllers.Options{TLSProfileNamespace: tlsProfileNamespace, HubServer: hubServer, CARolloverGrace: rolloverGrace,
 		AddOnAPI: addOnAPI, Namespaces: scope}
+	var tunnels *tunnelhealth.Source
 	if tunnelHealth {
 		// Runs on the leader only, and reads the configuration and Secrets from the manager's cache.
-		tunnels := tunnelhealth.New(tunnelhealth.Options{
+		tunnels = tunnelhealth.New(tunnelhealth.Options{
 			Reader: mgr.GetClient(), Resolve: resolver, Interval: tunnelInterval, ProbeTimeout: probeTimeout,
 			Log: ctrl.Log.WithName("tunnel-health"),
 		})
@@ -149,6 +153,7 @@ func main() {
 		}
 		opts.Tunnels = tunnels
 	}
+	registerMetrics(metrics.Registry, statemetrics.New(mgr.GetClient(), mgr.Elected()), tunnels)
 	if err := controllers.Setup(ctx, mgr, opts); err != nil {
 		log.Error(err, "Unable to set up the controllers")
 		os.Exit(1)
@@ -165,6 +170,16 @@ func main() {
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "The manager stopped with an error")
 		os.Exit(1)
+	}
+}
+
+// registerMetrics adds to reg, beside what controller-runtime and the controllers register, the state of every
+// cluster, certificate and configuration (read from the cache at scrape time, on the leader) and, when tunnel health
+// runs, its view of the proxy-servers. docs/metrics.md lists what reg then holds (cmd/manager's test checks it).
+func registerMetrics(reg prometheus.Registerer, state *statemetrics.Collector, tunnels *tunnelhealth.Source) {
+	reg.MustRegister(state)
+	if tunnels != nil {
+		reg.MustRegister(tunnels)
 	}
 }
 

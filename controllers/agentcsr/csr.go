@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
@@ -120,12 +122,29 @@ func (r *Reconciler) decide(ctx context.Context, csr *certificatesv1.Certificate
 	if err := r.Client.SubResource("approval").Update(ctx, csr); err != nil {
 		return err
 	}
+	csrDecisions.WithLabelValues(string(decision), result.Reason).Inc()
 	eventType, action := corev1.EventTypeNormal, "Approve"
 	if decision == certificatesv1.CertificateDenied {
 		eventType, action = corev1.EventTypeWarning, "Deny"
 	}
 	r.Recorder.Eventf(csr, nil, eventType, result.Reason, action, "%s CSR %s of cluster %s: %s", decision, csr.Name, cluster, result.Message)
 	return nil
+}
+
+// The manager serves controller-runtime's registry. Both labels are the operator's own constants.
+var (
+	csrDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_proxy_agent_csr_decisions_total",
+		Help: "CSRs of the add-on the operator approved or denied, by decision (Approved, Denied) and reason.",
+	}, []string{"decision", "reason"})
+	csrsSigned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cluster_proxy_agent_csrs_signed_total",
+		Help: "Proxy-agent CSRs the operator signed with the configuration's CA.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(csrDecisions, csrsSigned)
 }
 
 // signerRetry is how soon an approved CSR is signed again when the signer was not ready.
@@ -164,6 +183,7 @@ func (r *Reconciler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	if err := r.Client.Status().Update(ctx, csr); err != nil {
 		return ctrl.Result{}, err
 	}
+	csrsSigned.Inc()
 	r.Recorder.Eventf(csr, nil, corev1.EventTypeNormal, "Signed", "Sign", "Signed CSR %s of cluster %s with CA %s",
 		csr.Name, csr.Labels[csrreview.ClusterNameLabel], certs.Fingerprint(sgn.CA.Cert))
 	return ctrl.Result{}, nil

@@ -91,3 +91,6 @@ func (a *Agent) HealthHandler() http.Handler {
 
 // Registry is where the agent's metrics live, for a caller that adds its own.
 func (a *Agent) Registry() *prometheus.Registry { return a.metrics.registry }
+
+// MetricsDescriber describes every metric an agent's /metrics serves (docs/metrics.md lists them).
+func MetricsDescriber() interface{ Describe(chan<- *prometheus.Desc) } { return newMetrics().registry }

@@ -1,10 +1,14 @@
 package tunnelhealth
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 )
@@ -99,4 +103,31 @@ func TestApplyTouchesOnlyWhatAnAnswerNamesUnlessTheReplicasChange(t *testing.T) 
 	_, all = s.apply(map[string]tunnelclient.TunnelsView{"proxy-b": {Instance: "b-1", Generation: 1}})
 	g.Expect(all).To(BeTrue(), "a replica gone")
 	g.Expect(s.replicas).NotTo(HaveKey("proxy-a"))
+}
+
+func TestCollectReportsReplicasWithAgentsPerClusterOnlyWhileTheProxyServersAnswer(t *testing.T) {
+	g := NewWithT(t)
+	agent := func(id string) tunnelclient.ClusterTunnel {
+		return tunnelclient.ClusterTunnel{Agents: []string{id}, Probe: &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: 1000}}
+	}
+	s := New(Options{})
+	g.Expect(testutil.CollectAndCount(s)).To(BeZero(), "nothing before a round ended (a manager that does not lead)")
+
+	s.replicas = map[string]*replicaReports{
+		"proxy-a": {clusters: map[string]tunnelclient.ClusterTunnel{"c1": agent("c1-a"), "c2": agent("c2-a")}},
+		"proxy-b": {clusters: map[string]tunnelclient.ClusterTunnel{"c1": agent("c1-a")}},
+	}
+	s.update(context.Background(), time.Now(), map[string]bool{"c1": true, "c2": true}, true)
+	g.Expect(testutil.CollectAndCompare(s, strings.NewReader(`
+# HELP cluster_proxy_cluster_proxy_servers_with_agents Proxy-server replicas holding at least one agent of a managed cluster, as the last round found; a request reaches the cluster only through one of them.
+# TYPE cluster_proxy_cluster_proxy_servers_with_agents gauge
+cluster_proxy_cluster_proxy_servers_with_agents{cluster="c1"} 2
+cluster_proxy_cluster_proxy_servers_with_agents{cluster="c2"} 1
+# HELP cluster_proxy_tunnel_health_proxy_servers Proxy-server replicas that answered the last tunnel health round.
+# TYPE cluster_proxy_tunnel_health_proxy_servers gauge
+cluster_proxy_tunnel_health_proxy_servers 2
+`))).To(Succeed(), "c2 lacks an agent on proxy-b: the alert on a replica missing agents compares the two")
+
+	s.failed(context.Background(), time.Now().Add(time.Hour), errors.New("no proxy-server answers"))
+	g.Expect(testutil.CollectAndCount(s)).To(BeZero(), "no view while the proxy-servers cannot be asked")
 }

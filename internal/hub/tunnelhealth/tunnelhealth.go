@@ -127,6 +127,7 @@ type Source struct {
 	lastGood    time.Time
 	lastErr     string
 	clusters    map[string]State // clusters that had an agent connected since the start, as reported
+	answered    int              // replicas that answered the last good round
 
 	// Only rounds, which do not overlap, touch these.
 	// proxies is kept from round to round, so its parsed credentials are reused; a round that cannot ask the
@@ -365,7 +366,7 @@ func (s *Source) update(ctx context.Context, now time.Time, touched map[string]b
 		s.observed, s.firstRound = true, now
 	}
 	was := s.unreachable
-	s.unreachable, s.lastGood, s.lastErr = false, now, ""
+	s.unreachable, s.lastGood, s.lastErr, s.answered = false, now, "", len(replicas)
 	if all || first || was {
 		for cluster := range s.clusters {
 			touched[cluster] = true
@@ -416,4 +417,33 @@ var proxyServerUp = prometheus.NewGauge(prometheus.GaugeOpts{
 
 func init() {
 	metrics.Registry.MustRegister(proxyServerUp)
+}
+
+var (
+	proxyServersDesc = prometheus.NewDesc("cluster_proxy_tunnel_health_proxy_servers",
+		"Proxy-server replicas that answered the last tunnel health round.", nil, nil)
+	replicasWithAgentsDesc = prometheus.NewDesc("cluster_proxy_cluster_proxy_servers_with_agents",
+		"Proxy-server replicas holding at least one agent of a managed cluster, as the last round found; a request "+
+			"reaches the cluster only through one of them.", []string{"cluster"}, nil)
+)
+
+// Describe sends the descriptors of Collect.
+func (s *Source) Describe(ch chan<- *prometheus.Desc) {
+	ch <- proxyServersDesc
+	ch <- replicasWithAgentsDesc
+}
+
+// Collect reports the last round's view of every cluster that had an agent connected since the manager started
+// leading. It reports nothing before a round ended or while the proxy-servers cannot be asked, so a manager that does
+// not lead (no rounds) adds no series.
+func (s *Source) Collect(ch chan<- prometheus.Metric) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if !s.observed || s.unreachable {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(proxyServersDesc, prometheus.GaugeValue, float64(s.answered))
+	for cluster, st := range s.clusters {
+		ch <- prometheus.MustNewConstMetric(replicasWithAgentsDesc, prometheus.GaugeValue, float64(st.ReplicasWithAgents), cluster)
+	}
 }
