@@ -205,3 +205,51 @@ func appliedBy(o *unstructured.Unstructured, manager string) bool {
 	}
 	return false
 }
+
+// TestKustomizePrometheusSelectsTheManagerAndProxyServers: config/prometheus's metrics Service selects the pods of
+// config/default's manager and names a port its container serves; the PodMonitor selects the proxy-servers' label.
+func TestKustomizePrometheusSelectsTheManagerAndProxyServers(t *testing.T) {
+	objs := build(t, "prometheus")
+	manager := build(t, "default")
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if o.GetNamespace() != "open-cluster-management-addon" {
+			t.Errorf("%s %s is in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		kinds[o.GetKind()] = o
+	}
+	for _, kind := range []string{"Service", "ServiceMonitor", "PodMonitor", "PrometheusRule"} {
+		if kinds[kind] == nil {
+			t.Fatalf("config/prometheus has no %s", kind)
+		}
+	}
+	var podLabels map[string]string
+	var ports []any
+	for _, o := range manager {
+		if o.GetKind() == "Deployment" && o.GetName() == "cluster-proxy-addon-manager" {
+			podLabels, _, _ = unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			ports, _, _ = unstructured.NestedSlice(containers[0].(map[string]any), "ports")
+		}
+	}
+	selector, _, _ := unstructured.NestedStringMap(kinds["Service"].Object, "spec", "selector")
+	if len(selector) == 0 {
+		t.Fatal("the metrics Service selects nothing")
+	}
+	for k, v := range selector {
+		if podLabels[k] != v {
+			t.Errorf("the metrics Service selects %s=%s, which the manager's pods (%v) lack", k, v, podLabels)
+		}
+	}
+	served := false
+	for _, p := range ports {
+		served = served || p.(map[string]any)["name"] == "metrics"
+	}
+	if !served {
+		t.Errorf("the manager's container serves no port named metrics: %v", ports)
+	}
+	podMonitor, _, _ := unstructured.NestedStringMap(kinds["PodMonitor"].Object, "spec", "selector", "matchLabels")
+	if podMonitor["proxy.open-cluster-management.io/component-name"] != "proxy-server" {
+		t.Errorf("the PodMonitor selects %v, not the proxy-servers", podMonitor)
+	}
+}

@@ -1,0 +1,121 @@
+package helm
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// monitoringKinds are the objects the monitoring values add; none may render without the prometheus-operator's API.
+var monitoringKinds = []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+func monitoringObjects(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		switch {
+		case o.GetAPIVersion() == "monitoring.coreos.com/v1",
+			o.GetKind() == "Service" && o.GetName() == "cluster-proxy-addon-manager-metrics",
+			o.GetKind() == "ConfigMap" && o.GetLabels()["grafana_dashboard"] != "":
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// TestMonitoringRendersNothingWithoutThePrometheusOperatorsAPI: monitoring.enabled on a hub that does not serve
+// monitoring.coreos.com/v1 installs as before, and the defaults render no monitoring object even where it is served.
+func TestMonitoringRendersNothingWithoutThePrometheusOperatorsAPI(t *testing.T) {
+	g := NewWithT(t)
+	out, errOut, err := template(t, "--set", "monitoring.enabled=true")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	g.Expect(monitoringObjects(decode(t, out))).To(BeEmpty())
+
+	out, errOut, err = template(t, "--api-versions", "monitoring.coreos.com/v1")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	g.Expect(monitoringObjects(decode(t, out))).To(BeEmpty(), "monitoring is off by default")
+}
+
+// TestMonitoringRendersScrapeObjectsAlertsAndDashboards: with the prometheus-operator's API, the manager's metrics
+// Service and ServiceMonitor select the manager's pods and port, the PodMonitor the proxy-servers' health port, the
+// PrometheusRule holds files/alerts.yaml, and every dashboard is a ConfigMap for Grafana's sidecar.
+func TestMonitoringRendersScrapeObjectsAlertsAndDashboards(t *testing.T) {
+	g := NewWithT(t)
+	out, errOut, err := template(t, "--api-versions", "monitoring.coreos.com/v1", "--set", "monitoring.enabled=true",
+		"--set", "monitoring.labels.release=kube-prometheus-stack")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	objs := decode(t, out)
+	for _, kind := range monitoringKinds {
+		var names []string
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				names = append(names, o.GetName())
+				g.Expect(o.GetNamespace()).To(Equal(namespace))
+				g.Expect(o.GetLabels()).To(HaveKeyWithValue("release", "kube-prometheus-stack"), kind)
+			}
+		}
+		g.Expect(names).To(HaveLen(1), kind)
+	}
+
+	manager := find(objs, "Deployment", namespace, "cluster-proxy-addon-manager")
+	g.Expect(manager).NotTo(BeNil())
+	podLabels, _, _ := unstructured.NestedStringMap(manager.Object, "spec", "template", "metadata", "labels")
+	containers, _, _ := unstructured.NestedSlice(manager.Object, "spec", "template", "spec", "containers")
+	ports, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "ports")
+	g.Expect(ports).To(ContainElement(HaveKeyWithValue("name", "metrics")))
+
+	svc := find(objs, "Service", namespace, "cluster-proxy-addon-manager-metrics")
+	g.Expect(svc).NotTo(BeNil())
+	selector, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+	g.Expect(selector).NotTo(BeEmpty())
+	for k, v := range selector {
+		g.Expect(podLabels).To(HaveKeyWithValue(k, v), "the metrics Service selects the manager's pods")
+	}
+	svcPorts, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	g.Expect(svcPorts).To(ConsistOf(And(HaveKeyWithValue("name", "metrics"), HaveKeyWithValue("targetPort", "metrics"))))
+
+	sm := find(objs, "ServiceMonitor", namespace, "cluster-proxy-addon-manager")
+	g.Expect(sm).NotTo(BeNil())
+	smSelector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	svcLabels := svc.GetLabels()
+	for k, v := range smSelector {
+		g.Expect(svcLabels).To(HaveKeyWithValue(k, v), "the ServiceMonitor selects the metrics Service")
+	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	g.Expect(endpoints).To(ConsistOf(And(HaveKeyWithValue("port", "metrics"), HaveKeyWithValue("path", "/metrics"))))
+
+	pm := find(objs, "PodMonitor", namespace, "cluster-proxy-proxy-server")
+	g.Expect(pm).NotTo(BeNil())
+	pmSelector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	g.Expect(pmSelector).To(Equal(map[string]string{"proxy.open-cluster-management.io/component-name": "proxy-server"}))
+	pmEndpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	g.Expect(pmEndpoints).To(ConsistOf(And(HaveKeyWithValue("port", "health"), HaveKeyWithValue("path", "/metrics"))))
+
+	rule := find(objs, "PrometheusRule", namespace, "cluster-proxy")
+	g.Expect(rule).NotTo(BeNil())
+	raw, err := os.ReadFile(filepath.Join(chartDir(), "files", "alerts.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var alerts map[string]any
+	g.Expect(yaml.Unmarshal(raw, &alerts)).To(Succeed())
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	g.Expect(groups).To(Equal(alerts["groups"]), "the PrometheusRule holds the alerts as files/alerts.yaml writes them")
+
+	dashboards, err := filepath.Glob(filepath.Join(chartDir(), "files", "dashboards", "*.json"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dashboards).NotTo(BeEmpty())
+	for _, path := range dashboards {
+		name := filepath.Base(path)
+		cm := find(objs, "ConfigMap", namespace, "cluster-proxy-dashboard-"+name[:len(name)-len(".json")])
+		g.Expect(cm).NotTo(BeNil(), name)
+		g.Expect(cm.GetLabels()).To(HaveKeyWithValue("grafana_dashboard", "1"))
+		data, _, _ := unstructured.NestedString(cm.Object, "data", name)
+		want, err := os.ReadFile(path)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(json.Valid([]byte(data))).To(BeTrue(), name)
+		g.Expect(data).To(MatchJSON(want), name)
+	}
+}
