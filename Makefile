@@ -118,9 +118,9 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 TEST_ALSO ?=
 
 .PHONY: test
-test: manifests generate vet envtest-assets helm kustomize ocm-local ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
-	@$(MAKE) --no-print-directory -j$(words test-packages test-ocm-v1.0 test-poison $(TEST_ALSO)) --output-sync=target \
-		test-packages test-ocm-v1.0 test-poison $(TEST_ALSO)
+test: manifests generate vet envtest-assets helm kustomize ocm-local promtool ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize, test/monitoring runs promtool; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
+	@$(MAKE) --no-print-directory -j$(words test-packages test-ocm-v1.0 test-poison test-dashboards $(TEST_ALSO)) --output-sync=target \
+		test-packages test-ocm-v1.0 test-poison test-dashboards $(TEST_ALSO)
 
 # make test runs these side by side: the two envtest suites of the reconcilers spend most of their time waiting on
 # their API servers, and the poisoned run is short.
@@ -138,6 +138,14 @@ DATA_PLANE_PACKAGES := ./internal/contract/... ./internal/server/... ./internal/
 .PHONY: test-poison
 test-poison: envtest-assets ## The data plane's tests again with every released payload buffer overwritten and checked for a second release (-tags poisonbuffers): a buffer used after its release, or handed to two streams, fails them at once.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test -tags poisonbuffers $(DATA_PLANE_PACKAGES) -count=1 -timeout 10m
+
+.PHONY: dashboards
+dashboards: ## Write the chart's Grafana dashboards (charts/cluster-proxy/files/dashboards) from their code in hack/dashboards (its own module).
+	cd hack/dashboards && go run .
+
+.PHONY: test-dashboards
+test-dashboards: ## The dashboards' tests: the chart's files are what hack/dashboards writes, every query parses as PromQL and names metrics of docs/metrics.md.
+	cd hack/dashboards && go test ./... -count=1
 
 .PHONY: test-integration
 test-integration: envtest-assets squid curl tinyproxy ## Data plane as processes on 127.0.0.1: proxy-server, proxy-agent, kubectl, curl, squid and tinyproxy.
@@ -242,6 +250,10 @@ APT_INSTALL = { echo "installing $(1) with apt-get"; S=""; [ "$$(id -u)" = 0 ] |
 .PHONY: squid
 squid: ## Install squid-openssl (the forward proxy of make run and make e2e) when it is missing.
 	@command -v squid >/dev/null || [ -x /usr/sbin/squid ] || $(call APT_INSTALL,squid-openssl)
+
+.PHONY: promtool
+promtool: ## Install Debian's prometheus (promtool checks and unit-tests the alerts in test/monitoring) when it is missing.
+	@command -v promtool >/dev/null || $(call APT_INSTALL,prometheus)
 
 .PHONY: tinyproxy
 tinyproxy: ## Install tinyproxy (a forward proxy of make test-integration) when it is missing.

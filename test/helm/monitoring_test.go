@@ -1,14 +1,22 @@
 package helm
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
 )
 
 // monitoringKinds are the objects the monitoring values add; none may render without the prometheus-operator's API.
@@ -118,4 +126,26 @@ func TestMonitoringRendersScrapeObjectsAlertsAndDashboards(t *testing.T) {
 		g.Expect(json.Valid([]byte(data))).To(BeTrue(), name)
 		g.Expect(data).To(MatchJSON(want), name)
 	}
+}
+
+// TestMonitoringInstallsOnAHubWithoutThePrometheusOperator: docs/monitoring.md's install, with the monitoring values,
+// on a hub that does not serve monitoring.coreos.com/v1: helm asks the hub, renders no monitoring object, and the
+// release installs as without them.
+func TestMonitoringInstallsOnAHubWithoutThePrometheusOperator(t *testing.T) {
+	g := NewWithT(t)
+	env, c := startHub(t)
+	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
+	g.Expect(err).NotTo(HaveOccurred())
+	out, errOut, err := runHelm(t, "upgrade", "--install", "-n", namespace, "--create-namespace", releaseName, chartDir(),
+		"--set", "monitoring.enabled=true", "--set", "monitoring.labels.release=kube-prometheus-stack", "--kubeconfig", kcPath)
+	g.Expect(err).NotTo(HaveOccurred(), "%s%s", out, errOut)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cluster-proxy-addon-manager"}, &appsv1.Deployment{})).To(Succeed())
+	err = c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "cluster-proxy-addon-manager-metrics"}, &corev1.Service{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the metrics Service is rendered only with the ServiceMonitor: %v", err)
+	dashboards := &corev1.ConfigMapList{}
+	g.Expect(c.List(ctx, dashboards, client.InNamespace(namespace), client.HasLabels{"grafana_dashboard"})).To(Succeed())
+	g.Expect(dashboards.Items).To(BeEmpty())
 }

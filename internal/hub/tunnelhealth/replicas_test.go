@@ -105,7 +105,7 @@ func TestApplyTouchesOnlyWhatAnAnswerNamesUnlessTheReplicasChange(t *testing.T) 
 	g.Expect(s.replicas).NotTo(HaveKey("proxy-a"))
 }
 
-func TestCollectReportsReplicasWithAgentsPerClusterOnlyWhileTheProxyServersAnswer(t *testing.T) {
+func TestCollectReportsWhetherTheProxyServersAnswerAndTheReplicasHoldingEachClustersAgents(t *testing.T) {
 	g := NewWithT(t)
 	agent := func(id string) tunnelclient.ClusterTunnel {
 		return tunnelclient.ClusterTunnel{Agents: []string{id}, Probe: &tunnelclient.TunnelProbe{Healthy: true, LatencyMicros: 1000}}
@@ -119,6 +119,9 @@ func TestCollectReportsReplicasWithAgentsPerClusterOnlyWhileTheProxyServersAnswe
 	}
 	s.update(context.Background(), time.Now(), map[string]bool{"c1": true, "c2": true}, true)
 	g.Expect(testutil.CollectAndCompare(s, strings.NewReader(`
+# HELP cluster_proxy_tunnel_health_proxy_server_up 1 when the last tunnel health round could ask the proxy-servers for their tunnel reports, else 0.
+# TYPE cluster_proxy_tunnel_health_proxy_server_up gauge
+cluster_proxy_tunnel_health_proxy_server_up 1
 # HELP cluster_proxy_cluster_proxy_servers_with_agents Proxy-server replicas holding at least one agent of a managed cluster, as the last round found; a request reaches the cluster only through one of them.
 # TYPE cluster_proxy_cluster_proxy_servers_with_agents gauge
 cluster_proxy_cluster_proxy_servers_with_agents{cluster="c1"} 2
@@ -129,5 +132,9 @@ cluster_proxy_tunnel_health_proxy_servers 2
 `))).To(Succeed(), "c2 lacks an agent on proxy-b: the alert on a replica missing agents compares the two")
 
 	s.failed(context.Background(), time.Now().Add(time.Hour), errors.New("no proxy-server answers"))
-	g.Expect(testutil.CollectAndCount(s)).To(BeZero(), "no view while the proxy-servers cannot be asked")
+	g.Expect(testutil.CollectAndCompare(s, strings.NewReader(`
+# HELP cluster_proxy_tunnel_health_proxy_server_up 1 when the last tunnel health round could ask the proxy-servers for their tunnel reports, else 0.
+# TYPE cluster_proxy_tunnel_health_proxy_server_up gauge
+cluster_proxy_tunnel_health_proxy_server_up 0
+`))).To(Succeed(), "no view of the clusters while the proxy-servers cannot be asked")
 }

@@ -25,7 +25,6 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
@@ -128,6 +127,7 @@ type Source struct {
 	lastErr     string
 	clusters    map[string]State // clusters that had an agent connected since the start, as reported
 	answered    int              // replicas that answered the last good round
+	lastFailed  bool             // the last round could not ask the proxy-servers
 
 	// Only rounds, which do not overlap, touch these.
 	// proxies is kept from round to round, so its parsed credentials are reused; a round that cannot ask the
@@ -344,10 +344,10 @@ func (s *Source) failed(ctx context.Context, now time.Time, err error) {
 		s.unreachable = true
 	}
 	is := s.unreachable
+	s.lastFailed = true
 	logIt := err.Error() != s.lastErr
 	s.lastErr = err.Error()
 	s.mu.Unlock()
-	proxyServerUp.Set(0)
 	if logIt {
 		log.Info("Cannot ask the proxy-servers which agents are connected", "error", err.Error())
 	}
@@ -366,7 +366,7 @@ func (s *Source) update(ctx context.Context, now time.Time, touched map[string]b
 		s.observed, s.firstRound = true, now
 	}
 	was := s.unreachable
-	s.unreachable, s.lastGood, s.lastErr, s.answered = false, now, "", len(replicas)
+	s.unreachable, s.lastGood, s.lastErr, s.answered, s.lastFailed = false, now, "", len(replicas), false
 	if all || first || was {
 		for cluster := range s.clusters {
 			touched[cluster] = true
@@ -390,7 +390,6 @@ func (s *Source) update(ctx context.Context, now time.Time, touched map[string]b
 		}
 	}
 	s.mu.Unlock()
-	proxyServerUp.Set(1)
 	if was {
 		s.opts.Log.Info("The proxy-servers answer again")
 	}
@@ -410,16 +409,10 @@ func (s *Source) notify(ctx context.Context, cluster string) {
 	}
 }
 
-var proxyServerUp = prometheus.NewGauge(prometheus.GaugeOpts{
-	Name: "cluster_proxy_tunnel_health_proxy_server_up",
-	Help: "1 when the last round could ask the proxy-servers for their tunnel reports, else 0.",
-})
-
-func init() {
-	metrics.Registry.MustRegister(proxyServerUp)
-}
 
 var (
+	proxyServerUpDesc = prometheus.NewDesc("cluster_proxy_tunnel_health_proxy_server_up",
+		"1 when the last tunnel health round could ask the proxy-servers for their tunnel reports, else 0.", nil, nil)
 	proxyServersDesc = prometheus.NewDesc("cluster_proxy_tunnel_health_proxy_servers",
 		"Proxy-server replicas that answered the last tunnel health round.", nil, nil)
 	replicasWithAgentsDesc = prometheus.NewDesc("cluster_proxy_cluster_proxy_servers_with_agents",
@@ -429,17 +422,26 @@ var (
 
 // Describe sends the descriptors of Collect.
 func (s *Source) Describe(ch chan<- *prometheus.Desc) {
+	ch <- proxyServerUpDesc
 	ch <- proxyServersDesc
 	ch <- replicasWithAgentsDesc
 }
 
-// Collect reports the last round's view of every cluster that had an agent connected since the manager started
-// leading. It reports nothing before a round ended or while the proxy-servers cannot be asked, so a manager that does
-// not lead (no rounds) adds no series.
+// Collect reports whether the last round could ask the proxy-servers and, while they answer, the last round's view
+// of every cluster that had an agent connected since the manager started leading. It reports nothing before a round
+// ended, so a manager that does not lead (no rounds), or runs without tunnel health, adds no series.
 func (s *Source) Collect(ch chan<- prometheus.Metric) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if !s.observed || s.unreachable {
+	if !s.observed {
+		return
+	}
+	up := 1.0
+	if s.lastFailed {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(proxyServerUpDesc, prometheus.GaugeValue, up)
+	if s.unreachable {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(proxyServersDesc, prometheus.GaugeValue, float64(s.answered))
