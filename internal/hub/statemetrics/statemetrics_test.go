@@ -25,7 +25,7 @@ func objects() []client.Object {
 			Spec:       proxyv1alpha1.ClusterProxyStatusSpec{ClusterName: "cluster1"},
 			Status: proxyv1alpha1.ClusterProxyStatusStatus{
 				Installed: true, ConnectedAgents: 2, AgentCertificateNotAfter: &expiry,
-				Probe: &proxyv1alpha1.ProbeStatus{Health: "True", Latency: "3.5ms"},
+				Probe:      &proxyv1alpha1.ProbeStatus{Health: "True", Latency: "3.5ms"},
 				Conditions: []metav1.Condition{{Type: proxyv1alpha1.ConditionTunnelHealthy, Status: metav1.ConditionFalse, Reason: "ProbeFailed"}},
 			},
 		},

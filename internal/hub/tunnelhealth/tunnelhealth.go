@@ -409,7 +409,6 @@ func (s *Source) notify(ctx context.Context, cluster string) {
 	}
 }
 
-
 var (
 	proxyServerUpDesc = prometheus.NewDesc("cluster_proxy_tunnel_health_proxy_server_up",
 		"1 when the last tunnel health round could ask the proxy-servers for their tunnel reports, else 0.", nil, nil)
