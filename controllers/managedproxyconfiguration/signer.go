@@ -7,12 +7,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,6 +61,9 @@ const (
 // certificates.
 func (r *Reconciler) reconcileSigner(ctx context.Context, s *scope) (ctrl.Result, error) {
 	mpc := s.mpc
+	if err := r.disownSignerSecret(ctx, mpc); err != nil {
+		return ctrl.Result{}, err
+	}
 	var secret *corev1.Secret
 	var err error
 	if mpc.Spec.Authentication.Signer.Type == proxyv1alpha1.Provided {
@@ -344,6 +350,40 @@ func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.M
 		return nil, err
 	}
 	return secret, nil
+}
+
+// disownSignerSecret removes the owner references to a ManagedProxyConfiguration that the signer secret carries
+// from operators before it outlived its configuration: the garbage collector would delete the CA every agent and hub
+// client trusts with the configuration (helm uninstall deletes it). apply.Ensure cannot drop them, since it writes
+// only when a rendered field differs; steady state, with none left, writes nothing.
+func (r *Reconciler) disownSignerSecret(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) error {
+	live := &corev1.Secret{}
+	if err := r.Client.Get(ctx, signer.SecretKey(mpc), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	kept := slices.DeleteFunc(slices.Clone(live.OwnerReferences), isConfigurationOwner)
+	if len(kept) == len(live.OwnerReferences) {
+		return nil
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	disowned := live.DeepCopy()
+	disowned.OwnerReferences = kept
+	// A merge patch replaces the list whoever wrote it; the lock keeps an owner added meanwhile.
+	if err := r.Client.Patch(ctx, disowned, client.MergeFromWithOptions(live, client.MergeFromWithOptimisticLock{}), client.FieldOwner(apply.FieldOwner)); err != nil {
+		return fmt.Errorf("remove the configuration's owner reference from signer secret %s: %w", signer.SecretKey(mpc), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Removed the configuration's owner reference from the signer secret, so the CA outlives the configuration",
+		"secret", klog.KObj(live))
+	return nil
+}
+
+// isConfigurationOwner reports whether ref names a ManagedProxyConfiguration, of any UID: one deleted and created
+// again leaves the reference to the old one.
+func isConfigurationOwner(ref metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == proxyv1alpha1.GroupVersion.Group && ref.Kind == "ManagedProxyConfiguration"
 }
 
 // carriedAnnotations are the annotations of the signer secret that outlive a rollover's steps: the rotation request

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -58,4 +59,45 @@ func TestTheOperatorsOwnSignerSecretIsNotAdoptedWhileTheCacheLags(t *testing.T) 
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(certs.Fingerprint(got.Cert)).To(Equal(certs.Fingerprint(ca.Cert)))
 	g.Expect(secret.Annotations).NotTo(HaveKey(caSourceAnnotation))
+}
+
+// A hub upgraded from an operator that made the configuration own the signer secret: the next pass removes that
+// owner reference (of the configuration, or of an earlier one of the same name) and keeps others; without one it
+// writes nothing.
+func TestTheSignerSecretLosesTheConfigurationsOwnerReference(t *testing.T) {
+	mpc := &proxyv1alpha1.ManagedProxyConfiguration{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.DefaultConfigurationName, UID: "now"}}
+	ownerOf := func(apiVersion, kind, uid string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: mpc.Name, UID: types.UID(uid)}
+	}
+	users := ownerOf("example.com/v1", "Keeper", "keeper")
+	for _, c := range []struct {
+		name   string
+		owners []metav1.OwnerReference
+		want   []metav1.OwnerReference
+	}{
+		{"owned by the configuration", []metav1.OwnerReference{ownerOf(proxyv1alpha1.GroupVersion.String(), "ManagedProxyConfiguration", "now")}, nil},
+		{"owned by an earlier configuration", []metav1.OwnerReference{ownerOf("proxy.open-cluster-management.io/v1beta1", "ManagedProxyConfiguration", "before")}, nil},
+		{"owned by the configuration and by a user's object", []metav1.OwnerReference{
+			ownerOf(proxyv1alpha1.GroupVersion.String(), "ManagedProxyConfiguration", "now"), users}, []metav1.OwnerReference{users}},
+		{"owned by a user's object alone", []metav1.OwnerReference{users}, []metav1.OwnerReference{users}},
+		{"not owned", nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			secret := render.SignerSecret(mpc, signer.SecretKey(mpc).Name, map[string][]byte{signer.KeyCACert: []byte("ca")}, nil)
+			secret.OwnerReferences = c.owners
+			api := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(secret).Build()
+			before := &corev1.Secret{}
+			g.Expect(api.Get(context.Background(), signer.SecretKey(mpc), before)).To(Succeed())
+			r := &Reconciler{Client: api}
+			g.Expect(r.disownSignerSecret(context.Background(), mpc)).To(Succeed())
+			after := &corev1.Secret{}
+			g.Expect(api.Get(context.Background(), signer.SecretKey(mpc), after)).To(Succeed())
+			g.Expect(after.OwnerReferences).To(Equal(c.want))
+			g.Expect(after.Data).To(Equal(before.Data))
+			if len(c.owners) == len(c.want) {
+				g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing to remove: no write")
+			}
+		})
+	}
 }

@@ -51,17 +51,24 @@ func uninstall() {
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the proxy-server Deployment: %v", err)
 				g.Expect(podUIDs(sys.HubClient, localsystem.Namespace, proxyServerLabels)).To(BeEmpty(), "the proxy-server pods")
 			}).Should(Succeed())
+			Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, proxyv1alpha1.SignerSecretName), &corev1.Secret{})).To(Succeed(),
+				"the CA every agent and hub client trusts outlives the configuration")
 		})
 
-		It("leaves nothing of the operator but its CRDs after helm uninstall", func() {
+		It("leaves nothing of the operator but its CRDs and the signer CA after helm uninstall", func() {
 			must(sys.Helm(ctx(), "uninstall", "-n", localsystem.Namespace, "cluster-proxy", "--wait"))
 			Eventually(func(g Gomega) {
-				g.Expect(leftAfterUninstall(g)).To(BeEmpty())
+				g.Expect(leftAfterUninstall(g)).To(ConsistOf(localsystem.Namespace+": secret/"+proxyv1alpha1.SignerSecretName),
+					"the signer CA stays for the next install (docs/backup-restore.md)")
 			}).Should(Succeed())
 			crds := shell("kubectl get crds -o name")
 			for _, crd := range []string{"managedproxyconfigurations", "clusterproxystatuses", "proxycertificates"} {
 				Expect(crds).To(ContainSubstring(crd+"."+proxyv1alpha1.GroupVersion.Group), "Helm keeps CRDs by rule")
 			}
+			shell("kubectl delete secret -n open-cluster-management-addon cluster-proxy-signer")
+			Eventually(func(g Gomega) {
+				g.Expect(leftAfterUninstall(g)).To(BeEmpty())
+			}).Should(Succeed())
 		})
 	})
 }

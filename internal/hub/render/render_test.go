@@ -124,6 +124,19 @@ func TestGatewayAPIServiceNamesTheUserServerServiceAndTrustsTheBundle(t *testing
 		"--gateway-key=/etc/user-server-pki/tls.key"), "served with the certificate that names the user-server Service")
 }
 
+func TestTheSignerSecretOutlivesTheConfiguration(t *testing.T) {
+	g := NewWithT(t)
+	m := mpc(nil)
+	m.UID = "uid-1"
+	m.Spec.ProxyServer.Namespace = "hub"
+	s := SignerSecret(m, proxyv1alpha1.SignerSecretName, map[string][]byte{"ca.crt": []byte("cert")}, map[string]string{"a": "b"})
+	g.Expect(s.OwnerReferences).To(BeEmpty(), "no owner reference: the garbage collector would delete the CA with the configuration")
+	g.Expect(s.Labels).To(Equal(Labels(m)), "labelled, so the manager's cache holds it")
+	g.Expect(s.Namespace).To(Equal("hub"))
+	g.Expect(s.Annotations).To(Equal(map[string]string{"a": "b"}))
+	g.Expect(CABundleSecret(m, []byte("cert")).OwnerReferences).To(HaveLen(1), "the bundle is re-published from the kept CA")
+}
+
 func TestSplitSANs(t *testing.T) {
 	dns, ips := SplitSANs("b.example.com", "10.0.0.1", "", "a.example.com", "::1", "b.example.com")
 	g := NewWithT(t)
