@@ -12,12 +12,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"k8s.io/utils/ptr"
 	addonv1alpha1 "open-cluster-management.io/api/addon/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -169,6 +172,63 @@ var _ = Describe("ManagedProxyConfiguration", func() {
 		Expect(c.Args).To(ContainElements("--server-port=18090", "--agent-port=18091", "--health-port=18092", "--admin-port=18095", "--http-connect-port=18094"))
 		Expect(c.Ports).To(ContainElements(HaveField("ContainerPort", int32(18090)), HaveField("ContainerPort", int32(18091))))
 		Expect(c.ReadinessProbe.HTTPGet.Port).To(Equal(intstr.FromInt32(18092)))
+	})
+
+	It("keeps a PodDisruptionBudget for the proxy-servers, spreads them over nodes and sizes them from spec.proxyServer.resources", func() {
+		mpc := newMPC(func(m *proxyv1alpha1.ManagedProxyConfiguration) {
+			m.Spec.ProxyServer.NodePlacement = proxyv1alpha1.NodePlacement{NodeSelector: map[string]string{"node-role.kubernetes.io/infra": ""}}
+		})
+		createMPC(mpc)
+		expectReady(mpc)
+		ns := mpc.Spec.ProxyServer.Namespace
+		live := get(Default, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+
+		By("a PodDisruptionBudget owned by the configuration selects exactly the Deployment's pods")
+		dep := get(Default, &appsv1.Deployment{}, ns, mpc.Name)
+		pdb := get(Default, &policyv1.PodDisruptionBudget{}, ns, mpc.Name)
+		Expect(metav1.IsControlledBy(pdb, live)).To(BeTrue(), "%v", pdb.OwnerReferences)
+		Expect(pdb.Spec.Selector).To(Equal(dep.Spec.Selector))
+		Expect(pdb.Spec.MaxUnavailable).To(HaveValue(Equal(intstr.FromInt32(1))))
+		Expect(pdb.Spec.MinAvailable).To(BeNil())
+
+		By("the pods spread over nodes without a node too few keeping one from running, within the user's placement")
+		pod := dep.Spec.Template.Spec
+		Expect(pod.NodeSelector).To(Equal(mpc.Spec.ProxyServer.NodePlacement.NodeSelector))
+		Expect(pod.TopologySpreadConstraints).To(ConsistOf(And(
+			HaveField("MaxSkew", int32(1)),
+			HaveField("TopologyKey", "kubernetes.io/hostname"),
+			HaveField("WhenUnsatisfiable", corev1.ScheduleAnyway),
+			HaveField("LabelSelector", Equal(&metav1.LabelSelector{MatchLabels: dep.Spec.Template.Labels})))))
+
+		By("unset resources: the default requests, no limits")
+		Expect(pod.Containers[0].Resources).To(Equal(render.DefaultServerResources()))
+
+		By("spec.proxyServer.resources replaces them")
+		want := corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+		}
+		Eventually(func(g Gomega) {
+			live := get(g, &proxyv1alpha1.ManagedProxyConfiguration{}, "", mpc.Name)
+			live.Spec.ProxyServer.Resources = want.DeepCopy()
+			g.Expect(k8s.Update(ctx(), live)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := get(g, &appsv1.Deployment{}, ns, mpc.Name).Spec.Template.Spec.Containers[0]
+			g.Expect(c.Resources.Requests.Cpu().String()).To(Equal("200m"))
+			g.Expect(c.Resources.Requests.Memory().String()).To(Equal("256Mi"))
+			g.Expect(c.Resources.Limits).To(HaveLen(1))
+			g.Expect(c.Resources.Limits.Memory().String()).To(Equal("256Mi"))
+		}, timeout, interval).Should(Succeed())
+		expectReady(mpc)
+
+		By("a PodDisruptionBudget someone edits is put back")
+		pdb = get(Default, &policyv1.PodDisruptionBudget{}, ns, mpc.Name)
+		pdb.Spec.MaxUnavailable = ptr.To(intstr.FromInt32(0))
+		Expect(k8s.Update(ctx(), pdb)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(get(g, &policyv1.PodDisruptionBudget{}, ns, mpc.Name).Spec.MaxUnavailable).To(HaveValue(Equal(intstr.FromInt32(1))))
+		}, timeout, interval).Should(Succeed())
 	})
 
 	It("grants agents port-forwarding only for the PortForward entrypoint", func() {
@@ -618,11 +678,11 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: serverRole}},
 			&apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: proxyv1alpha1.GatewayAPIServiceName}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
+			&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: mpc.Name}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-entrypoint"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-addon-user"}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy"}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-server-ca"}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-proxy-signer"}},
 		}
 		for _, name := range []string{"proxy-server", "agent-server", "proxy-client", "cluster-proxy-user-serving-cert", "cluster-proxy-impersonator"} {
 			owned = append(owned,
@@ -640,5 +700,7 @@ spec: {policyName: deny-%[1]s, validationActions: [Deny]}
 			expectGone(o)
 		}
 		Expect(k8s.Get(ctx(), client.ObjectKey{Name: ns}, &corev1.Namespace{})).To(Succeed(), "the namespace may be shared, so it stays")
+		Expect(k8s.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "cluster-proxy-signer"}, &corev1.Secret{})).To(Succeed(),
+			"the CA every agent and hub client trusts stays for the next configuration (docs/backup-restore.md)")
 	})
 })

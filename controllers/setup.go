@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -96,6 +97,7 @@ func CacheOptions(in Namespaces) cache.Options {
 		&corev1.Service{}:                   servers,
 		&corev1.ServiceAccount{}:            servers,
 		&appsv1.Deployment{}:                servers,
+		&policyv1.PodDisruptionBudget{}:     servers,
 		&rbacv1.Role{}:                      servers,
 		&rbacv1.RoleBinding{}:               servers,
 		&rbacv1.ClusterRoleBinding{}:        owned,

@@ -236,6 +236,13 @@ type ManagedProxyConfigurationProxyServer struct {
 	// nodePlacement places the proxy-server pods.
 	// +optional
 	NodePlacement NodePlacement `json:"nodePlacement,omitempty"`
+	// resources of the proxy-server container. Unset: requests of cpu 50m and memory 64Mi and no limits, since a
+	// CPU limit throttles every tunnel of a replica and memory grows with the agents a replica holds, whose
+	// OOM-kill would drop them all. Set, it replaces that default as a whole; {} sets none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory', 'ephemeral-storage'].all(r, !(r in self.requests) || !(r in self.limits) || quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",message="spec.proxyServer.resources: a request may not exceed the limit of the same resource"
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims)",message="spec.proxyServer.resources.claims is not supported: the proxy-server pods have no resource claims"
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // EntryPointType is how agents reach the proxy servers.
@@ -341,6 +348,13 @@ type ManagedProxyConfigurationProxyAgent struct {
 	// agentNodePlacements places the agent pods, by managed cluster name.
 	// +optional
 	AgentNodePlacements map[string]NodePlacement `json:"agentNodePlacements,omitempty"`
+	// resources of the proxy-agent container on every managed cluster, unless the cluster's AddOnDeploymentConfig
+	// has a resourceRequirements entry that matches the container (deployments:cluster-proxy-proxy-agent:proxy-agent,
+	// or one with "*"), which then replaces it as a whole. Unset: none, as with the existing add-on.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory', 'ephemeral-storage'].all(r, !(r in self.requests) || !(r in self.limits) || quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",message="spec.proxyAgent.resources: a request may not exceed the limit of the same resource"
+	// +kubebuilder:validation:XValidation:rule="!has(self.claims)",message="spec.proxyAgent.resources.claims is not supported: the proxy-agent pods have no resource claims"
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // ManagedProxyConfigurationUserServer configures the user-server.

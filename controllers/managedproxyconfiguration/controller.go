@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -87,6 +88,7 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,namespace=system,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,namespace=system,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // The proxy-servers read the front proxy's CA by name (render.ServerHubRBAC); the manager grants only what it holds.
 // +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=extension-apiserver-authentication,verbs=get;list;watch
@@ -254,6 +256,16 @@ func toConfigurationOfPod(_ context.Context, o client.Object) []reconcile.Reques
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
 }
 
+// toConfigurationOfSigner is a request for the configuration whose CA a signer secret holds: that secret has no owner
+// reference (it outlives the configuration), so Owns does not map it, yet a deleted or restored CA must be acted on.
+func toConfigurationOfSigner(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[render.ConfigurationLabel]
+	if o.GetName() != proxyv1alpha1.SignerSecretName || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+}
+
 // podComesOrGoes passes a pod's creation and deletion (predicate.Funcs passes what it leaves unset), not its updates:
 // its name, what the configuration reads, never changes.
 var podComesOrGoes = predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
@@ -301,6 +313,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		// to write must be followed by one that sees the status it raced with.
 		For(&proxyv1alpha1.ManagedProxyConfiguration{}).
 		Owns(&appsv1.Deployment{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ServiceAccount{}).
@@ -311,6 +324,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&proxyv1alpha1.ProxyCertificate{}).
 		Owns(&addonv1alpha1.ClusterManagementAddOn{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(toConfigurationOfSigner)).
 		// An earlier CA stays in the bundle while a certificate it signed is live, the users' own included.
 		Watches(&proxyv1alpha1.ProxyCertificate{}, handler.EnqueueRequestsFromMapFunc(toIssuer),
 			builder.WithPredicates(issuingCAChanged)).

@@ -132,7 +132,7 @@ func (r *Reconciler) serverPods(ctx context.Context, mpc *proxyv1alpha1.ManagedP
 	return names, nil
 }
 
-// reconcileServer keeps the proxy-server ServiceAccount, Services, RBAC and Deployment.
+// reconcileServer keeps the proxy-server ServiceAccount, Services, RBAC, Deployment and PodDisruptionBudget.
 func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result, error) {
 	mpc := s.mpc
 	desired := []client.Object{render.ServerServiceAccount(mpc), render.InClusterService(mpc), render.UserServerService(mpc)}
@@ -167,7 +167,8 @@ func (r *Reconciler) reconcileServer(ctx context.Context, s *scope) (ctrl.Result
 	if err := r.replaceForeignDeployment(ctx, mpc, deployment); err != nil {
 		return ctrl.Result{}, err
 	}
-	desired = append(desired, deployment)
+	// A drain then takes one proxy-server replica at a time, and never blocks on a single one.
+	desired = append(desired, deployment, render.ServerPodDisruptionBudget(mpc))
 	for _, o := range desired {
 		wrote, err := apply.Ensure(ctx, r.Client, o)
 		if err != nil {

@@ -431,6 +431,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"bad placement name", []string{"--set", "installByPlacement.placementName=Not_A_Name"}, "at '/installByPlacement/placementName'"},
 		{"misspelled value", []string{"--set", "proxyServer.entrypointAdress=x.example.com"}, "additional properties 'entrypointAdress' not allowed"},
 		{"unknown top-level value", []string{"--set", "replica=2"}, "additional properties 'replica' not allowed"},
+		{"proxy-server resources with an unknown key", []string{"--set", "proxyServer.resources.request.cpu=1"}, "at '/proxyServer/resources'"},
+		{"agent resources with a quantity that is not one", []string{"--set", "proxyAgent.resources.limits.memory=lots"}, "at '/proxyAgent/resources"},
 	}
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 	"reflect"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 )
 
@@ -38,6 +40,8 @@ type Settings struct {
 	AgentNodePlacements map[string]proxyv1alpha1.NodePlacement                  `json:"agentNodePlacements,omitempty"`
 	AllowedServices     []proxyv1alpha1.AllowedService                          `json:"allowedServices,omitempty"`
 	HubAuthorization    proxyv1alpha1.HubAuthorization                          `json:"hubAuthorization,omitempty"`
+	ServerResources     *corev1.ResourceRequirements                            `json:"serverResources,omitempty"`
+	AgentResources      *corev1.ResourceRequirements                            `json:"agentResources,omitempty"`
 }
 
 // The defaults the API server fills in again when a client drops the field.
@@ -50,7 +54,8 @@ const (
 func Of(mpc *proxyv1alpha1.ManagedProxyConfiguration) Settings {
 	spec := &mpc.Spec
 	s := Settings{HubUsers: spec.HubUsers, TLSProfile: spec.TLSProfile, ProvidedSigner: spec.Authentication.Signer.Provided,
-		AgentNodePlacements: spec.ProxyAgent.AgentNodePlacements}
+		AgentNodePlacements: spec.ProxyAgent.AgentNodePlacements, ServerResources: spec.ProxyServer.Resources,
+		AgentResources: spec.ProxyAgent.Resources}
 	if np := spec.NetworkPolicies; np != nil && np.Enabled {
 		s.NetworkPolicies = np
 	}
@@ -94,6 +99,8 @@ func (s Settings) Fields() []string {
 	add(s.AgentNodePlacements != nil, "spec.proxyAgent.agentNodePlacements")
 	add(s.AllowedServices != nil, "spec.userServer.allowedServices")
 	add(s.HubAuthorization != "", "spec.userServer.hubAuthorization")
+	add(s.ServerResources != nil, "spec.proxyServer.resources")
+	add(s.AgentResources != nil, "spec.proxyAgent.resources")
 	return out
 }
 
@@ -103,6 +110,7 @@ func (s Settings) applyTo(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
 	spec := &mpc.Spec
 	spec.HubUsers, spec.TLSProfile, spec.NetworkPolicies = s.HubUsers, s.TLSProfile, s.NetworkPolicies
 	spec.Authentication.Signer.Provided, spec.ProxyAgent.AgentNodePlacements = s.ProvidedSigner, s.AgentNodePlacements
+	spec.ProxyServer.Resources, spec.ProxyAgent.Resources = s.ServerResources.DeepCopy(), s.AgentResources.DeepCopy()
 	if spec.Deploy == nil && s.HTTPConnectServer != 0 {
 		spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{}
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/addontypes"
@@ -40,6 +42,8 @@ func extended() *proxyv1alpha1.ManagedProxyConfiguration {
 	mpc.Spec.NetworkPolicies = &proxyv1alpha1.ManagedProxyConfigurationNetworkPolicies{Enabled: true}
 	mpc.Spec.HubUsers = &proxyv1alpha1.HubUsers{Prefix: "hub:"}
 	mpc.Spec.ProxyAgent.AgentNodePlacements = map[string]proxyv1alpha1.NodePlacement{"c1": {NodeSelector: map[string]string{"infra": ""}}}
+	mpc.Spec.ProxyServer.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	mpc.Spec.ProxyAgent.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}
 	return mpc
 }
 
@@ -56,7 +60,8 @@ func TestRestoresWhatAClientOfTheAddonTypesDropped(t *testing.T) {
 
 	dropped := Restore(updated)
 	g.Expect(dropped).To(ConsistOf("spec.hubUsers", "spec.networkPolicies", "spec.tlsProfile", "spec.deploy.ports.httpConnectServer",
-		"spec.proxyAgent.agentNodePlacements", "spec.userServer.allowedServices", "spec.userServer.hubAuthorization"))
+		"spec.proxyAgent.agentNodePlacements", "spec.userServer.allowedServices", "spec.userServer.hubAuthorization",
+		"spec.proxyServer.resources", "spec.proxyAgent.resources"))
 	g.Expect(Of(updated)).To(Equal(Of(want)), "the last good settings are back")
 	g.Expect(updated.Spec.UserServer.AdditionalSANs).To(ConsistOf("users.example.com", "more.example.com"), "the client's own change stays")
 }

@@ -123,6 +123,10 @@ func AgentWork(in AgentInput) (*workv1.ManifestWork, *AgentSummary, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if resources == nil {
+		// The configuration's resources are every agent's default; a cluster's AddOnDeploymentConfig entry replaces them.
+		resources = in.MPC.Spec.ProxyAgent.Resources.DeepCopy()
+	}
 	ns := AgentNamespace(in.ADC)
 
 	objects := []runtime.Object{

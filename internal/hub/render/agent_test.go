@@ -534,6 +534,41 @@ func TestAgentWork(t *testing.T) {
 			},
 		},
 		{
+			name: "spec.proxyAgent.resources land on the container when no resourceRequirements entry matches it",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.ProxyAgent.Resources = &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
+				}
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ResourceRequirements: []addonv1alpha1.ContainerResourceRequirements{
+					{ContainerID: "deployments:other:proxy-agent", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}},
+				}})
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.container().Resources).To(Equal(corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
+				}))
+			},
+		},
+		{
+			name: "a matching resourceRequirements entry replaces spec.proxyAgent.resources as a whole",
+			modify: func(in *AgentInput) {
+				in.MPC.Spec.ProxyAgent.Resources = &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
+				}
+				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ResourceRequirements: []addonv1alpha1.ContainerResourceRequirements{
+					{ContainerID: "*:*:proxy-agent", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}}},
+				}})
+			},
+			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
+				g.Expect(o.container().Resources).To(Equal(corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")},
+				}), "the ADC's entry, not merged with the configuration's memory request or limit")
+			},
+		},
+		{
 			name: "imagePullSecrets, replicas and additionalArgs come from the configuration, additional args last",
 			modify: func(in *AgentInput) {
 				in.MPC.Spec.ProxyAgent.ImagePullSecrets = []string{"pull-a", "pull-b"}

@@ -12,7 +12,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -391,6 +393,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 					AutomountServiceAccountToken: ptr.To(true),
 					NodeSelector:                 np.NodeSelector,
 					Tolerations:                  np.Tolerations,
+					TopologySpreadConstraints:    serverTopologySpread(mpc),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -413,6 +416,7 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 						},
 						LivenessProbe:   httpProbe("/healthz", p.HealthServer),
 						ReadinessProbe:  readinessProbe("/readyz", p.HealthServer),
+						Resources:       ServerResources(mpc),
 						SecurityContext: restrictedContainer(),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "proxy-server-ca", MountPath: serverCAMount, ReadOnly: true},
@@ -440,6 +444,52 @@ func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Depl
 					},
 				},
 			},
+		},
+	}
+}
+
+// DefaultServerResources are the proxy-server container's resources when spec.proxyServer.resources is unset: requests
+// that reserve an idle replica's share on a node, and no limits. A CPU limit would throttle every tunnel of the replica
+// at once, latency the data plane cannot afford; memory grows with the agents a replica holds, and an OOM-kill at a
+// limit set without knowing the fleet would drop them all. docs/install.md says how to size them.
+func DefaultServerResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("50m"),
+		corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+}
+
+// ServerResources are the proxy-server container's resources: spec.proxyServer.resources as a whole when set ({}
+// included, which sets none), else DefaultServerResources.
+func ServerResources(mpc *proxyv1alpha1.ManagedProxyConfiguration) corev1.ResourceRequirements {
+	if r := mpc.Spec.ProxyServer.Resources; r != nil {
+		return *r.DeepCopy()
+	}
+	return DefaultServerResources()
+}
+
+// serverTopologySpread spreads the proxy-server replicas over nodes, so that losing a node loses as few of them as
+// possible. ScheduleAnyway: a hub with fewer nodes than replicas, one node included, still runs them all, and a
+// nodePlacement that narrows the nodes is honoured (the scheduler counts only the nodes the pods may run on).
+func serverTopologySpread(mpc *proxyv1alpha1.ManagedProxyConfiguration) []corev1.TopologySpreadConstraint {
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: ServerPodLabels(mpc)},
+	}}
+}
+
+// ServerPodDisruptionBudget lets a voluntary disruption (a node drain, a cluster autoscaler) take one proxy-server
+// replica at a time: with several, the others keep every agent's tunnel while it is gone (agents hold one to each
+// replica); with one, a drain still proceeds, as minAvailable would block it for good. It selects the pods of
+// ServerDeployment.
+func ServerPodDisruptionBudget(mpc *proxyv1alpha1.ManagedProxyConfiguration) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: objectMeta(mpc, mpc.Name, contract.Namespace(mpc)),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: ServerPodLabels(mpc)},
 		},
 	}
 }
@@ -495,10 +545,11 @@ func CABundleSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, bundle []byte)
 // CMAUserOwnedFields are the ClusterManagementAddOn fields users set and the operator leaves alone.
 var CMAUserOwnedFields = [][]string{{"spec", "installStrategy"}}
 
-// SignerSecret holds the self-signed CA in the proxy-server namespace.
+// SignerSecret holds the CA the operator signs with in the proxy-server namespace. It carries no owner reference:
+// every agent and hub client trusts that CA, so it outlives the configuration (helm uninstall deletes it) and a
+// configuration created again signs with it. Its labels keep it in the manager's cache.
 func SignerSecret(mpc *proxyv1alpha1.ManagedProxyConfiguration, name string, data map[string][]byte, annotations map[string]string) *corev1.Secret {
-	meta := objectMeta(mpc, name, contract.Namespace(mpc))
-	meta.Annotations = annotations
+	meta := metav1.ObjectMeta{Name: name, Namespace: contract.Namespace(mpc), Labels: Labels(mpc), Annotations: annotations}
 	return &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: data}
 }
 
