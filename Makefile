@@ -118,7 +118,7 @@ envtest-assets: ## Provide etcd and kube-apiserver for envtest (setup-envtest, e
 TEST_ALSO ?=
 
 .PHONY: test
-test: manifests generate vet envtest-assets helm kustomize ocm-local promtool ## Run unit and envtest suites (test/helm runs bin/helm, test/kustomize runs bin/kustomize, test/monitoring runs promtool; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
+test: manifests generate vet envtest-assets helm kustomize ocm-local promtool monitoring-crds ## Run unit and envtest suites (test/helm runs bin/helm against the prometheus-operator's CRDs too, test/kustomize runs bin/kustomize, test/monitoring runs promtool; the reconcilers on an OCM v1.2 hub and, side by side, on an OCM v1.0 one; the data plane again with poisoned buffers).
 	@$(MAKE) --no-print-directory -j$(words test-packages test-ocm-v1.0 test-poison test-dashboards $(TEST_ALSO)) --output-sync=target \
 		test-packages test-ocm-v1.0 test-poison test-dashboards $(TEST_ALSO)
 
@@ -138,6 +138,14 @@ DATA_PLANE_PACKAGES := ./internal/contract/... ./internal/server/... ./internal/
 .PHONY: test-poison
 test-poison: envtest-assets ## The data plane's tests again with every released payload buffer overwritten and checked for a second release (-tags poisonbuffers): a buffer used after its release, or handed to two streams, fails them at once.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" GOMEGA_DEFAULT_EVENTUALLY_TIMEOUT=$(EVENTUALLY_TIMEOUT) go test -tags poisonbuffers $(DATA_PLANE_PACKAGES) -count=1 -timeout 10m
+
+# MONITORING_CRDS holds the prometheus-operator's CRDs, written from its API module (hack/prometheus-operator-crds).
+MONITORING_CRDS := $(BIN_DIR)/monitoring-crds
+
+.PHONY: monitoring-crds
+monitoring-crds: $(CONTROLLER_GEN) ## Write the prometheus-operator's CRDs (monitoring.coreos.com/v1, from its API module v0.95.2) into bin/monitoring-crds: test/helm installs the chart's ServiceMonitor, PodMonitor and PrometheusRule against them.
+	@cd hack/prometheus-operator-crds && $(abspath $(CONTROLLER_GEN)) crd:allowDangerousTypes=true \
+		paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:dir=$(abspath $(MONITORING_CRDS))
 
 .PHONY: dashboards
 dashboards: ## Write the chart's Grafana dashboards (charts/cluster-proxy/files/dashboards) from their code in hack/dashboards (its own module).
@@ -280,7 +288,7 @@ helm: ## Install bin/helm (HELM_VERSION, used by the chart tests in test/helm); 
 		GOBIN=$(BIN_DIR) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: test-helm
-test-helm: helm envtest-assets ## Chart tests only: lint, golden renders, schema, apply to an envtest hub (-update regenerates goldens: make test-helm HELM_TEST_ARGS=-update).
+test-helm: helm envtest-assets monitoring-crds ## Chart tests only: lint, golden renders, schema, apply to an envtest hub (and one with the prometheus-operator's CRDs) (-update regenerates goldens: make test-helm HELM_TEST_ARGS=-update).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go test ./test/helm/... -count=1 -v $(if $(HELM_TEST_ARGS),-args $(HELM_TEST_ARGS))
 
 $(GOLANGCI_LINT):

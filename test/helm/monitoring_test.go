@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/testenv"
@@ -148,4 +149,45 @@ func TestMonitoringInstallsOnAHubWithoutThePrometheusOperator(t *testing.T) {
 	dashboards := &corev1.ConfigMapList{}
 	g.Expect(c.List(ctx, dashboards, client.InNamespace(namespace), client.HasLabels{"grafana_dashboard"})).To(Succeed())
 	g.Expect(dashboards.Items).To(BeEmpty())
+}
+
+// monitoringCRDs are the prometheus-operator's CRDs the chart's monitoring objects need, as make monitoring-crds writes
+// them from the prometheus-operator's API module.
+var monitoringCRDs = []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_podmonitors.yaml",
+	"monitoring.coreos.com_prometheusrules.yaml"}
+
+// TestMonitoringInstallsOnAHubWithThePrometheusOperatorsCRDs: on a hub that serves monitoring.coreos.com/v1, helm
+// install with the monitoring values creates the ServiceMonitor, PodMonitor and PrometheusRule, which the API server
+// takes against the prometheus-operator's own schemas without dropping a field, the manager's metrics Service and the
+// dashboards' ConfigMaps.
+func TestMonitoringInstallsOnAHubWithThePrometheusOperatorsCRDs(t *testing.T) {
+	g := NewWithT(t)
+	env, c := startHub(t)
+	var paths []string
+	for _, name := range monitoringCRDs {
+		path := filepath.Join(root(), "bin", "monitoring-crds", name)
+		_, err := os.Stat(path)
+		g.Expect(err).NotTo(HaveOccurred(), "run 'make monitoring-crds' (make test does)")
+		paths = append(paths, path)
+	}
+	_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: paths})
+	g.Expect(err).NotTo(HaveOccurred())
+	kcPath, err := testenv.AdminKubeconfig(env, "helm-user", filepath.Join(t.TempDir(), "kubeconfig"))
+	g.Expect(err).NotTo(HaveOccurred())
+	out, errOut, err := runHelm(t, "install", "-n", namespace, "--create-namespace", releaseName, chartDir(),
+		"--set", "monitoring.enabled=true", "--kubeconfig", kcPath)
+	g.Expect(err).NotTo(HaveOccurred(), "%s%s", out, errOut)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rendered, errOut, err := template(t, "--api-versions", "monitoring.coreos.com/v1", "--set", "monitoring.enabled=true")
+	g.Expect(err).NotTo(HaveOccurred(), errOut)
+	for _, want := range monitoringObjects(decode(t, rendered)) {
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(want.GroupVersionKind())
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(want), live)).To(Succeed(), "%s %s", want.GetKind(), want.GetName())
+		if want.GetAPIVersion() == "monitoring.coreos.com/v1" {
+			g.Expect(live.Object["spec"]).To(Equal(want.Object["spec"]), "%s %s as rendered, no field pruned", want.GetKind(), want.GetName())
+		}
+	}
 }
