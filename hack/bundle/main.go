@@ -237,8 +237,11 @@ func buildCSV(root string, crds []apiextensionsv1.CustomResourceDefinition, imag
 	csv.Kind = operatorsv1alpha1.ClusterServiceVersionKind
 	csv.Name = packageName + ".v" + operatorVersion
 	csv.Annotations = map[string]string{
-		"alm-examples":   examples,
-		"capabilities":   "Basic Install",
+		"alm-examples": examples,
+		// Level 4 of the operator capability model: installs, upgrades through the channel (make e2e-olm), backs up
+		// and keeps its CA across reinstalls (docs/backup-restore.md), recovers from lost replicas, and gives metrics,
+		// alerts with runbooks, Events and dashboards (docs/monitoring.md).
+		"capabilities":   "Deep Insights",
 		"categories":     "Networking,Security",
 		"containerImage": containerImage,
 		"description":    "Reverse tunnels from the Open Cluster Management hub to every managed cluster, through forward proxies.",
