@@ -152,6 +152,19 @@ func (s *System) installOperator(ctx context.Context) error {
 	return s.exposeProxyServers(ctx)
 }
 
+// Reinstall installs the operator again after 'helm uninstall', as the system first did: the README's helm install with
+// HelmValues, the add-on on every cluster, then it waits until every cluster is Available. What the uninstall left
+// (the signer CA, users' objects) is taken as it is.
+func (s *System) Reinstall(ctx context.Context) error {
+	if err := s.installOperator(ctx); err != nil {
+		return err
+	}
+	if err := s.installAddOns(ctx); err != nil {
+		return err
+	}
+	return s.waitAvailable(ctx)
+}
+
 // exposeProxyServers exposes the proxy-servers on the hub's node: the agent port at EntrypointPort, the frontends and
 // the user-server at their NodePorts.
 func (s *System) exposeProxyServers(ctx context.Context) error {

@@ -10,11 +10,13 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 )
@@ -58,6 +60,36 @@ func highAvailability() {
 				// The deleted replica keeps accepting for its lame duck, and the replacement turns Ready only once it
 				// holds every cluster.
 				Expect(loops.stop("while a proxy-server pod was deleted")).To(BeEmpty())
+			})
+
+			It("keeps serving through kubectl drain of the hub's node with no failed request: the PodDisruptionBudget lets one proxy-server go at a time", func() {
+				Expect(sys.HubClient.Get(ctx(), types(localsystem.Namespace, proxyv1alpha1.DefaultConfigurationName), &policyv1.PodDisruptionBudget{})).To(Succeed())
+				node := strings.TrimPrefix(strings.TrimSpace(shell("kubectl get nodes -o name")), "node/")
+				loops := startHALoops()
+				DeferCleanup(func() { shell("kubectl uncordon " + node) })
+				// The proxy-servers alone: the hub has one node, where the manager and OCM's controllers run one replica each.
+				out, err := kubeclient.Kubectl(sys.Hub.Kubeconfig, "drain", node, "--pod-selector="+proxyv1alpha1.ComponentLabel+"="+proxyv1alpha1.ComponentProxyServer,
+					"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=40s")
+				// The first eviction's replacement cannot be scheduled on the cordoned node, so the budget refuses every
+				// further eviction until the drain gives up: two replicas serve throughout.
+				Expect(err).To(HaveOccurred(), "the budget stops the drain: %s", out)
+				Expect(err.Error()).To(ContainSubstring("disruption budget"))
+				Eventually(func(g Gomega) {
+					pods := &corev1.PodList{}
+					g.Expect(sys.HubClient.List(ctx(), pods, client.InNamespace(localsystem.Namespace), client.MatchingLabels(proxyServerLabels))).To(Succeed())
+					ready := 0
+					for _, p := range pods.Items {
+						for _, c := range p.Status.Conditions {
+							if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+								ready++
+							}
+						}
+					}
+					g.Expect(ready).To(Equal(2), "one replica evicted, its replacement pending on the cordoned node")
+				}).Should(Succeed())
+				shell("kubectl uncordon " + node)
+				expectAgentsOnEveryReplica(3)
+				Expect(loops.stop("while kubectl drain evicted proxy-servers")).To(BeEmpty())
 			})
 
 			It("serves through a SIGKILL of a proxy-server process with no failed request", func() {
