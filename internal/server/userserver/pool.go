@@ -164,6 +164,11 @@ func (p *pool) cluster(name string) *clusterPool {
 	return loadOrCreate(&p.mu, p.clusters, name, func() *clusterPool {
 		c := &clusterPool{name: name, slots: make(chan struct{}, p.maxConns), services: map[ServiceRef]*serviceRoute{}}
 		c.proxy = p.newTransport(func(ctx context.Context) (net.Conn, error) { return p.dial(ctx, c) })
+		// The cluster's tunnel series exist from its first request, at zero, so a rate of failures reads 0 rather than
+		// nothing until the first one.
+		tunnelsOpened.WithLabelValues(name)
+		tunnelDialFailures.WithLabelValues(name)
+		tunnelsOpen.WithLabelValues(name)
 		return c
 	})
 }
