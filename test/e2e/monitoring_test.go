@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,7 +16,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -48,9 +51,12 @@ func monitoring() {
 		BeforeAll(func() {
 			dir := filepath.Join(workDir, "prometheus")
 			Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
-			config := prometheusConfig(dir)
+			jobs := scrapeJobs()
+			discovery, stop := context.WithCancel(ctx())
+			DeferCleanup(stop)
+			discoverTargets(discovery, dir, jobs)
 			var err error
-			prom, err = promserver.Start(ctx(), dir, config)
+			prom, err = promserver.Start(ctx(), dir, prometheusConfig(dir, jobs))
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(prom.Stop)
 		})
@@ -89,7 +95,7 @@ func monitoring() {
 				for _, q := range queries {
 					v := must(prom.Query(ctx(), q.expr))
 					results[q.expr] = v
-					if len(v) == 0 {
+					if len(v) == 0 && !troublePanels[q.panel] {
 						empty = append(empty, q.String())
 					}
 				}
@@ -145,6 +151,18 @@ func monitoring() {
 			for _, other := range must(prom.Firing(ctx(), "ClusterProxyTunnelDown")) {
 				Expect(string(other.Labels["cluster"])).To(Equal(cluster), "only the cluster that was cut")
 			}
+			// The panels that list trouble, empty while every cluster is well, show the cluster that was cut.
+			var trouble []dashboardQuery
+			results := map[string]model.Vector{}
+			for _, q := range dashboardQueries() {
+				if troublePanels[q.panel] {
+					trouble = append(trouble, q)
+					results[q.expr] = must(prom.Query(ctx(), q.expr))
+					Expect(results[q.expr]).To(ContainElement(HaveField("Metric", HaveKeyWithValue(model.LabelName("cluster"), model.LabelValue(cluster)))), q.String())
+				}
+			}
+			Expect(trouble).To(HaveLen(len(troublePanels)))
+			printResults("the panels that list trouble, with "+cluster+" cut off", trouble, results)
 
 			reconnect()
 			back := time.Now()
@@ -157,63 +175,111 @@ func monitoring() {
 	})
 }
 
-// prometheusConfig scrapes the hub's manager and proxy-servers and each managed cluster's agents through their
-// kube-apiserver's pod proxy (with each cluster's admin credentials, written to dir), every scrapeEvery, and loads the
-// chart's alerts.
-func prometheusConfig(dir string) []byte {
-	GinkgoHelper()
-	type cred struct{ CAFile, CertFile, KeyFile string }
-	credentials := func(name string, cfg *rest.Config) cred {
-		c := cred{filepath.Join(dir, name+"-ca.crt"), filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")}
-		Expect(os.WriteFile(c.CAFile, cfg.CAData, 0o600)).To(Succeed())
-		Expect(os.WriteFile(c.CertFile, cfg.CertData, 0o600)).To(Succeed())
-		Expect(kubeclient.WritePrivateFile(c.KeyFile, cfg.KeyData)).To(Succeed())
-		return c
-	}
-	tls := func(c cred) map[string]any {
-		return map[string]any{"ca_file": c.CAFile, "cert_file": c.CertFile, "key_file": c.KeyFile}
-	}
-	// job scrapes port of the pods selected by selector in namespace ("" every namespace) of the cluster at cfg.
-	job := func(name string, cfg *rest.Config, c cred, namespace, selector string, port int32, labels map[string]string) map[string]any {
-		server := strings.TrimPrefix(cfg.Host, "https://")
-		sd := map[string]any{"role": "pod", "api_server": cfg.Host, "tls_config": tls(c),
-			"selectors": []any{map[string]any{"role": "pod", "label": selector}}}
-		if namespace != "" {
-			sd["namespaces"] = map[string]any{"names": []string{namespace}}
-		}
-		relabel := []any{
-			map[string]any{"source_labels": []string{"__meta_kubernetes_pod_phase"}, "regex": "Running", "action": "keep"},
-			map[string]any{"source_labels": []string{"__meta_kubernetes_namespace", "__meta_kubernetes_pod_name"},
-				"regex": "(.+);(.+)", "target_label": "__metrics_path__",
-				"replacement": fmt.Sprintf("/api/v1/namespaces/$1/pods/$2:%d/proxy/metrics", port)},
-			map[string]any{"target_label": "__address__", "replacement": server},
-			map[string]any{"source_labels": []string{"__meta_kubernetes_namespace"}, "target_label": "namespace"},
-			map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"},
-		}
-		for k, v := range labels {
-			relabel = append(relabel, map[string]any{"target_label": k, "replacement": v})
-		}
-		return map[string]any{"job_name": name, "scheme": "https", "tls_config": tls(c), "honor_labels": false,
-			"kubernetes_sd_configs": []any{sd}, "relabel_configs": relabel}
-	}
-	hub := credentials("hub", sys.Hub.Config)
+// scrapeJob is what one job of the monitoring spec's Prometheus scrapes: port of the pods labelled selector in
+// namespace ("" every namespace) of one cluster, through that cluster's kube-apiserver's pod proxy.
+type scrapeJob struct {
+	name      string
+	cfg       *rest.Config
+	pods      client.Client
+	namespace string
+	selector  map[string]string
+	port      int32
+	labels    map[string]string // added to every series (a managed cluster's name)
+}
+
+// scrapeJobs are the manager, the proxy-servers, and each managed cluster's agents.
+func scrapeJobs() []scrapeJob {
 	serverHealth := contract.PortsOf(&proxyv1alpha1.ManagedProxyConfiguration{}).HealthServer
-	jobs := []any{
-		job(managerJob, sys.Hub.Config, hub, localsystem.Namespace, "app.kubernetes.io/name=cluster-proxy-operator", 8080, nil),
-		job(proxyServerJob, sys.Hub.Config, hub, localsystem.Namespace,
-			proxyv1alpha1.ComponentLabel+"="+proxyv1alpha1.ComponentProxyServer, serverHealth, nil),
+	jobs := []scrapeJob{
+		{name: managerJob, cfg: sys.Hub.Config, pods: sys.HubClient, namespace: localsystem.Namespace, selector: managerLabels, port: 8080},
+		{name: proxyServerJob, cfg: sys.Hub.Config, pods: sys.HubClient, namespace: localsystem.Namespace, selector: proxyServerLabels, port: serverHealth},
 	}
 	for _, c := range sys.Managed {
-		jobs = append(jobs, job(agentJobPrefix+c.Name(), c.Config, credentials(c.Name(), c.Config), "",
-			proxyv1alpha1.ComponentLabel+"=proxy-agent", contract.AgentHealthPort, map[string]string{"cluster": c.Name()}))
+		jobs = append(jobs, scrapeJob{name: agentJobPrefix + c.Name(), cfg: c.Config, pods: managedClient(c.Name()),
+			selector: agentLabels, port: contract.AgentHealthPort, labels: map[string]string{"cluster": c.Name()}})
+	}
+	return jobs
+}
+
+// prometheusConfig scrapes every job every scrapeEvery with its cluster's admin credentials (written to dir), from
+// the targets discoverTargets writes to dir (file_sd: Debian's Prometheus is built without kubernetes_sd), and loads
+// the chart's alerts.
+func prometheusConfig(dir string, jobs []scrapeJob) []byte {
+	GinkgoHelper()
+	var scrape []any
+	for _, j := range jobs {
+		prefix := filepath.Join(dir, strings.ReplaceAll(j.name, "/", "_"))
+		ca, cert, key := prefix+"-ca.crt", prefix+".crt", prefix+".key"
+		Expect(os.WriteFile(ca, j.cfg.CAData, 0o600)).To(Succeed())
+		Expect(os.WriteFile(cert, j.cfg.CertData, 0o600)).To(Succeed())
+		Expect(kubeclient.WritePrivateFile(key, j.cfg.KeyData)).To(Succeed())
+		scrape = append(scrape, map[string]any{
+			"job_name": j.name, "scheme": "https",
+			"tls_config":      map[string]any{"ca_file": ca, "cert_file": cert, "key_file": key},
+			"file_sd_configs": []any{map[string]any{"files": []string{targetsFile(dir, j)}, "refresh_interval": scrapeEvery}},
+		})
 	}
 	config := map[string]any{
 		"global":         map[string]any{"scrape_interval": scrapeEvery, "evaluation_interval": scrapeEvery, "scrape_timeout": "4s"},
 		"rule_files":     []string{filepath.Join(repo.Root(), "charts", "cluster-proxy", "files", "alerts.yaml")},
-		"scrape_configs": jobs,
+		"scrape_configs": scrape,
 	}
 	return must(yaml.Marshal(config))
 }
+
+func targetsFile(dir string, j scrapeJob) string {
+	return filepath.Join(dir, strings.ReplaceAll(j.name, "/", "_")+"-targets.json")
+}
+
+// discoverTargets writes each job's running pods as file_sd targets, every scrapeEvery until ctx ends, as a Prometheus
+// with kubernetes_sd would find them: the kube-apiserver's address, the pod's proxy path, its namespace and name.
+func discoverTargets(c context.Context, dir string, jobs []scrapeJob) {
+	write := func() {
+		for _, j := range jobs {
+			pods := &corev1.PodList{}
+			opts := []client.ListOption{client.MatchingLabels(j.selector)}
+			if j.namespace != "" {
+				opts = append(opts, client.InNamespace(j.namespace))
+			}
+			if err := j.pods.List(c, pods, opts...); err != nil {
+				continue // a cluster cut off the network: its last targets stand
+			}
+			groups := []any{}
+			for _, p := range pods.Items {
+				if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+					continue
+				}
+				labels := map[string]string{"__metrics_path__": fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics", p.Namespace, p.Name, j.port),
+					"namespace": p.Namespace, "pod": p.Name}
+				for k, v := range j.labels {
+					labels[k] = v
+				}
+				groups = append(groups, map[string]any{"targets": []string{strings.TrimPrefix(j.cfg.Host, "https://")}, "labels": labels})
+			}
+			raw := must(json.Marshal(groups))
+			// Written aside, then renamed: Prometheus never reads half a file.
+			tmp := targetsFile(dir, j) + ".tmp"
+			if os.WriteFile(tmp, raw, 0o600) == nil {
+				_ = os.Rename(tmp, targetsFile(dir, j))
+			}
+		}
+	}
+	write()
+	go func() {
+		defer GinkgoRecover()
+		for {
+			select {
+			case <-c.Done():
+				return
+			case <-time.After(5 * time.Second):
+				write()
+			}
+		}
+	}()
+}
+
+// troublePanels list what is wrong, so they are empty while every cluster is well; the network cut must show in them.
+var troublePanels = map[string]bool{"Clusters not Available: conditions not True": true}
 
 // dashboardQuery is one query of a shipped dashboard, its variables replaced.
 type dashboardQuery struct{ dashboard, panel, expr string }
