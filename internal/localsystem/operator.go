@@ -138,6 +138,14 @@ func (s *System) HubClientFiles(ctx context.Context, dir string) (cert, key, ca 
 // installOperator runs the README's helm install with HelmValues, then exposes the proxy-servers on the hub's node:
 // the agent port at EntrypointPort, the frontends and the user-server at their NodePorts.
 func (s *System) installOperator(ctx context.Context) error {
+	if err := s.helmInstall(ctx); err != nil {
+		return err
+	}
+	return s.exposeProxyServers(ctx)
+}
+
+// helmInstall runs the README's helm install with HelmValues.
+func (s *System) helmInstall(ctx context.Context) error {
 	args := []string{"install", "-n", Namespace, "--create-namespace", "cluster-proxy", filepath.Join(repo.Root(), "charts", "cluster-proxy")}
 	values, err := s.HelmValues()
 	if err != nil {
@@ -146,17 +154,15 @@ func (s *System) installOperator(ctx context.Context) error {
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
-	if _, err := s.Helm(ctx, args...); err != nil {
-		return err
-	}
-	return s.exposeProxyServers(ctx)
+	_, err = s.Helm(ctx, args...)
+	return err
 }
 
 // Reinstall installs the operator again after 'helm uninstall', as the system first did: the README's helm install with
 // HelmValues, the add-on on every cluster, then it waits until every cluster is Available. What the uninstall left
-// (the signer CA, users' objects) is taken as it is.
+// (the signer CA, users' objects, the system's NodePort Services) is taken as it is.
 func (s *System) Reinstall(ctx context.Context) error {
-	if err := s.installOperator(ctx); err != nil {
+	if err := s.helmInstall(ctx); err != nil {
 		return err
 	}
 	if err := s.installAddOns(ctx); err != nil {

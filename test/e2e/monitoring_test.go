@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -78,13 +79,25 @@ func monitoring() {
 		})
 
 		It("answers every dashboard query with series from the system", func() {
-			// Requests to every cluster through both ways in, so that request series exist for each.
+			// Requests to every cluster through both ways in, all along, so that the request panels show rates and
+			// latencies rather than zeros.
+			traffic, stopTraffic := context.WithCancel(ctx())
+			defer stopTraffic()
 			for _, cluster := range clusterNames() {
 				user := userKubeconfig(cluster, "monitoring", viewerToken(cluster))
 				viaHub := viaHubKubeconfig(cluster, "monitoring", "")
-				for range 3 {
-					Expect(kubeclient.Kubectl(user, "get", "namespaces")).To(ContainSubstring("default"))
-					Expect(kubeclient.Kubectl(viaHub, "get", "namespaces")).To(ContainSubstring("default"))
+				for _, kc := range []string{user, viaHub} {
+					Expect(kubeclient.Kubectl(kc, "get", "namespaces")).To(ContainSubstring("default"))
+					rc := must(kubernetes.NewForConfig(userRESTConfig(kc))).Discovery().RESTClient()
+					go func() {
+						for traffic.Err() == nil {
+							_, _ = rc.Get().AbsPath("/api/v1/namespaces/default").DoRaw(traffic)
+							select {
+							case <-traffic.Done():
+							case <-time.After(200 * time.Millisecond):
+							}
+						}
+					}()
 				}
 			}
 			queries := dashboardQueries()
