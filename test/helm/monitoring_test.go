@@ -80,20 +80,14 @@ func TestMonitoringRendersScrapeObjectsAlertsAndDashboards(t *testing.T) {
 	svc := find(objs, "Service", namespace, "cluster-proxy-addon-manager-metrics")
 	g.Expect(svc).NotTo(BeNil())
 	selector, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
-	g.Expect(selector).NotTo(BeEmpty())
-	for k, v := range selector {
-		g.Expect(podLabels).To(HaveKeyWithValue(k, v), "the metrics Service selects the manager's pods")
-	}
+	expectSelects(g, selector, podLabels, "the metrics Service selects the manager's pods")
 	svcPorts, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
 	g.Expect(svcPorts).To(ConsistOf(And(HaveKeyWithValue("name", "metrics"), HaveKeyWithValue("targetPort", "metrics"))))
 
 	sm := find(objs, "ServiceMonitor", namespace, "cluster-proxy-addon-manager")
 	g.Expect(sm).NotTo(BeNil())
 	smSelector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
-	svcLabels := svc.GetLabels()
-	for k, v := range smSelector {
-		g.Expect(svcLabels).To(HaveKeyWithValue(k, v), "the ServiceMonitor selects the metrics Service")
-	}
+	expectSelects(g, smSelector, svc.GetLabels(), "the ServiceMonitor selects the metrics Service")
 	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 	g.Expect(endpoints).To(ConsistOf(And(HaveKeyWithValue("port", "metrics"), HaveKeyWithValue("path", "/metrics"))))
 
@@ -151,6 +145,14 @@ func TestMonitoringInstallsOnAHubWithoutThePrometheusOperator(t *testing.T) {
 	g.Expect(dashboards.Items).To(BeEmpty())
 }
 
+// expectSelects fails unless selector is not empty and labels hold every one of its pairs.
+func expectSelects(g Gomega, selector, labels map[string]string, what string) {
+	g.Expect(selector).NotTo(BeEmpty(), what)
+	for k, v := range selector {
+		g.Expect(labels).To(HaveKeyWithValue(k, v), what)
+	}
+}
+
 // monitoringCRDs are the prometheus-operator's CRDs the chart's monitoring objects need, as make monitoring-crds writes
 // them from the prometheus-operator's API module.
 var monitoringCRDs = []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_podmonitors.yaml",
@@ -182,7 +184,13 @@ func TestMonitoringInstallsOnAHubWithThePrometheusOperatorsCRDs(t *testing.T) {
 	defer cancel()
 	rendered, errOut, err := template(t, "--api-versions", "monitoring.coreos.com/v1", "--set", "monitoring.enabled=true")
 	g.Expect(err).NotTo(HaveOccurred(), errOut)
-	for _, want := range monitoringObjects(decode(t, rendered)) {
+	wanted := monitoringObjects(decode(t, rendered))
+	var kinds []string
+	for _, o := range wanted {
+		kinds = append(kinds, o.GetKind())
+	}
+	g.Expect(kinds).To(ContainElements(append(monitoringKinds, "Service", "ConfigMap")), "what the install must have created")
+	for _, want := range wanted {
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(want.GroupVersionKind())
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(want), live)).To(Succeed(), "%s %s", want.GetKind(), want.GetName())
