@@ -56,6 +56,7 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/scheme"
@@ -84,25 +85,21 @@ func types(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace
 
 func clusterNames() []string { return sys.Clusters() }
 
-func managedConfig(cluster string) *rest.Config {
+// managedCluster is the managed cluster named name.
+func managedCluster(name string) *realcluster.Cluster {
+	GinkgoHelper()
 	for _, c := range sys.Managed {
-		if c.Name() == cluster {
-			return c.Config
+		if c.Name() == name {
+			return c
 		}
 	}
-	Fail("no managed cluster " + cluster)
+	Fail("no managed cluster " + name)
 	return nil
 }
 
-func managedKubeconfig(cluster string) string {
-	for _, c := range sys.Managed {
-		if c.Name() == cluster {
-			return c.Kubeconfig
-		}
-	}
-	Fail("no managed cluster " + cluster)
-	return ""
-}
+func managedConfig(cluster string) *rest.Config { return managedCluster(cluster).Config }
+
+func managedKubeconfig(cluster string) string { return managedCluster(cluster).Kubeconfig }
 
 func managedClient(cluster string) client.Client {
 	return must(client.New(managedConfig(cluster), client.Options{Scheme: scheme.New()}))

@@ -17,7 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -26,9 +26,9 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem"
-	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/realcluster"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/promserver"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/requestloop"
 )
 
 // The jobs the monitoring spec's Prometheus scrapes: named as the chart's ServiceMonitor and PodMonitor name theirs
@@ -81,24 +81,16 @@ func monitoring() {
 		It("answers every dashboard query with series from the system", func() {
 			// Requests to every cluster through both ways in, all along, so that the request panels show rates and
 			// latencies rather than zeros.
-			traffic, stopTraffic := context.WithCancel(ctx())
-			defer stopTraffic()
+			var loops []*requestloop.Loop
 			for _, cluster := range clusterNames() {
-				user := userKubeconfig(cluster, "monitoring", viewerToken(cluster))
-				viaHub := viaHubKubeconfig(cluster, "monitoring", "")
-				for _, kc := range []string{user, viaHub} {
-					Expect(kubeclient.Kubectl(kc, "get", "namespaces")).To(ContainSubstring("default"))
-					rc := must(kubernetes.NewForConfig(userRESTConfig(kc))).Discovery().RESTClient()
-					go func() {
-						for traffic.Err() == nil {
-							_, _ = rc.Get().AbsPath("/api/v1/namespaces/default").DoRaw(traffic)
-							select {
-							case <-traffic.Done():
-							case <-time.After(200 * time.Millisecond):
-							}
-						}
-					}()
+				for _, kc := range []string{userKubeconfig(cluster, "monitoring", viewerToken(cluster)), viaHubKubeconfig(cluster, "monitoring", "")} {
+					l := must(requestloop.Start(userRESTConfig(kc), 200*time.Millisecond))
+					DeferCleanup(func() { l.Stop() })
+					loops = append(loops, l)
 				}
+			}
+			for _, l := range loops {
+				Eventually(l.Succeeded).Should(BeNumerically(">", 0), "every way in answers")
 			}
 			queries := dashboardQueries()
 			Expect(queries).NotTo(BeEmpty())
@@ -123,6 +115,7 @@ func monitoring() {
 			Eventually(func(g Gomega) {
 				var missing []string
 				for _, a := range alerts {
+					g.Expect(metricNames(a.Expr)).NotTo(BeEmpty(), "%s reads no metric this check knows", a.Alert)
 					for _, name := range metricNames(a.Expr) {
 						if len(must(prom.Query(ctx(), fmt.Sprintf("count({__name__=%q})", name)))) == 0 {
 							missing = append(missing, a.Alert+": "+name)
@@ -247,7 +240,7 @@ func targetsFile(dir string, j scrapeJob) string {
 // discoverTargets writes each job's running pods as file_sd targets, every scrapeEvery until ctx ends, as a Prometheus
 // with kubernetes_sd would find them: the kube-apiserver's address, the pod's proxy path, its namespace and name.
 func discoverTargets(c context.Context, dir string, jobs []scrapeJob) {
-	write := func() {
+	write := func(c context.Context) {
 		for _, j := range jobs {
 			pods := &corev1.PodList{}
 			opts := []client.ListOption{client.MatchingLabels(j.selector)}
@@ -277,18 +270,8 @@ func discoverTargets(c context.Context, dir string, jobs []scrapeJob) {
 			}
 		}
 	}
-	write()
-	go func() {
-		defer GinkgoRecover()
-		for {
-			select {
-			case <-c.Done():
-				return
-			case <-time.After(5 * time.Second):
-				write()
-			}
-		}
-	}()
+	write(c) // before Prometheus starts, which then finds targets at once
+	go wait.UntilWithContext(c, write, 5*time.Second)
 }
 
 // troublePanels list what is wrong, so they are empty while every cluster is well; the network cut must show in them.
@@ -390,16 +373,4 @@ func printResults(what string, queries []dashboardQuery, results map[string]mode
 		}
 		GinkgoWriter.Printf("  %s\n    -> %s\n", q, strings.Join(samples, "; "))
 	}
-}
-
-// managedCluster is the node of the managed cluster named name.
-func managedCluster(name string) *realcluster.Cluster {
-	GinkgoHelper()
-	for _, c := range sys.Managed {
-		if c.Name() == name {
-			return c
-		}
-	}
-	Fail("no managed cluster " + name)
-	return nil
 }

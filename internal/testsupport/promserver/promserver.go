@@ -16,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/localsystem/ports"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/process"
 )
 
@@ -40,10 +42,7 @@ func Start(ctx context.Context, dir string, config []byte) (*Server, error) {
 	if err := os.WriteFile(configPath, config, 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	port := ports.Free()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	proc, err := process.Run(process.Command{
 		Path: Binary,
@@ -61,23 +60,23 @@ func Start(ctx context.Context, dir string, config []byte) (*Server, error) {
 		return nil, err
 	}
 	s.API = promv1.NewAPI(client)
-	for {
+	logPath := filepath.Join(dir, "prometheus.log")
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if exited, _ := proc.Exited(); exited {
+			return false, fmt.Errorf("prometheus ended before it was ready: see %s", logPath)
+		}
 		resp, err := http.Get(s.URL + "/-/ready")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
+		if err != nil {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			proc.Stop()
-			return nil, fmt.Errorf("prometheus not ready (log %s): %w", filepath.Join(dir, "prometheus.log"), ctx.Err())
-		case <-proc.Done():
-			return nil, fmt.Errorf("prometheus ended before it was ready: see %s", filepath.Join(dir, "prometheus.log"))
-		case <-time.After(200 * time.Millisecond):
-		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		proc.Stop()
+		return nil, fmt.Errorf("prometheus not ready (log %s): %w", logPath, err)
 	}
+	return s, nil
 }
 
 // Query evaluates expr now and returns its samples (a scalar as one sample without labels).
@@ -116,14 +115,4 @@ func (s *Server) Stop() {
 	if s != nil && s.proc != nil {
 		s.proc.Stop()
 	}
-}
-
-// freePort is a port of 127.0.0.1 nothing listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
