@@ -354,8 +354,9 @@ func (r *Reconciler) writeSignerSecret(ctx context.Context, mpc *proxyv1alpha1.M
 
 // disownSignerSecret removes the owner references to a ManagedProxyConfiguration that the signer secret carries
 // from operators before it outlived its configuration: the garbage collector would delete the CA every agent and hub
-// client trusts with the configuration (helm uninstall deletes it). apply.Ensure cannot drop them, since it writes
-// only when a rendered field differs; steady state, with none left, writes nothing.
+// client trusts with the configuration (helm uninstall deletes it). The secret is applied only when its CA changes,
+// so the render without an owner reference would never reach one written before; steady state, with none left,
+// writes nothing.
 func (r *Reconciler) disownSignerSecret(ctx context.Context, mpc *proxyv1alpha1.ManagedProxyConfiguration) error {
 	live := &corev1.Secret{}
 	if err := r.Client.Get(ctx, signer.SecretKey(mpc), live); err != nil {

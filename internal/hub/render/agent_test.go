@@ -536,28 +536,19 @@ func TestAgentWork(t *testing.T) {
 		{
 			name: "spec.proxyAgent.resources land on the container when no resourceRequirements entry matches it",
 			modify: func(in *AgentInput) {
-				in.MPC.Spec.ProxyAgent.Resources = &corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
-				}
+				in.MPC.Spec.ProxyAgent.Resources = configurationAgentResources()
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ResourceRequirements: []addonv1alpha1.ContainerResourceRequirements{
 					{ContainerID: "deployments:other:proxy-agent", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}},
 				}})
 			},
 			check: func(g Gomega, _ *workv1.ManifestWork, _ *AgentSummary, o agentObjects) {
-				g.Expect(o.container().Resources).To(Equal(corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
-				}))
+				g.Expect(o.container().Resources).To(Equal(*configurationAgentResources()))
 			},
 		},
 		{
 			name: "a matching resourceRequirements entry replaces spec.proxyAgent.resources as a whole",
 			modify: func(in *AgentInput) {
-				in.MPC.Spec.ProxyAgent.Resources = &corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
-				}
+				in.MPC.Spec.ProxyAgent.Resources = configurationAgentResources()
 				withADC(in, addonv1alpha1.AddOnDeploymentConfigSpec{ResourceRequirements: []addonv1alpha1.ContainerResourceRequirements{
 					{ContainerID: "*:*:proxy-agent", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}}},
 				}})
@@ -1021,4 +1012,12 @@ func TestTheCredentialsSecretIsNamedByItsContent(t *testing.T) {
 	g.Expect(proxyCredentials("ns", proxyenv.Settings{HTTPSProxy: "https://u:one@proxy.example.com"}).Name).To(Equal(a.Name))
 	g.Expect(proxyenv.Settings{HTTPSProxy: "https://proxy.example.com"}.HasCredentials()).To(BeFalse())
 	g.Expect(proxyenv.Settings{HTTPProxy: "http://u@proxy.example.com"}.HasCredentials()).To(BeTrue())
+}
+
+// configurationAgentResources are a configuration's spec.proxyAgent.resources in the tests that read them.
+func configurationAgentResources() *corev1.ResourceRequirements {
+	return &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("96Mi")},
+	}
 }
