@@ -84,7 +84,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect lists the cached objects and reports them. A list that fails (the cache not synced yet) reports nothing of
+// Collect lists the cached objects, read-only and uncopied (a scrape of a large hub would copy every cluster's status),
+// and reports them. A list that fails (the cache not synced yet) reports nothing of
 // that kind rather than zeros that would read as "every cluster down".
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	select {
@@ -95,19 +96,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	var statuses proxyv1alpha1.ClusterProxyStatusList
-	if err := c.reader.List(ctx, &statuses); err == nil {
+	if err := c.reader.List(ctx, &statuses, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range statuses.Items {
 			ClusterMetrics(&statuses.Items[i], ch)
 		}
 	}
 	var certificates proxyv1alpha1.ProxyCertificateList
-	if err := c.reader.List(ctx, &certificates); err == nil {
+	if err := c.reader.List(ctx, &certificates, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range certificates.Items {
 			CertificateMetrics(&certificates.Items[i], ch)
 		}
 	}
 	var configurations proxyv1alpha1.ManagedProxyConfigurationList
-	if err := c.reader.List(ctx, &configurations); err == nil {
+	if err := c.reader.List(ctx, &configurations, client.UnsafeDisableDeepCopy); err == nil {
 		for i := range configurations.Items {
 			ConfigurationMetrics(&configurations.Items[i], ch)
 		}
