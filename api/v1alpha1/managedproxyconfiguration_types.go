@@ -40,6 +40,15 @@ type ManagedProxyConfigurationSpec struct {
 	// --tls-profile-namespace), else TLS 1.2 and Go's secure cipher suites.
 	// +optional
 	TLSProfile *ManagedProxyConfigurationTLSProfile `json:"tlsProfile,omitempty"`
+	// audit records every request the proxy-servers send to a managed cluster, through the hub's aggregated API and
+	// the user-server, as audit.k8s.io/v1 events: to a rotated file, to a webhook, or both. Unset: no audit events
+	// (the access log line per request stays).
+	// +optional
+	Audit *ManagedProxyConfigurationAudit `json:"audit,omitempty"`
+	// sessionRecording records exec and attach sessions (kubectl exec, attach and debug) through the proxy-servers as
+	// asciicast v2 files. Unset: sessions are not recorded.
+	// +optional
+	SessionRecording *ManagedProxyConfigurationSessionRecording `json:"sessionRecording,omitempty"`
 }
 
 // ManagedProxyConfigurationTLSProfile is a TLS security profile.

@@ -42,6 +42,9 @@ type Settings struct {
 	HubAuthorization    proxyv1alpha1.HubAuthorization                          `json:"hubAuthorization,omitempty"`
 	ServerResources     *corev1.ResourceRequirements                            `json:"serverResources,omitempty"`
 	AgentResources      *corev1.ResourceRequirements                            `json:"agentResources,omitempty"`
+	// Audit and SessionRecording leave the records on: an update by an older client must not turn them off unseen.
+	Audit            *proxyv1alpha1.ManagedProxyConfigurationAudit            `json:"audit,omitempty"`
+	SessionRecording *proxyv1alpha1.ManagedProxyConfigurationSessionRecording `json:"sessionRecording,omitempty"`
 }
 
 // The defaults the API server fills in again when a client drops the field.
@@ -55,7 +58,7 @@ func Of(mpc *proxyv1alpha1.ManagedProxyConfiguration) Settings {
 	spec := &mpc.Spec
 	s := Settings{HubUsers: spec.HubUsers, TLSProfile: spec.TLSProfile, ProvidedSigner: spec.Authentication.Signer.Provided,
 		AgentNodePlacements: spec.ProxyAgent.AgentNodePlacements, ServerResources: spec.ProxyServer.Resources,
-		AgentResources: spec.ProxyAgent.Resources}
+		AgentResources: spec.ProxyAgent.Resources, Audit: spec.Audit, SessionRecording: spec.SessionRecording}
 	if np := spec.NetworkPolicies; np != nil && np.Enabled {
 		s.NetworkPolicies = np
 	}
@@ -101,6 +104,8 @@ func (s Settings) Fields() []string {
 	add(s.HubAuthorization != "", "spec.userServer.hubAuthorization")
 	add(s.ServerResources != nil, "spec.proxyServer.resources")
 	add(s.AgentResources != nil, "spec.proxyAgent.resources")
+	add(s.Audit != nil, "spec.audit")
+	add(s.SessionRecording != nil, "spec.sessionRecording")
 	return out
 }
 
@@ -111,6 +116,7 @@ func (s Settings) applyTo(mpc *proxyv1alpha1.ManagedProxyConfiguration) {
 	spec.HubUsers, spec.TLSProfile, spec.NetworkPolicies = s.HubUsers, s.TLSProfile, s.NetworkPolicies
 	spec.Authentication.Signer.Provided, spec.ProxyAgent.AgentNodePlacements = s.ProvidedSigner, s.AgentNodePlacements
 	spec.ProxyServer.Resources, spec.ProxyAgent.Resources = s.ServerResources.DeepCopy(), s.AgentResources.DeepCopy()
+	spec.Audit, spec.SessionRecording = s.Audit.DeepCopy(), s.SessionRecording.DeepCopy()
 	if spec.Deploy == nil && s.HTTPConnectServer != 0 {
 		spec.Deploy = &proxyv1alpha1.ManagedProxyConfigurationDeploy{}
 	}

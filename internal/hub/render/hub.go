@@ -274,6 +274,7 @@ func ServerArgs(mpc *proxyv1alpha1.ManagedProxyConfiguration) []string {
 	if hu := mpc.Spec.HubUsers; hu != nil && hu.ServiceAccountGroups == proxyv1alpha1.ServiceAccountGroupsUnprefixed {
 		args = append(args, "--hub-service-account-groups=unprefixed")
 	}
+	args = append(args, recordArgs(mpc)...)
 	return append(args, mpc.Spec.ProxyServer.AdditionalArgs...)
 }
 
@@ -374,6 +375,12 @@ const FrontProxyConfigMapName = "extension-apiserver-authentication"
 // ServerDeployment runs the proxy servers. It mounts the certificate secrets, which are renewed in place: the
 // pod template does not change on renewal, so renewal restarts nothing.
 func ServerDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Deployment {
+	d := serverDeployment(mpc)
+	recordVolumes(mpc, &d.Spec.Template.Spec)
+	return d
+}
+
+func serverDeployment(mpc *proxyv1alpha1.ManagedProxyConfiguration) *appsv1.Deployment {
 	p := contract.PortsOf(mpc)
 	secrets := contract.SecretNamesOf(mpc)
 	np := mpc.Spec.ProxyServer.NodePlacement
