@@ -3,6 +3,7 @@
 //	kubectl cluster-proxy health                 probe every managed cluster through its tunnel now
 //	kubectl cluster-proxy kubeconfig <cluster>   a kubeconfig that reaches the cluster through the user-server
 //	kubectl-cluster_proxy credential             an exec credential plugin for the user-server (ClusterProfile)
+//	kubectl cluster-proxy sessions list|play     the recorded exec and attach sessions, and their replay
 //
 // It reads the hub with the current kubeconfig (--kubeconfig, --context). The proxy-server and user-server are
 // in-cluster Services; from outside the hub cluster, point their names at a port-forward with --resolve.
@@ -47,6 +48,12 @@ const usage = `Usage:
   kubectl-cluster_proxy credential [--token token | --token-file file] [flags]
       An exec credential plugin (client.authentication.k8s.io v1 and v1beta1) for the user-server: name it in a
       kubeconfig's exec or in the provider file of a ClusterProfile consumer (provider open-cluster-management).
+  kubectl cluster-proxy sessions list --dir <dir> [--cluster cluster] [--user user]
+      List the recorded exec and attach sessions under <dir>, laid out as the proxy-server writes them
+      (<dir>/<cluster>/<YYYY-MM-DD>/<session>.cast): SESSION, CLUSTER, USER, NAMESPACE, POD, CONTAINER, COMMAND,
+      STARTED and DURATION.
+  kubectl cluster-proxy sessions play <file|session> [--dir dir] [--speed 1] [--max-idle duration]
+      Replay a recording's output on stdout: --speed 2 twice as fast, 0 all at once; --max-idle caps its pauses.
 
 Flags for every command:
 `
@@ -106,7 +113,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	remaining := fs.Args()
 	if len(remaining) == 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: a command is required: health, kubeconfig or credential", errUsage)
+		return fmt.Errorf("%w: a command is required: health, kubeconfig, credential or sessions", errUsage)
 	}
 	command, rest := remaining[0], remaining[1:]
 	switch command {
@@ -128,9 +135,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		return c.run(stdout)
+	case "sessions":
+		return runSessions(ctx, g, rest, stdout, stderr)
 	default:
 		fs.Usage()
-		return fmt.Errorf("%w: unknown command %q: want health, kubeconfig or credential", errUsage, command)
+		return fmt.Errorf("%w: unknown command %q: want health, kubeconfig, credential or sessions", errUsage, command)
 	}
 }
 
