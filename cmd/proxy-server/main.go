@@ -32,9 +32,12 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/gateway"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/sessionrec"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/userserver"
 )
 
@@ -87,6 +90,10 @@ type config struct {
 	peerWait                          time.Duration
 	verbosity                         int
 	zap                               zap.Options
+	audit                             audit.Options
+	sessionRecordingDir               string
+	sessionRecordingStdin             bool
+	sessionRecordingFailClosed        bool
 }
 
 // parseFlags reads the command line render.ServerArgs produces; unknown flags and stray arguments are errors.
@@ -94,7 +101,7 @@ type config struct {
 const minFrontendQueueBytes = 64 << 10
 
 func parseFlags(args []string, output io.Writer) (*config, error) {
-	c := &config{}
+	c := &config{audit: audit.NewOptions()}
 	fs := flag.NewFlagSet("proxy-server", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.IntVar(&c.serverCount, "server-count", 1, "number of proxy-server replicas; agents connect to each")
@@ -187,6 +194,13 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 		"lost its last agent a dial to it waits for one to connect instead of failing (0: no wait)")
 	fs.DurationVar(&c.frontendKeepalive, "frontend-keepalive-time", server.DefaultKeepaliveTime, "how often the frontends ping idle clients")
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity (higher logs more), as ANP's -v")
+	c.audit.AddFlags(fs)
+	fs.StringVar(&c.sessionRecordingDir, "session-recording-dir", "", "folder exec and attach sessions are recorded in, as "+
+		"asciicast v2 files <cluster>/<date>/<session>.cast; empty records none")
+	fs.BoolVar(&c.sessionRecordingStdin, "session-recording-stdin", false, "record what is typed into sessions too "+
+		"(passwords included), not only their output")
+	fs.BoolVar(&c.sessionRecordingFailClosed, "session-recording-fail-closed", false, "refuse a session that cannot be "+
+		"recorded, and end one whose recording fails; without it such sessions go on unrecorded, logged and counted")
 	c.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -378,11 +392,22 @@ func main() {
 			return peerTLS.ClientConfig(host), nil
 		})
 	}
+	c.audit.Replica = c.serverID
+	var auditor *audit.Auditor
+	if c.audit.LogPath != "" || c.audit.WebhookKubeconfig != "" {
+		if auditor, err = audit.New(c.audit); err != nil {
+			log.Error(err, "Unable to set up the audit")
+			os.Exit(1)
+		}
+	}
 	hub, err := c.hubReviewer(log)
 	if err != nil {
 		log.Error(err, "Unable to reach the hub")
 		os.Exit(1)
 	}
+	opts.Audit = auditor
+	recorder := c.sessionRecorder(log)
+	opts.RecordSinks = func() []tunnelclient.RecordSink { return recordSinks(auditor, recorder) }
 	// A ProxyCertificate's client certificate reaches, on the frontends, the clusters the hub's RBAC grants it (none
 	// without a hub: a nil HubReviewer is a nil ClusterAuthorizer).
 	opts.Hub = hub
@@ -407,6 +432,9 @@ func main() {
 			DrainTimeout:          drainTimeout,
 			MinDrainDuration:      minDrainDuration,
 			AgentWarmup:           c.agentWarmup,
+			Audit:                 auditor,
+			Sessions:              recorder,
+			Replica:               c.serverID,
 		})
 	}
 
@@ -421,10 +449,37 @@ func main() {
 		}
 		srv.AddGateway(gw)
 	}
-	if err := srv.Run(ctx, user); err != nil {
+	// The audit's sinks outlive the drain: the events of the requests it ends are written before the process ends.
+	auditor.Run(ctx)
+	err = srv.Run(ctx, user)
+	auditor.Shutdown()
+	if err != nil {
 		log.Error(err, "The proxy-server stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// sessionRecorder records sessions in --session-recording-dir; nil without one.
+func (c *config) sessionRecorder(log logr.Logger) *sessionrec.Recorder {
+	if c.sessionRecordingDir == "" {
+		return nil
+	}
+	return sessionrec.New(sessionrec.Options{Sink: sessionrec.DirSink{Dir: c.sessionRecordingDir}, RecordStdin: c.sessionRecordingStdin,
+		FailClosed: c.sessionRecordingFailClosed, Logger: log.WithName("session-recording")})
+}
+
+// recordSinks is the state of the audit's sinks and the session recorder's as the manager reads it
+// (RecordsWritable).
+func recordSinks(auditor *audit.Auditor, recorder *sessionrec.Recorder) []tunnelclient.RecordSink {
+	var out []tunnelclient.RecordSink
+	for _, h := range auditor.Health() {
+		out = append(out, tunnelclient.RecordSink{Sink: "audit-" + h.Sink, Up: h.Up, Message: h.LastError})
+	}
+	if recorder != nil {
+		up, message := recorder.Health()
+		out = append(out, tunnelclient.RecordSink{Sink: tunnelclient.RecordSinkSessionRecording, Up: up, Message: message})
+	}
+	return out
 }
 
 // noWaitIfZero maps a flag's 0 ("no wait") to the negative duration server.Options means it by (0 is its default).

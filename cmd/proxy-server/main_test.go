@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,8 +15,11 @@ import (
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/allowlist"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/render"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/sessionrec"
 )
 
 func TestParsesTheCommandLineTheOperatorRenders(t *testing.T) {
@@ -157,5 +162,29 @@ func TestTakesTheAdoptedProxyClientsByFingerprintAndRefusesAnythingElse(t *testi
 	for _, bad := range []string{"abc", hex.EncodeToString(fp[:31]), strings.Repeat("zz", 32)} {
 		_, err := parseFlags(append(append([]string{}, base...), "--"+contract.AdoptedProxyClientFlag+"="+bad), io.Discard)
 		g.Expect(err).To(MatchError(ContainSubstring(contract.AdoptedProxyClientFlag)), bad)
+	}
+}
+
+func TestRecordSinksNameTheSinksAsTheManagerReadsThem(t *testing.T) {
+	dir := t.TempDir()
+	opts := audit.NewOptions()
+	opts.LogPath = dir + "/audit.log"
+	opts.WebhookKubeconfig = dir + "/webhook"
+	if err := os.WriteFile(opts.WebhookKubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: r\n  cluster: {server: 'https://127.0.0.1:1'}\n"+
+		"contexts:\n- name: r\n  context: {cluster: r}\ncurrent-context: r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auditor, err := audit.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auditor.Shutdown()
+	var names []string
+	for _, s := range recordSinks(auditor, sessionrec.New(sessionrec.Options{Sink: sessionrec.DirSink{Dir: dir}})) {
+		names = append(names, s.Sink)
+	}
+	want := []string{tunnelclient.RecordSinkAuditLog, tunnelclient.RecordSinkAuditWebhook, tunnelclient.RecordSinkSessionRecording}
+	if !slices.Equal(names, want) {
+		t.Fatalf("record sinks %v, want %v", names, want)
 	}
 }

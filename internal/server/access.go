@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
@@ -36,10 +40,17 @@ type frontendAccess struct {
 	hub     hubidentity.ClusterAuthorizer // nil: only the proxy-client
 	adopted map[[sha256.Size]byte]bool
 	log     logr.Logger
+	audit   *audit.Auditor // records every decision; nil records none
 }
 
-func newFrontendAccess(hub hubidentity.ClusterAuthorizer, adopted [][sha256.Size]byte, log logr.Logger) *frontendAccess {
-	a := &frontendAccess{hub: hub, adopted: make(map[[sha256.Size]byte]bool, len(adopted)), log: log}
+// The frontends, as the audit events name the way in.
+const (
+	viaGRPC        = "grpc"
+	viaHTTPConnect = "http-connect"
+)
+
+func newFrontendAccess(hub hubidentity.ClusterAuthorizer, adopted [][sha256.Size]byte, auditor *audit.Auditor, log logr.Logger) *frontendAccess {
+	a := &frontendAccess{hub: hub, adopted: make(map[[sha256.Size]byte]bool, len(adopted)), audit: auditor, log: log}
 	for _, fp := range adopted {
 		a.adopted[fp] = true
 	}
@@ -51,8 +62,38 @@ func fleetWide(cert *x509.Certificate) bool {
 	return contract.HasRole(cert, contract.ProxyClientRoleURI)
 }
 
-// check admits cert to cluster, or says why not with an *accessError.
-func (a *frontendAccess) check(ctx context.Context, cert *x509.Certificate, cluster string) error {
+// check admits cert to cluster through the frontend via, or says why not with an *accessError; the audit records the
+// decision either way (a dial's bytes and length are the agent's and the client's business: the event is the dial's).
+func (a *frontendAccess) check(ctx context.Context, via string, cert *x509.Certificate, cluster string) error {
+	err := a.decide(ctx, cert, cluster)
+	if a.audit != nil {
+		code := http.StatusOK
+		var refused *accessError
+		switch {
+		case errors.As(err, &refused) && refused.reason == FrontendRefusalHub:
+			code = http.StatusServiceUnavailable
+		case err != nil:
+			code = http.StatusForbidden
+		}
+		entry := a.audit.Begin(audit.Request{Via: via, Cluster: cluster, User: certificateUser(cert), Method: http.MethodConnect,
+			EscapedPath: cluster})
+		entry.Complete(code, 0, time.Time{})
+	}
+	return err
+}
+
+// certificateUser is whom a frontend client's certificate stands for: a ProxyCertificate's hub identity, else the
+// name and organizations the operator's CA signed into it.
+func certificateUser(cert *x509.Certificate) *hubidentity.Identity {
+	if ns, name, ok := contract.CertificateOf(cert); ok {
+		user, groups := contract.CertificateIdentity(ns, name)
+		return &hubidentity.Identity{User: user, Groups: groups}
+	}
+	return &hubidentity.Identity{User: cert.Subject.CommonName, Groups: cert.Subject.Organization}
+}
+
+// decide admits cert to cluster, or says why not with an *accessError.
+func (a *frontendAccess) decide(ctx context.Context, cert *x509.Certificate, cluster string) error {
 	if fleetWide(cert) || a.adopted[sha256.Sum256(cert.Raw)] {
 		return nil
 	}
@@ -78,12 +119,15 @@ func (a *frontendAccess) check(ctx context.Context, cert *x509.Certificate, clus
 
 func (a *frontendAccess) refuse(reason, format string, args ...any) error {
 	frontendRefusals.WithLabelValues(reason).Inc()
-	return &accessError{msg: fmt.Sprintf(format, args...)}
+	return &accessError{msg: fmt.Sprintf(format, args...), reason: reason}
 }
 
 // accessError is a dial the frontend's access refused; its text travels in the DIAL_RSP and comes back as the same
 // error to an in-process tunnel (refusalOf).
-type accessError struct{ msg string }
+type accessError struct {
+	msg    string
+	reason string // a FrontendRefusal reason; "" for one that came back in a DIAL_RSP
+}
 
 const accessErrorPrefix = "forbidden: "
 

@@ -5,14 +5,20 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
@@ -175,4 +181,49 @@ func TestFrontendsLetTheAdoptedProxyClientOfTheAddOnReachEveryCluster(t *testing
 	g.Expect(err).NotTo(HaveOccurred())
 	_ = resp.Body.Close()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusForbidden))
+}
+
+func TestFrontendDialsAreAuditedWithTheCertificatesIdentityAndTheDecision(t *testing.T) {
+	g := NewWithT(t)
+	toolUser, toolGroups := contract.CertificateIdentity("team-a", "tool")
+	hub := &grants{allowed: map[string][]string{toolUser: {"c1"}}}
+	opts := audit.NewOptions()
+	opts.LogPath = filepath.Join(t.TempDir(), "audit.log")
+	auditor, err := audit.New(opts)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(auditor.Shutdown)
+	f := startFixture(t, false, nil, func(o *Options) { o.Hub, o.Audit = hub, auditor })
+	for _, c := range []string{"c1", "c2"} {
+		_, err := f.agent(t, c, "ns", "agent-"+c, "host="+c+"&host="+c+".ns", map[string]string{c + ":443": httpTarget(t, c+"-apiserver")})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	cert, key, _ := f.pki.issue(t, "tool", leafSpec{cn: "anything", uris: []string{contract.CertificateURI("team-a", "tool")}})
+	tool := f.pki.clientTLS(t, cert, key)
+	conn, err := (&TunnelDialer{Address: f.addrs.Frontend, TLS: tool}).DialCluster(context.Background(), "c1", 443)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = conn.Close()
+	_, _, err = httpConnect(f.addrs.HTTPConnect, tool, "c2:443")
+	g.Expect(err).To(MatchError(ContainSubstring("403 Forbidden")))
+	cc, _, err := httpConnect(f.addrs.HTTPConnect, f.proxyTL, "c2:443")
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = cc.Close()
+
+	raw, err := os.ReadFile(opts.LogPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	var events []auditv1.Event
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var ev auditv1.Event
+		g.Expect(json.Unmarshal([]byte(line), &ev)).To(Succeed())
+		events = append(events, ev)
+	}
+	g.Expect(events).To(HaveLen(3), "one event a dial")
+	g.Expect(events[0].Annotations).To(And(HaveKeyWithValue(audit.AnnotationVia, "grpc"), HaveKeyWithValue(audit.AnnotationCluster, "c1")))
+	g.Expect(events[0].User.Username).To(Equal(toolUser), "the ProxyCertificate's identity, never the subject it chose")
+	g.Expect(events[0].User.Groups).To(Equal(toolGroups))
+	g.Expect(events[0].Verb).To(Equal("connect"))
+	g.Expect(events[0].ResponseStatus.Code).To(BeEquivalentTo(http.StatusOK))
+	g.Expect(events[1].Annotations).To(And(HaveKeyWithValue(audit.AnnotationVia, "http-connect"), HaveKeyWithValue(audit.AnnotationCluster, "c2")))
+	g.Expect(events[1].ResponseStatus.Code).To(BeEquivalentTo(http.StatusForbidden), "the refusal is on the record")
+	g.Expect(events[2].User.Username).To(Equal("cluster-proxy-proxy-client"))
+	g.Expect(events[2].ResponseStatus.Code).To(BeEquivalentTo(http.StatusOK))
 }

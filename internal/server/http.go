@@ -57,7 +57,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	tunnel, err := s.dial(r.Context(), r.Host, nil, nil, true, func(cluster string) error {
-		return s.access.check(r.Context(), cert, cluster)
+		return s.access.check(r.Context(), viaHTTPConnect, cert, cluster)
 	})
 	if err != nil {
 		code := http.StatusBadGateway

@@ -645,7 +645,7 @@ func (p proxyService) Proxy(stream client.ProxyService_ProxyServer) error {
 	go func() {
 		// A dial waits for a reconnecting agent while the client's stream lasts.
 		err := p.r.serveFrontend(out, true, authorized(p.r.awaiting(ctx), func(cluster string) error {
-			return p.access.check(ctx, cert, cluster)
+			return p.access.check(ctx, viaGRPC, cert, cluster)
 		}))
 		out.finish()
 		served <- err

@@ -28,6 +28,8 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/packet"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsreload"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
@@ -77,6 +79,11 @@ type Options struct {
 	// Hub answers which clusters a ProxyCertificate's client certificate may reach on the frontends (hub RBAC, get on
 	// clusters/proxy); nil: only the proxy-client certificate reaches clusters there.
 	Hub hubidentity.ClusterAuthorizer
+	// Audit records the frontends' decisions on dials to clusters; nil records none.
+	Audit *audit.Auditor
+	// RecordSinks is the state of this replica's record sinks (audit, session recordings), which GET /tunnels reports
+	// to the manager; nil reports none.
+	RecordSinks func() []tunnelclient.RecordSink
 	// AdoptedProxyClients are the SHA-256 fingerprints of proxy-client certificates the existing add-on issued, which
 	// reach every cluster on the frontends as the operator's proxy-client does, though they carry no role URI: the
 	// manager recorded them from the proxy-client Secret when it took the add-on's CA over, so hub programs that read
@@ -260,7 +267,7 @@ func New(opts Options) (*Server, error) {
 		grpc.Creds(tlsbatch.Credentials(credentials.NewTLS(mutualTLS(s.frontendTLS, "h2", refuseNonClientCertificates)))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.FrontendKeepaliveTime}),
 	)
-	s.access = newFrontendAccess(opts.Hub, opts.AdoptedProxyClients, s.log.WithName("frontend-access"))
+	s.access = newFrontendAccess(opts.Hub, opts.AdoptedProxyClients, opts.Audit, s.log.WithName("frontend-access"))
 	client.RegisterProxyServiceServer(s.frontend, proxyService{r: s.router, access: s.access, streams: s.streams})
 
 	s.agentEndpoint = grpc.NewServer(
@@ -295,6 +302,7 @@ func New(opts Options) (*Server, error) {
 	s.health = &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "health")}
 	s.admin = &http.Server{Handler: adminHandler(opts.Profiling), ReadHeaderTimeout: readHeaderTimeout, ErrorLog: httpErrorLog(s.log, "admin")}
 	s.tunnels = newTunnelReports(s.DialCluster, s.agents, opts.ServerID, opts.TunnelProbeConcurrency, opts.LatencyChanged)
+	s.tunnels.records = opts.RecordSinks
 	metricsAgents.Store(s.agents)
 	metricsProfile.Store(s.tlsProfile)
 	return s, nil

@@ -40,6 +40,8 @@ type tunnelReports struct {
 	instance       string
 	concurrency    int
 	latencyChanged func(reported, measured time.Duration) bool
+	// records, when set, is the state of the replica's record sinks, which every answer carries.
+	records func() []tunnelclient.RecordSink
 
 	round sync.Mutex // one probe round at a time
 
@@ -108,6 +110,9 @@ func (t *tunnelReports) view(instance string, since uint64) tunnelclient.Tunnels
 	defer t.mu.Unlock()
 	v := tunnelclient.TunnelsView{Instance: t.instance, Generation: t.gen, Full: instance != t.instance || since > t.gen,
 		Clusters: map[string]tunnelclient.ClusterTunnel{}}
+	if t.records != nil {
+		v.Records = t.records()
+	}
 	for cluster, c := range t.clusters {
 		if (v.Full && len(c.Agents) > 0) || (!v.Full && c.gen > since) {
 			v.Clusters[cluster] = c.ClusterTunnel

@@ -163,3 +163,28 @@ func TestTunnelReportsRejectABadQueryNamingTheParameter(t *testing.T) {
 		g.Expect(string(body)).To(ContainSubstring("query parameter "+param), query)
 	}
 }
+
+func TestTunnelReportsCarryTheStateOfTheRecordSinksInEveryAnswer(t *testing.T) {
+	g := NewWithT(t)
+	var down atomic.Bool
+	f := startFixture(t, false, nil, func(o *Options) {
+		o.RecordSinks = func() []tunnelclient.RecordSink {
+			if down.Load() {
+				return []tunnelclient.RecordSink{{Sink: tunnelclient.RecordSinkAuditWebhook, Message: "connection refused"}}
+			}
+			return []tunnelclient.RecordSink{{Sink: tunnelclient.RecordSinkAuditWebhook, Up: true}}
+		}
+	})
+	client := httpsClient(f.proxyTL)
+	base := "https://" + f.addrs.HTTPConnect
+	first, err := tunnelclient.Tunnels(context.Background(), client, base, tunnelclient.TunnelsCursor{}, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.Records).To(Equal([]tunnelclient.RecordSink{{Sink: "audit-webhook", Up: true}}))
+	down.Store(true)
+	next, err := tunnelclient.Tunnels(context.Background(), client, base,
+		tunnelclient.TunnelsCursor{Instance: first.Instance, Generation: first.Generation}, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(next.Full).To(BeFalse())
+	g.Expect(next.Records).To(Equal([]tunnelclient.RecordSink{{Sink: "audit-webhook", Message: "connection refused"}}),
+		"an answer of what changed carries the sinks' state too")
+}

@@ -312,6 +312,25 @@ type TunnelsView struct {
 	// generation: a cluster listed without agents then lost its last one.
 	Full     bool                     `json:"full"`
 	Clusters map[string]ClusterTunnel `json:"clusters"`
+	// Records is the state of the replica's record sinks now, whatever was asked; empty when it records nothing.
+	Records []RecordSink `json:"records,omitempty"`
+}
+
+// The record sinks a replica reports.
+const (
+	RecordSinkAuditLog         = "audit-log"
+	RecordSinkAuditWebhook     = "audit-webhook"
+	RecordSinkSessionRecording = "session-recording"
+)
+
+// RecordSink is the state of one of a replica's record sinks: its audit file, its audit webhook, its session
+// recordings.
+type RecordSink struct {
+	Sink string `json:"sink"`
+	// Up is false after the sink's last write failed, until one succeeds.
+	Up bool `json:"up"`
+	// Message says what failed; it names no credential.
+	Message string `json:"message,omitempty"`
 }
 
 // ClusterTunnel is what a replica holds of one cluster.

@@ -42,9 +42,12 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
 )
 
-// Forwarder sends a request to a cluster as a hub user (userserver.Server.ServeHubIdentity).
+// Forwarder sends a request to a cluster as a hub user (userserver.Server.ServeHubIdentity), and answers one this
+// server refused (RefuseHubIdentity): both are logged, counted and audited alike.
 type Forwarder interface {
 	ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity)
+	RefuseHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity,
+		code int, reason metav1.StatusReason, message string)
 }
 
 // Options configure the server.
@@ -204,42 +207,42 @@ func (p *proxyStorage) Connect(ctx context.Context, name string, _ runtime.Objec
 	}
 	id := hubidentity.Identity{User: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The front proxy's headers named the user to this server; the cluster gets the user as impersonation only.
+		proxyhttp.RemoveHeaderPrefix(r.Header, "X-Remote-")
 		path, ok := ProxyPath(r.URL.EscapedPath(), name)
 		if !ok {
-			proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			p.forward.RefuseHubIdentity(w, r, name, r.URL.EscapedPath(), id, http.StatusBadRequest, metav1.StatusReasonBadRequest,
 				fmt.Sprintf("the path %q is not under clusters/%s/proxy", r.URL.Path, name))
 			return
 		}
-		if verb := hubidentity.RequestVerb(r); verb != hubidentity.Verb(r.Method) && !p.allows(w, r, u, verb, name) {
-			return
+		if verb := hubidentity.RequestVerb(r); verb != hubidentity.Verb(r.Method) {
+			if code, reason, message := p.refusal(r, u, verb, name); code != 0 {
+				p.forward.RefuseHubIdentity(w, r, name, path, id, code, reason, message)
+				return
+			}
 		}
-		// The front proxy's headers named the user to this server; the cluster gets the user as impersonation only.
-		proxyhttp.RemoveHeaderPrefix(r.Header, "X-Remote-")
 		p.forward.ServeHubIdentity(w, r, name, path, id)
 	}), nil
 }
 
-// allows asks the server's authorizer whether u may verb the proxy of cluster, and answers the request when not.
-func (p *proxyStorage) allows(w http.ResponseWriter, r *http.Request, u user.Info, verb, cluster string) bool {
+// refusal asks the server's authorizer whether u may verb the proxy of cluster, and says how to answer when not
+// (code 0 when it may).
+func (p *proxyStorage) refusal(r *http.Request, u user.Info, verb, cluster string) (code int, reason metav1.StatusReason, message string) {
 	if p.authorizer == nil { // a server built without delegated authorization decides nothing
-		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, "this server has no authorizer for streams")
-		return false
+		return http.StatusForbidden, metav1.StatusReasonForbidden, "this server has no authorizer for streams"
 	}
-	decision, reason, err := p.authorizer.Authorize(r.Context(), authorizer.AttributesRecord{
+	decision, why, err := p.authorizer.Authorize(r.Context(), authorizer.AttributesRecord{
 		User: u, Verb: verb, APIGroup: gatewayv1alpha1.GroupVersion.Group, APIVersion: gatewayv1alpha1.GroupVersion.Version,
 		Resource: gatewayv1alpha1.Resource, Subresource: gatewayv1alpha1.ProxySubresource, Name: cluster, ResourceRequest: true,
 	})
 	switch {
 	case err != nil:
-		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-			"cannot authorize the request with the hub; try again later")
-		return false
+		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "cannot authorize the request with the hub; try again later"
 	case decision != authorizer.DecisionAllow:
-		proxyhttp.WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-			hubidentity.Denied(u.GetName(), verb, cluster, reason)+" (a stream into a cluster: exec, attach, port-forward)")
-		return false
+		return http.StatusForbidden, metav1.StatusReasonForbidden,
+			hubidentity.Denied(u.GetName(), verb, cluster, why) + " (a stream into a cluster: exec, attach, port-forward)"
 	}
-	return true
+	return 0, "", ""
 }
 
 // ProxyPath is what follows /clusters/<name>/proxy in an escaped request path, "/" when nothing does; ok is false

@@ -30,6 +30,7 @@ import (
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/certs"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/kubeclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/repo"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
@@ -50,6 +51,11 @@ type forwarded struct {
 type recorder struct {
 	mu   sync.Mutex
 	seen []forwarded
+}
+
+func (f *recorder) RefuseHubIdentity(w http.ResponseWriter, _ *http.Request, _, _ string, _ hubidentity.Identity,
+	code int, reason metav1.StatusReason, message string) {
+	proxyhttp.WriteStatus(w, code, reason, message)
 }
 
 func (f *recorder) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluster, path string, id hubidentity.Identity) {

@@ -126,6 +126,14 @@ type hubEnv struct {
 
 func newHubEnv(t *testing.T, p *pki, hub *fakeHub, agentCluster string, opts Options, impersonator tls.Certificate) *hubEnv {
 	t.Helper()
+	return newHubEnvServing(t, p, hub, agentCluster, opts, impersonator, nil)
+}
+
+// newHubEnvServing is newHubEnv whose service-proxy stand-in answers with backend after recording the request (nil:
+// seen's answer).
+func newHubEnvServing(t *testing.T, p *pki, hub *fakeHub, agentCluster string, opts Options, impersonator tls.Certificate,
+	backend http.HandlerFunc) *hubEnv {
+	t.Helper()
 	h := &hubEnv{seen: &seen{}, clientCNs: make(chan string, 64)}
 	sp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cn := ""
@@ -133,7 +141,14 @@ func newHubEnv(t *testing.T, p *pki, hub *fakeHub, agentCluster string, opts Opt
 			cn = r.TLS.VerifiedChains[0][0].Subject.CommonName
 		}
 		h.clientCNs <- cn
-		h.seen.handler(w, r)
+		if backend == nil {
+			h.seen.handler(w, r)
+			return
+		}
+		h.seen.mu.Lock()
+		h.seen.reqs = append(h.seen.reqs, r.Clone(r.Context()))
+		h.seen.mu.Unlock()
+		backend(w, r)
 	}))
 	sp.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair(t, p.ca, contract.AgentCommonNamePrefix+agentCluster)},
 		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: p.pool()}

@@ -5,13 +5,15 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/rand"
 )
 
 // A cluster's tunnel series exist, at zero, from its first request on: a dashboard's rate of dial failures reads 0
 // rather than nothing until the first failure.
 func TestAClustersTunnelSeriesStartAtZeroWithItsFirstRequest(t *testing.T) {
 	g := NewWithT(t)
-	const cluster = "metrics-series-at-zero"
+	// A name of its own each run: the series are the process's, and go test -count runs this again in it.
+	cluster := "metrics-series-at-zero-" + rand.String(8)
 	count := func() int {
 		return testutil.CollectAndCount(tunnelDialFailures) + testutil.CollectAndCount(tunnelsOpened) + testutil.CollectAndCount(tunnelsOpen)
 	}

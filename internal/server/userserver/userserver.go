@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -26,6 +27,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	apiaudit "k8s.io/apiserver/pkg/audit"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -35,7 +40,9 @@ import (
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/proxyhttp"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/review"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tlsbatch"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/audit"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/hubidentity"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server/sessionrec"
 )
 
 // Dialer opens a tunnel to a port of a cluster's agent.
@@ -105,6 +112,12 @@ type Options struct {
 	AgentWarmup time.Duration
 	// Clock times the drain (MinDrainDuration and DrainTimeout) and AgentWarmup; default the real clock.
 	Clock clock.WithDelayedExecution
+	// Audit records an event of every request, served or refused, as its policy says; nil records none.
+	Audit *audit.Auditor
+	// Sessions records exec and attach sessions; nil records none.
+	Sessions *sessionrec.Recorder
+	// Replica names this proxy-server replica in the session recordings.
+	Replica string
 }
 
 const (
@@ -185,7 +198,9 @@ func New(opts Options) *Server {
 		// bytes; -1 here would flush their headers alone from a goroutine of its own, for every request.
 		FlushInterval: 0,
 		ErrorHandler:  s.proxyError,
-		BufferPool:    &copybuf.Pool{},
+		// A recorded session's stream is tapped once the cluster switched protocols.
+		ModifyResponse: s.modifyResponse,
+		BufferPool:     &copybuf.Pool{},
 	}
 	return s
 }
@@ -220,6 +235,18 @@ func (s *Server) ServeHubIdentity(w http.ResponseWriter, r *http.Request, cluste
 	s.serveAndRecord(w, r, request{target: t, invalid: err, path: escapedPath, via: viaAggregated, hubUser: &id})
 }
 
+// RefuseHubIdentity answers a request of id to cluster that the aggregated API refused with a Status of code,
+// reason and message, and logs, counts and audits it as the requests it sends on.
+func (s *Server) RefuseHubIdentity(w http.ResponseWriter, r *http.Request, cluster, escapedPath string, id hubidentity.Identity,
+	code int, reason metav1.StatusReason, message string) {
+	t, err := ParseClusterPath(cluster, escapedPath)
+	if err != nil {
+		t = Target{Cluster: cluster, Path: escapedPath}
+	}
+	s.serveAndRecord(w, r, request{target: t, path: escapedPath, via: viaAggregated, hubUser: &id,
+		refused: &gatewayRefusal{code: code, reason: reason, message: message}})
+}
+
 // request is what the user-server knows of a request before it serves it: where it goes (or why the path is
 // invalid), the path as it arrived (for the access log), which way it came and, on the aggregated path, the hub user
 // the hub kube-apiserver authenticated and authorized.
@@ -229,6 +256,17 @@ type request struct {
 	path    string
 	via     string
 	hubUser *hubidentity.Identity
+	// refused is the aggregated API's answer to a request it did not let through.
+	refused *gatewayRefusal
+	// auditID names the request in the audit events and the access log: the hub's Audit-ID on the aggregated path.
+	auditID string
+}
+
+// gatewayRefusal is how the aggregated API answers a request it refused.
+type gatewayRefusal struct {
+	code    int
+	reason  metav1.StatusReason
+	message string
 }
 
 // voucher is a HubReviewer told of tokens the hub does not know that a managed cluster accepted
@@ -252,12 +290,21 @@ type served struct {
 	// clusterToken says a token the hub does not know went to the cluster's kube-apiserver, whose service-proxy
 	// reviews it there: an answer other than 401 says the cluster knows it (vouch).
 	clusterToken bool
+	// hubUser is the hub user, once the hub authenticated them.
+	hubUser *hubidentity.Identity
+	// audit is the request's audit, begun before it was sent on; nil for one answered here (it is begun at the end).
+	audit *audit.Entry
+	// body keeps the request's body for the audit event, when its policy level asks.
+	body *auditedBody
 }
 
 func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, req request) {
 	start := s.opts.Clock.Now()
+	req.auditID = requestID(r, req.via)
+	// The client can name the request to whoever reads the records, as the kube-apiserver's own Audit-ID lets it.
+	w.Header().Set(auditinternal.HeaderAuditID, req.auditID)
 	rec := &recorder{ResponseWriter: w, hijacked: &s.hijacked, batch: tlsbatch.ForRequest(r), clock: s.opts.Clock}
-	info := s.serve(rec, r, req)
+	info := s.serve(rec, r, req, start)
 	via := req.via
 	code := rec.code
 	switch {
@@ -293,10 +340,53 @@ func (s *Server) serveAndRecord(w http.ResponseWriter, r *http.Request, req requ
 	}
 	// The path without its query, which may carry anything; never a header.
 	klog.FromContext(r.Context()).Info("Access", "via", via, "cluster", info.cluster, "user", user, "verb", verb,
-		"method", r.Method, "path", req.path, "code", code, "seconds", answered.Sub(start).Seconds())
+		"method", r.Method, "path", req.path, "code", code, "seconds", answered.Sub(start).Seconds(), "auditID", req.auditID)
+
+	entry := info.audit
+	if entry == nil && info.cluster != "" {
+		entry = s.beginAudit(r, req, info.hubUser, start)
+	}
+	if info.body != nil {
+		entry.RequestBody(info.body.kept, r.Header.Get("Content-Type"))
+	}
+	entry.Complete(code, rec.bytes.Load(), s.opts.Clock.Now())
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request) served {
+// requestID is the audit ID of a request: the hub kube-apiserver's on the aggregated path (it sends it on, and the
+// aggregated API's own filters take it), so that the events join the hub's audit log; a new one on the user-server,
+// where a caller's Audit-ID header would let it name its requests after another's.
+func requestID(r *http.Request, via string) string {
+	if via == viaAggregated {
+		if id, ok := apiaudit.AuditIDFrom(r.Context()); ok && id != "" {
+			return string(id)
+		}
+	}
+	return string(uuid.NewUUID())
+}
+
+// beginAudit begins the audit of a request to req's cluster as hubUser (nil: a token the cluster reviews, or none).
+func (s *Server) beginAudit(r *http.Request, req request, hubUser *hubidentity.Identity, received time.Time) *audit.Entry {
+	return s.opts.Audit.Begin(audit.Request{AuditID: req.auditID, Via: req.via, Cluster: req.target.Cluster, User: hubUser,
+		Method: r.Method, EscapedPath: req.target.Path, RawQuery: r.URL.RawQuery, Header: r.Header,
+		SourceIPs: sourceIPs(r), Received: received})
+}
+
+// sourceIPs are the request's X-Forwarded-For addresses, then its peer's, as the kube-apiserver records them.
+func sourceIPs(r *http.Request) []string {
+	ips := utilnet.SourceIPs(r)
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
+}
+
+func (s *Server) serve(w *recorder, r *http.Request, req request, start time.Time) served {
+	if g := req.refused; g != nil {
+		proxyhttp.WriteStatus(w, g.code, g.reason, g.message)
+		return served{cluster: req.target.Cluster, known: s.opts.Clusters.Known(req.target.Cluster), user: req.hubUser.User,
+			hubUser: req.hubUser}
+	}
 	if req.invalid != nil {
 		proxyhttp.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, req.invalid.Error())
 		return served{}
@@ -314,7 +404,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request) serv
 		}
 	}
 	if id != nil {
-		info.user = id.User
+		info.user, info.hubUser = id.User, id
 		if s.opts.ImpersonatorTLS == nil {
 			proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 				"this proxy-server has no impersonator certificate, so it cannot send hub users on")
@@ -370,8 +460,39 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request) serv
 		// Only the cluster's answers follow: the proxy's own, for a tunnel that failed, are 5xx.
 		info.clusterToken = s.opts.Hub != nil && proxyhttp.BearerToken(r.Header) != ""
 	}
+	info.audit = s.beginAudit(r, req, info.hubUser, start)
+	if err := info.audit.Admit(); err != nil {
+		w.Header().Set("Retry-After", "1")
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("the request cannot be audited, and the audit policy refuses requests it cannot record: %v", err))
+		return info
+	}
+	if !info.audit.Level().Less(auditinternal.LevelRequest) && r.Body != nil && r.Body != http.NoBody {
+		info.body = &auditedBody{ReadCloser: r.Body}
+		r.Body = info.body
+	}
+	w.started = info.audit.Started
+	ctx, ok := s.startRecording(w, r.WithContext(ctx), req, info.hubUser)
+	if !ok {
+		return info
+	}
 	s.proxy.ServeHTTP(w, r.WithContext(ctx))
+	endRecording(ctx)
 	return info
+}
+
+// auditedBody keeps the first audit.MaxRequestBody+1 bytes of a request body as it is read, for the audit event.
+type auditedBody struct {
+	io.ReadCloser
+	kept []byte
+}
+
+func (b *auditedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if room := audit.MaxRequestBody + 1 - len(b.kept); room > 0 {
+		b.kept = append(b.kept, p[:min(n, room)]...)
+	}
+	return n, err
 }
 
 // writeNotConnected answers a request to a cluster whose agent is not connected here, which nothing sent on: 503
@@ -527,6 +648,12 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		refused.write(w)
 		return
 	}
+	if errors.Is(err, errUnrecordable) {
+		log.Info("Refusing a session the recorder cannot read", "cluster", t.Cluster)
+		proxyhttp.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"this session cannot be recorded ("+errUnrecordable.Error()+"), and sessions that cannot be recorded are refused")
+		return
+	}
 	if errors.Is(err, packet.ErrAgentBusy) {
 		log.V(2).Info("The cluster's agent carries as much as this proxy-server allows", "cluster", t.Cluster)
 		w.Header().Set("Retry-After", "1")
@@ -636,12 +763,19 @@ type recorder struct {
 	answeredAt time.Time
 	clock      clock.PassiveClock
 	batch      *tlsbatch.Conn // beneath an HTTP/1 connection's TLS, or nil
+	// bytes counts what reached the client after the headers, an upgraded connection's too.
+	bytes atomic.Int64
+	// started is told the code when the answer begins (the audit's ResponseStarted), if set.
+	started func(code int, at time.Time)
 }
 
 func (w *recorder) answered(code int) {
 	if w.code == 0 {
 		w.code = code
 		w.answeredAt = w.clock.Now()
+		if w.started != nil {
+			w.started(code, w.answeredAt)
+		}
 	}
 }
 
@@ -655,7 +789,9 @@ func (w *recorder) WriteHeader(code int) {
 func (w *recorder) Write(b []byte) (int, error) {
 	w.answered(http.StatusOK)
 	// The reverse proxy copies bodies 32 KiB at a time: two records in one system call.
-	return w.batch.BatchedWrite(w.ResponseWriter, b)
+	n, err := w.batch.BatchedWrite(w.ResponseWriter, b)
+	w.bytes.Add(int64(n))
+	return n, err
 }
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -666,7 +802,7 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.answered(http.StatusSwitchingProtocols)
-	return w.hijacked.track(c), brw, nil
+	return w.hijacked.track(c, &w.bytes), brw, nil
 }
 
 // hijackedConns are the upgraded connections (exec, attach, port-forward, websockets), which http.Server.Shutdown
@@ -678,8 +814,8 @@ type hijackedConns struct {
 	closed bool
 }
 
-func (h *hijackedConns) track(c net.Conn) net.Conn {
-	hc := &hijackedConn{Conn: c, set: h}
+func (h *hijackedConns) track(c net.Conn, written *atomic.Int64) net.Conn {
+	hc := &hijackedConn{Conn: c, set: h, written: written}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -735,8 +871,15 @@ func (h *hijackedConns) closeAll() {
 
 type hijackedConn struct {
 	net.Conn
-	set  *hijackedConns
-	once sync.Once
+	set     *hijackedConns
+	once    sync.Once
+	written *atomic.Int64
+}
+
+func (c *hijackedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
 }
 
 func (c *hijackedConn) Close() error {
