@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
@@ -125,6 +126,10 @@ type Options struct {
 	// Tunnels reports tunnel health per cluster (internal/hub/tunnelhealth in the manager); nil leaves the tunnel
 	// conditions Unknown and the add-on's Available to OCM's Lease check.
 	Tunnels clusteragent.TunnelSource
+	// Records reports the proxy-servers' record sinks, and RecordChanges tells when they change (tunnelhealth too);
+	// nil leaves the configuration without RecordsWritable.
+	Records       managedproxyconfiguration.RecordSource
+	RecordChanges <-chan event.TypedGenericEvent[string]
 	// CountsDelay is how long the cluster counts wait for more changes (clustercount.DefaultDelay when zero).
 	CountsDelay time.Duration
 	// TLSProfileNamespace is where OCM's ocm-tls-profile ConfigMap is read from (the manager's namespace); "" reads
@@ -176,7 +181,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	apiReader := addonapi.NewReader(mgr.GetAPIReader(), opts.AddOnAPI)
 	options := controller.Options{RateLimiter: RateLimiter()}
 	configurations := &managedproxyconfiguration.Reconciler{Client: mgr.GetClient(), APIReader: apiReader, Clock: opts.Clock,
-		Recorder: recorder, RolloverGrace: opts.CARolloverGrace, Namespaces: opts.Namespaces.ProxyServers}
+		Recorder: recorder, RolloverGrace: opts.CARolloverGrace, Namespaces: opts.Namespaces.ProxyServers,
+		Records: opts.Records, RecordChanges: opts.RecordChanges}
 	if opts.TLSProfileNamespace != "" {
 		// One ConfigMap of one namespace: a cache of its own, as the manager's holds only the objects it owns.
 		profiles, err := cache.New(mgr.GetConfig(), cache.Options{

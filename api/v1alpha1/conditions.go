@@ -18,7 +18,11 @@ const (
 	// update, as a client built on the add-on's Go types does: the last good ones stay in use. It does not make the
 	// configuration not Ready.
 	ConditionExtendedSettingsApplied = "ExtendedSettingsApplied"
-	ConditionReady                   = "Ready"
+	// ConditionRecordsWritable is False while a proxy-server replica cannot write the audit events or session
+	// recordings spec.audit and spec.sessionRecording ask for. It does not make the configuration not Ready: the
+	// failure policies decide what the requests meanwhile get.
+	ConditionRecordsWritable = "RecordsWritable"
+	ConditionReady           = "Ready"
 )
 
 // Condition types of ProxyCertificate (Ready is shared).
@@ -61,6 +65,11 @@ const (
 	// TLSProfileApplied.
 	ReasonTLSProfileApplied = "TLSProfileApplied"
 	ReasonInvalidTLSProfile = "InvalidTLSProfile"
+
+	// RecordsWritable.
+	ReasonRecordSinksWritable    = "RecordSinksWritable"
+	ReasonRecordSinkDown         = "RecordSinkDown"
+	ReasonRecordSinksNotReported = "RecordSinksNotReported"
 
 	// Ready.
 	ReasonAllComponentsReady = "AllComponentsReady"

@@ -152,6 +152,7 @@ func main() {
 			os.Exit(1)
 		}
 		opts.Tunnels = tunnels
+		opts.Records, opts.RecordChanges = tunnels, tunnels.RecordChanges()
 	}
 	registerMetrics(metrics.Registry, statemetrics.New(mgr.GetClient(), mgr.Elected()), tunnels)
 	if err := controllers.Setup(ctx, mgr, opts); err != nil {

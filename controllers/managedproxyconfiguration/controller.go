@@ -61,6 +61,10 @@ type Reconciler struct {
 	// Namespaces are the namespaces the manager may deploy proxy-servers in (its Role is granted there); the zero
 	// Set is every namespace.
 	Namespaces namespaces.Set
+	// Records, when set, reports the default configuration's proxy-servers' record sinks (RecordsWritable);
+	// RecordChanges tells when they changed.
+	Records       RecordSource
+	RecordChanges <-chan event.TypedGenericEvent[string]
 
 	// swept is set once a pass found none of the existing add-on's leftovers (sweepAddOnLeftovers).
 	swept atomic.Bool
@@ -131,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	phases := []phase{r.reconcileNamespace, r.reconcileSigner, r.reconcileEntrypoint, r.reconcileCertificates,
-		r.reconcileTLSProfile, r.reconcileServer, r.reconcileAddOn}
+		r.reconcileTLSProfile, r.reconcileServer, r.reconcileAddOn, r.reconcileRecords}
 	var result ctrl.Result
 	var errs []error
 	for _, p := range phases {
@@ -301,6 +305,12 @@ func (r *Reconciler) allConfigurations(ctx context.Context) []reconcile.Request 
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	b := ctrl.NewControllerManagedBy(mgr)
+	if r.RecordChanges != nil {
+		b = b.WatchesRawSource(source.Channel(r.RecordChanges, handler.TypedEnqueueRequestsFromMapFunc(
+			func(_ context.Context, name string) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+			})))
+	}
 	if r.OCMTLSProfile != nil {
 		// OCM's profile applies to every configuration without its own.
 		b = b.WatchesRawSource(source.Kind(r.OCMTLSProfile, &corev1.ConfigMap{},

@@ -16,6 +16,7 @@ import (
 	"context"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/pkg/clusterproxy"
 )
@@ -118,6 +120,8 @@ func (p *Probe) wire() tunnelclient.TunnelProbe {
 type Source struct {
 	opts    Options
 	changes chan event.TypedGenericEvent[string]
+	// recordChanges is told when the replicas' record sinks changed; one pending notice is enough.
+	recordChanges chan event.TypedGenericEvent[string]
 
 	mu          sync.RWMutex
 	observed    bool      // a round has ended
@@ -125,9 +129,10 @@ type Source struct {
 	unreachable bool
 	lastGood    time.Time
 	lastErr     string
-	clusters    map[string]State // clusters that had an agent connected since the start, as reported
-	answered    int              // replicas that answered the last good round
-	lastFailed  bool             // the last round could not ask the proxy-servers
+	clusters    map[string]State                     // clusters that had an agent connected since the start, as reported
+	answered    int                                  // replicas that answered the last good round
+	lastFailed  bool                                 // the last round could not ask the proxy-servers
+	records     map[string][]tunnelclient.RecordSink // by replica, as the last good round found them
 
 	// Only rounds, which do not overlap, touch these.
 	// proxies is kept from round to round, so its parsed credentials are reused; a round that cannot ask the
@@ -161,7 +166,19 @@ func New(opts Options) *Source {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Source{opts: opts, changes: make(chan event.TypedGenericEvent[string], 1024), clusters: map[string]State{},
-		replicas: map[string]*replicaReports{}}
+		recordChanges: make(chan event.TypedGenericEvent[string], 1), replicas: map[string]*replicaReports{}}
+}
+
+// RecordChanges is told, with the configuration's name, when the record sinks Records reports changed. It has one
+// reader.
+func (s *Source) RecordChanges() <-chan event.TypedGenericEvent[string] { return s.recordChanges }
+
+// Records are the record sinks each replica reported in the last good round, by replica; false until a round has
+// asked the proxy-servers.
+func (s *Source) Records() (map[string][]tunnelclient.RecordSink, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.records, s.records != nil
 }
 
 // Changes delivers the names of the clusters whose State changed, or AllClusters. It has one reader.
@@ -213,6 +230,30 @@ func (s *Source) Round(ctx context.Context) {
 	}
 	touched, all := s.apply(answers)
 	s.update(ctx, now, touched, all)
+	s.updateRecords(answers)
+}
+
+// updateRecords keeps the record sinks of the answers and tells RecordChanges when they differ from the last.
+func (s *Source) updateRecords(answers map[string]tunnelclient.TunnelsView) {
+	records := make(map[string][]tunnelclient.RecordSink, len(answers))
+	for replica, v := range answers {
+		records[replica] = v.Records
+	}
+	s.mu.Lock()
+	changed := !reflect.DeepEqual(records, s.records)
+	s.records = records
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	name := s.opts.Configuration
+	if name == "" {
+		name = proxyv1alpha1.DefaultConfigurationName
+	}
+	select {
+	case s.recordChanges <- event.TypedGenericEvent[string]{Object: name}:
+	default: // one is pending: its reader reads Records, which is current
+	}
 }
 
 // ask sends GET /tunnels to every replica with the cursor of its last answer.

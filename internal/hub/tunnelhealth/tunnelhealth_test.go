@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	proxyv1alpha1 "github.com/cluster-proxy-operator/cluster-proxy-operator/api/v1alpha1"
+	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/contract/tunnelclient"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/hub/tunnelhealth"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/server"
 	"github.com/cluster-proxy-operator/cluster-proxy-operator/internal/testsupport/tunneltest"
@@ -240,4 +241,37 @@ func TestRoundsReuseTheirClientAndReadTheConfigurationAgainOnlyAfterAFailedRound
 	st, _ = src.Tunnel("c1")
 	g.Expect(st.Unreachable).To(BeFalse())
 	g.Expect(st.Probe.Healthy).To(BeTrue())
+}
+
+func TestRecordsAreTheReplicasRecordSinksAndAChangeIsTold(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	var webhookDown atomic.Bool
+	hub := tunneltest.Start(t, "proxy-ns", func(o *server.Options) {
+		o.RecordSinks = func() []tunnelclient.RecordSink {
+			return []tunnelclient.RecordSink{{Sink: tunnelclient.RecordSinkAuditWebhook, Up: !webhookDown.Load()}}
+		}
+	})
+	src := tunnelhealth.New(tunnelhealth.Options{Reader: hub.Reader(), Resolve: hub.Resolve, StaleAfter: time.Hour})
+	_, ok := src.Records()
+	g.Expect(ok).To(BeFalse(), "nothing before a round")
+
+	src.Round(ctx)
+	records, ok := src.Records()
+	g.Expect(ok).To(BeTrue())
+	g.Expect(records).To(HaveLen(1))
+	for _, sinks := range records {
+		g.Expect(sinks).To(Equal([]tunnelclient.RecordSink{{Sink: "audit-webhook", Up: true}}))
+	}
+	g.Expect(src.RecordChanges()).To(Receive(HaveField("Object", "cluster-proxy")), "the first round tells")
+	src.Round(ctx)
+	g.Expect(src.RecordChanges()).NotTo(Receive(), "the same sinks tell nothing")
+
+	webhookDown.Store(true)
+	src.Round(ctx)
+	g.Expect(src.RecordChanges()).To(Receive())
+	records, _ = src.Records()
+	for _, sinks := range records {
+		g.Expect(sinks[0].Up).To(BeFalse())
+	}
 }
