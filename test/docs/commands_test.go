@@ -21,6 +21,11 @@ type runBy struct {
 // exercised maps every command of a shell block in README.md and docs/*.md, as commandsOf normalizes it, to where
 // it is run.
 var exercised = map[string][]runBy{
+	"kubectl cluster-proxy sessions list --dir /mnt/sessions --cluster cluster1": {
+		{file: "test/e2e/records_test.go", text: `plugin("sessions", "list", "--dir", rec.sessionsDir, "--cluster", cluster`}},
+	"kubectl cluster-proxy sessions play <session> --dir /mnt/sessions --speed 2": {
+		{file: "test/e2e/records_test.go", text: `plugin("sessions", "play", id, "--dir", rec.sessionsDir)`},
+		{file: "cmd/kubectl-cluster_proxy/sessions_test.go", text: `[]string{"S2", "--dir", dir, "--speed", "0"}`}},
 	"kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256": {
 		{file: "test/e2e-migrate/migrate_test.go", text: "const caFingerprintCommand = `kubectl get secret -n open-cluster-management-addon cluster-proxy-signer -o jsonpath='{.data.ca\\.crt}' | base64 -d | openssl x509 -noout -fingerprint -sha256`"}},
 	"kubectl apply --server-side --force-conflicts -f charts/cluster-proxy/crds/": {

@@ -250,7 +250,7 @@ type managedAuditEvent struct {
 	Verb             string
 	User             struct{ Username string }
 	ImpersonatedUser struct{ Username string }
-	ObjectRef        struct{ Resource string }
+	ObjectRef        struct{ Resource, Subresource string }
 	ResponseStatus   struct{ Code int }
 }
 

@@ -81,6 +81,7 @@ var _ = Describe("The product on real clusters", Ordered, func() {
 	install()
 	tunnelsAndClients()
 	hubAccess()
+	records()
 	monitoring()
 	security()
 	clusterProfiles()
