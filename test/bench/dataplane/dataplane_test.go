@@ -10,25 +10,33 @@
 // kube-apiserver (an HTTPS target) as impersonation, with its token to the user-server (hub-user) and through the hub
 // kube-apiserver (aggregated), in the latency and concurrency phases. Every certificate of every mode is ECDSA P-256 from internal/certs, except one extra row of the
 // 64-client phase: the per-request baseline with RSA-2048 certificates, the key type of the anchor figures (docs/performance.md#targets).
+// The audited mode is the full path through a second user-server of the same proxy-server, built as the first and with
+// an audit.Auditor at its defaults (Metadata level, one event a request, written to a file before the request ends);
+// it runs in the latency and concurrency phases next to the full path, and its events are counted against its requests.
 //
 // Phases: bulk throughput (GET 64 MiB), small-request latency (GET 100 B one after the other), 64 concurrent clients
-// for a fixed period, and 1,000 concurrent streams through one agent with a goroutine leak check. Modes run in
+// for a fixed period, 1,000 concurrent streams through one agent with a goroutine leak check, uploads (POST 64 MiB),
+// bounds (slow readers, made-up tokens), and execs streaming 100 MiB of stdout through the full path to the
+// kube-apiserver stand-in (websocket and SPDY, client-go's executors), through the world's user-server and through a
+// second one that records sessions (sessionrec to a directory), each recording checked whole. Modes run in
 // interleaved rounds whose order rotates, warmed up first, with a GC before each timed round; CPU per unit is the
 // whole process's getrusage, and the other processes' CPU (from /proc/stat) shows how noisy the machine was.
 // docs/data-plane.md describes the path; /work/shared/notes/anp-dataplane-figures.md the method and earlier figures.
 //
-// The targets (docs/performance.md#targets) are printed as PASS or MISS beside the measured ratio and never asserted: timed assertions
-// flake on a shared machine. The test fails only on correctness problems: failed requests, wrong bodies, streams
-// that stall, goroutines that do not come back. Run it with 'make bench-data-plane'. BENCH_PHASES
-// (bulk,latency,concurrency,streams,upload) and BENCH_MODES (direct,direct-pool,anp,anp-pool,anp-per-request,anp-per-request-rsa,
-// ours-raw,full,links,hub-user,aggregated; the hub starts only for the last two) narrow a run, e.g. for a CPU profile of one mode:
+// The targets (docs/performance.md#targets; auditing and recording: docs/audit.md#what-it-costs) are printed as PASS
+// or MISS beside the measured ratio and never asserted: timed assertions flake on a shared machine. The test fails
+// only on correctness problems: failed requests, wrong bodies, streams that stall, goroutines that do not come back,
+// audit events or recordings that miss requests or bytes. Run it with 'make bench-data-plane'. BENCH_PHASES
+// (bulk,latency,concurrency,streams,upload,bounds,exec) and BENCH_MODES (direct,direct-pool,anp,anp-pool,
+// anp-per-request,anp-per-request-rsa,ours-raw,full,audited,links,hub-user,aggregated; the hub starts only for the
+// last two; the exec phase has modes of its own) narrow a run, e.g. for a CPU profile of one mode:
 //
 //	BENCH_PHASES=bulk BENCH_MODES=full go test -tags bench ./test/bench/dataplane -run '^TestDataPlane$' -count=1 -v -cpuprofile /tmp/full.prof
 //
 // Figures are printed and written as JSON to BENCH_OUT (default bin/bench/dataplane.json), and drawn beside it, for the
-// phases that ran, as dataplane-bulk.svg, dataplane-latency.svg, dataplane-concurrency.svg and dataplane-upload.svg;
-// TestDataPlanePlots draws them again from that file without measuring. BENCH_HEAPPROFILE=<file> writes a heap profile once the streams
-// phase has closed everything.
+// phases that ran, as dataplane-bulk.svg, dataplane-latency.svg, dataplane-concurrency.svg, dataplane-upload.svg and
+// dataplane-exec.svg; TestDataPlanePlots draws them again from that file without measuring. BENCH_HEAPPROFILE=<file>
+// writes a heap profile once the streams phase has closed everything.
 package dataplane
 
 import (
@@ -51,6 +59,10 @@ const (
 	// The aggregated path against the user-server path of the same hub user (the extra hop is the hub kube-apiserver).
 	targetAggregatedP50  = 1.5 // p50 at most this many times
 	targetAggregatedRate = 0.7 // requests/s with 64 clients at least this many times
+	// Auditing and session recording (docs/audit.md#what-it-costs), against the full path in the same run.
+	targetAuditedRate  = 0.9 // audited full path requests/s with 64 clients at least this many times
+	targetAuditedP50   = 1.1 // audited full path small GET p50 at most this many times
+	targetRecordedExec = 0.8 // recorded exec MiB/s at least this many times the unrecorded
 )
 
 type bench struct {
@@ -76,7 +88,10 @@ type summary struct {
 	// CPU us per request of the hub modes with 64 clients: this process's, and the other processes' (the hub
 	// kube-apiserver's, mostly) for the aggregated path.
 	concHubUserCPU, concAggregatedCPU, concAggregatedOtherCPU float64
+	latAudited                                                time.Duration
+	concAudited, concAuditedCPU                               float64
 	streams                                                   *streamsResult
+	exec                                                      *execResult
 	phases                                                    []phaseCost
 }
 
@@ -118,6 +133,8 @@ func TestDataPlane(t *testing.T) {
 	run("upload", fmt.Sprintf("5. Upload: POST of 64 MiB, one kept-alive connection per mode, %d interleaved rounds (warmed)", bulkRounds), b.upload)
 	run("bounds", fmt.Sprintf("6. Bounds: a user's %d GETs of 100 B alone, then beside %d slow readers of 64 MiB (1 KiB per %s) "+
 		"on the same route, and beside %d made-up tokens for %s", boundsRequests, slowReaders, slowReadEvery, junkTokens, junkFloodFor), b.bounds)
+	run("exec", fmt.Sprintf("7. Exec: %d MiB of stdout through the full path per exec, websocket and SPDY, recorded and not, %d interleaved rounds (warmed)",
+		execSize>>20, execRounds), func() { b.sum.exec = b.exec() })
 	b.footer()
 	b.fig.finish(b.sum)
 	writeFigures(t, b.fig)
@@ -192,7 +209,7 @@ func modules(paths ...string) string {
 
 func (b *bench) footer() {
 	s := b.sum
-	fmt.Fprintln(b.out, "\n== data-plane targets of docs/performance.md (ratios measured in this run; printed, not asserted) ==")
+	fmt.Fprintln(b.out, "\n== data-plane targets of docs/performance.md and docs/audit.md (ratios measured in this run; printed, not asserted) ==")
 	out := newTable(b.out, "target", "full path", "baseline", "ratio", "wanted", "")
 	if s.bulk.anp > 0 {
 		out.row("bulk throughput vs raw ANP tunnel", fmt.Sprintf("%.0f MiB/s", s.bulk.full), fmt.Sprintf("%.0f MiB/s", s.bulk.anp),
@@ -226,6 +243,26 @@ func (b *bench) footer() {
 	if s.concANPPool > 0 {
 		out.row("64 clients req/s vs 64 reused raw ANP tunnels", fmt.Sprintf("%.0f", s.concFull), fmt.Sprintf("%.0f", s.concANPPool),
 			ratio(s.concFull, s.concANPPool), fmt.Sprintf(">= %.0fx", targetPooled), verdict(s.concFull/s.concANPPool, targetPooled, true))
+	}
+	if s.latAudited > 0 && s.latFull > 0 {
+		out.row("audited full path (Metadata, file) small GET p50 vs full path (its column: audited)", us(s.latAudited)+" us", us(s.latFull)+" us",
+			ratio(float64(s.latAudited), float64(s.latFull)), fmt.Sprintf("<= %.1fx", targetAuditedP50),
+			verdict(float64(s.latAudited)/float64(s.latFull), targetAuditedP50, false))
+	}
+	if s.concAudited > 0 && s.concFull > 0 {
+		out.row("audited full path (Metadata, file) 64 clients req/s vs full path (its column: audited)", fmt.Sprintf("%.0f", s.concAudited),
+			fmt.Sprintf("%.0f", s.concFull), ratio(s.concAudited, s.concFull), fmt.Sprintf(">= %.1fx", targetAuditedRate),
+			verdict(s.concAudited/s.concFull, targetAuditedRate, true))
+		out.row("audited full path 64 clients CPU per request vs full path (no target)", fmt.Sprintf("%.0f us", s.concAuditedCPU),
+			fmt.Sprintf("%.0f us", s.concFullCPU), ratio(s.concAuditedCPU, s.concFullCPU), "", "")
+	}
+	if e := s.exec; e != nil {
+		for _, protocol := range []string{execWebSocket, execSPDY} {
+			recorded, plain := e.rates[protocol+"-recorded"], e.rates[protocol]
+			out.row(fmt.Sprintf("exec of %d MiB over %s, recorded vs not (its column: recorded)", execSize>>20, protocol),
+				fmt.Sprintf("%.0f MiB/s", recorded), fmt.Sprintf("%.0f MiB/s", plain), ratio(recorded, plain),
+				fmt.Sprintf(">= %.1fx", targetRecordedExec), verdict(recorded/plain, targetRecordedExec, true))
+		}
 	}
 	if s.latHubUser > 0 && s.latAggregated > 0 {
 		out.row("aggregated API small GET p50 vs the user-server's, same hub user (its column: aggregated)", us(s.latAggregated)+" us",

@@ -25,6 +25,7 @@ type figures struct {
 	Concurrency              []concurrencyFigures `json:"concurrency,omitempty"`
 	Streams                  *streamsFigures      `json:"streams,omitempty"`
 	Upload                   []bulkFigures        `json:"upload,omitempty"`
+	Exec                     []execFigures        `json:"exec,omitempty"`
 }
 
 type phaseFigures struct {
@@ -50,6 +51,14 @@ type concurrencyFigures struct {
 	Mode                string  `json:"mode"`
 	RequestsPerSecond   float64 `json:"requestsPerSecond"` // 64 clients
 	CPUMicrosPerRequest float64 `json:"cpuMicrosPerRequest"`
+}
+
+type execFigures struct {
+	Mode               string  `json:"mode"`
+	Protocol           string  `json:"protocol"` // websocket or spdy
+	Recorded           bool    `json:"recorded"`
+	MiBPerSecond       float64 `json:"mibPerSecond"` // median of the rounds, until the recording is closed
+	CPUMillisPer100MiB float64 `json:"cpuMillisPer100MiB"`
 }
 
 type streamsFigures struct {
@@ -90,6 +99,7 @@ var plotNames = map[string]string{
 	keyANPPerRSA:  "the same, RSA-2048",
 	keyOursRaw:    "our raw tunnel",
 	keyFull:       "full path",
+	keyAudited:    "full path, audited",
 	keyLinks:      "links alone",
 	keyHubUser:    "hub user, user-server",
 	keyAggregated: "hub user, aggregated API",
@@ -124,7 +134,7 @@ func writeFigures(t *testing.T, f figures) {
 }
 
 // writePlots draws the figures next to the JSON, a chart per phase that ran: dataplane-bulk.svg,
-// dataplane-latency.svg, dataplane-concurrency.svg and dataplane-upload.svg.
+// dataplane-latency.svg, dataplane-concurrency.svg, dataplane-upload.svg and dataplane-exec.svg.
 func writePlots(t *testing.T, dir string, f figures) {
 	charts := map[string]benchplot.Chart{}
 	if len(f.Bulk) > 0 {
@@ -157,6 +167,19 @@ func writePlots(t *testing.T, dir string, f figures) {
 			c.Names, c.Values = append(c.Names, plotName(m.Mode)), append(c.Values, m.RequestsPerSecond)
 		}
 		charts["dataplane-concurrency.svg"] = c
+	}
+	if len(f.Exec) > 0 {
+		c := benchplot.Bar{Title: "Exec: 100 MiB of stdout through the full path", YLabel: "MiB/s (median)"}
+		plain, recorded := benchplot.Series{Name: "not recorded"}, benchplot.Series{Name: "recorded"}
+		for _, m := range f.Exec {
+			if m.Recorded {
+				recorded.Y = append(recorded.Y, m.MiBPerSecond)
+				continue
+			}
+			c.Names, plain.Y = append(c.Names, m.Protocol), append(plain.Y, m.MiBPerSecond)
+		}
+		c.Series = []benchplot.Series{plain, recorded}
+		charts["dataplane-exec.svg"] = c
 	}
 	names, err := benchplot.WriteFiles(dir, charts)
 	if err != nil {

@@ -204,13 +204,16 @@ func (p *pki) impersonator(t *testing.T) (certFile, keyFile string) {
 		URIs: []*url.URL{contract.SANURL(contract.ImpersonatorRoleURI)}, Usages: []certs.Usage{certs.UsageClientAuth}})
 }
 
-// kubeTLSTarget is the managed kube-apiserver of the hub modes, at kubeTLS.
+// kubeTLSTarget is the managed kube-apiserver of the hub modes, at kubeTLS; it also serves the exec phase's execs
+// and the TokenReviews of their token.
 func (p *pki) kubeTLSTarget(t *testing.T) *target {
 	t.Helper()
 	certFile, keyFile := p.leaf(t, "kube-tls", certs.LeafSpec{CommonName: "kube-tls", DNSNames: []string{hostOf(kubeTLS)}})
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	must(t, err)
-	return startTarget(t, 0, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
+	tg := startTarget(t, 0, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
+	serveKubeExec(tg)
+	return tg
 }
 
 func hostOf(hostport string) string {

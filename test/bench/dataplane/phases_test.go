@@ -101,13 +101,14 @@ func verifyBody(ctx context.Context, rt http.RoundTripper, r *route, path string
 	return nil
 }
 
-// tunnelsOpened is how many tunnels r has opened so far: those of its dialer, or the user-server's for the full path.
+// tunnelsOpened is how many tunnels r has opened so far: those of its dialer or of its own user-server, or the
+// world's user-server's for the full path (the proxy-server's metric, less the other user-servers' tunnels).
 func (b *bench) tunnelsOpened(r *route) int64 {
 	switch {
 	case r.tunnels != nil:
 		return r.tunnels.Load()
 	case r.key == keyFull:
-		return int64(metricSum(prometheus.DefaultGatherer, userServerTunnels))
+		return int64(metricSum(prometheus.DefaultGatherer, userServerTunnels)) - b.w.ours.extraTunnels.Load()
 	}
 	return noTunnels
 }
@@ -289,7 +290,7 @@ func (b *bench) latency() {
 	ctx := context.Background()
 	var modes []*latencyMode
 	buf := make([]byte, bufferSize)
-	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull, keyHubUser, keyAggregated) {
+	for _, r := range b.pick(keyDirect, keyANP, keyOursRaw, keyFull, keyAudited, keyHubUser, keyAggregated) {
 		m := &latencyMode{r: r, rt: r.transport(1)}
 		if err := verifyBody(ctx, m.rt, r, "/small", smallBody); err != nil {
 			b.t.Errorf("latency warm-up, %s: %v", r.label, err)
@@ -335,7 +336,7 @@ func (b *bench) latency() {
 		b.check("latency", m.r, &m.errs)
 	}
 	out.flush()
-	b.sum.latFull, b.sum.latANP = p50[keyFull], p50[keyANP]
+	b.sum.latFull, b.sum.latANP, b.sum.latAudited = p50[keyFull], p50[keyANP], p50[keyAudited]
 	b.sum.latFull99, b.sum.latANP99 = p99[keyFull], p99[keyANP]
 	b.sum.latHubUser, b.sum.latAggregated = p50[keyHubUser], p50[keyAggregated]
 	if b.sum.latHubHop = b.hubHop(); b.sum.latHubHop > 0 {
@@ -344,6 +345,11 @@ func (b *bench) latency() {
 	}
 	fmt.Fprintf(b.out, "target: full path p50 <= %.0fx raw reused ANP tunnel's: %s %s\n", targetLatencyP50,
 		ratio(float64(p50[keyFull]), float64(p50[keyANP])), verdict(float64(p50[keyFull])/float64(p50[keyANP]), targetLatencyP50, false))
+	if p50[keyAudited] > 0 {
+		fmt.Fprintf(b.out, "target: audited full path: p50 <= %.1fx full path: %s %s\n", targetAuditedP50,
+			ratio(float64(p50[keyAudited]), float64(p50[keyFull])), verdict(float64(p50[keyAudited])/float64(p50[keyFull]), targetAuditedP50, false))
+	}
+	b.checkAudited("latency")
 }
 
 // concurrencyMode is one mode of the concurrency phase.
@@ -398,7 +404,7 @@ func (m *concurrencyMode) run(period time.Duration) (int, []time.Duration, cost)
 // concurrency has 64 clients loop GETs of 100 bytes for a fixed period per mode.
 func (b *bench) concurrency() {
 	var modes []*concurrencyMode
-	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyANPPerRSA, keyFull, keyHubUser, keyAggregated) {
+	for _, r := range b.pick(keyDirectPool, keyANPPool, keyANPPerReq, keyANPPerRSA, keyFull, keyAudited, keyHubUser, keyAggregated) {
 		m := &concurrencyMode{r: r}
 		if r.key != keyANPPerReq && r.key != keyANPPerRSA {
 			m.rt = r.transport(concurrentClients)
@@ -459,6 +465,7 @@ func (b *bench) concurrency() {
 	out.flush()
 	b.sum.concFull, b.sum.concPerReq, b.sum.concPerReqRSA, b.sum.concANPPool = rate[keyFull], rate[keyANPPerReq], rate[keyANPPerRSA], rate[keyANPPool]
 	b.sum.concFullCPU, b.sum.concPerReqCPU = cpuPerRequest[keyFull], cpuPerRequest[keyANPPerReq]
+	b.sum.concAudited, b.sum.concAuditedCPU = rate[keyAudited], cpuPerRequest[keyAudited]
 	b.sum.concHubUser, b.sum.concAggregated = rate[keyHubUser], rate[keyAggregated]
 	b.sum.concHubUserCPU, b.sum.concAggregatedCPU = cpuPerRequest[keyHubUser], cpuPerRequest[keyAggregated]
 	b.sum.concAggregatedOtherCPU = otherCPUPerRequest[keyAggregated]
@@ -466,4 +473,9 @@ func (b *bench) concurrency() {
 		ratio(rate[keyFull], rate[keyANPPerReq]), verdict(rate[keyFull]/rate[keyANPPerReq], targetConcurrency, true))
 	fmt.Fprintf(b.out, "target: full path >= %.0fx the requests/s of 64 reused raw ANP tunnels: %s %s\n", targetPooled,
 		ratio(rate[keyFull], rate[keyANPPool]), verdict(rate[keyFull]/rate[keyANPPool], targetPooled, true))
+	if rate[keyAudited] > 0 {
+		fmt.Fprintf(b.out, "target: audited full path: requests/s >= %.1fx full path: %s %s\n", targetAuditedRate,
+			ratio(rate[keyAudited], rate[keyFull]), verdict(rate[keyAudited]/rate[keyFull], targetAuditedRate, true))
+	}
+	b.checkAudited("concurrency")
 }

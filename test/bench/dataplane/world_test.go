@@ -87,7 +87,10 @@ type world struct {
 	ours       *ourStack
 	hub        *hubStack // nil when BENCH_MODES asks for no hub mode
 	links      string    // the first relay of startLinks
-	logs       *logCounter
+	// audited is a second user-server of the same proxy-server that audits every request to a file; nil when
+	// BENCH_MODES leaves the audited mode out.
+	audited *auditedUser
+	logs    *logCounter
 }
 
 func newWorld(t *testing.T, only map[string]bool) *world {
@@ -109,6 +112,9 @@ func newWorld(t *testing.T, only map[string]bool) *world {
 		w.hub.serveGateway(t, w.pki, w.ours.user)
 	}
 	w.links = startLinks(t, w.pki, w.target.addr)
+	if only == nil || only[keyAudited] {
+		w.audited = startAuditedUser(t, w.ours)
+	}
 	return w
 }
 
@@ -211,6 +217,7 @@ func randomBytes(n int) []byte {
 type target struct {
 	addr string
 	srv  *http.Server
+	mux  *http.ServeMux // more routes may be added
 
 	holdMu      sync.Mutex
 	holdN       int
@@ -225,8 +232,8 @@ func startTarget(t *testing.T, idleTimeout time.Duration, tlsConfig *tls.Config)
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
-	tg := &target{addr: ln.Addr().String()}
 	mux := http.NewServeMux()
+	tg := &target{addr: ln.Addr().String(), mux: mux}
 	mux.HandleFunc("/bulk", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(bulkSize))
 		_, _ = w.Write(bulkBody)
@@ -396,6 +403,7 @@ func anpServerTLS(t *testing.T, caFile, certFile, keyFile, minVersion string) *t
 type ourStack struct {
 	srv       *server.Server
 	user      *userserver.Server
+	userOpts  userserver.Options // how user was built; startUser builds more user-servers the same way
 	addrs     server.Addrs
 	agent     *agent.Agent
 	allowed   allowlist.List
@@ -403,6 +411,11 @@ type ourStack struct {
 	userTLS   *tls.Config // what a user-server client trusts
 	clientTLS *tls.Config // the proxy-client certificate, for the gRPC frontend
 	log       logr.Logger
+	// userCertFile and userKeyFile are the user-server's serving certificate, which the other user-servers serve too.
+	userCertFile, userKeyFile string
+	// extraTunnels counts the tunnels the other user-servers (startUser) opened: the proxy-server's metric counts
+	// them with the first user-server's.
+	extraTunnels atomic.Int64
 }
 
 func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, hub *hubStack, log logr.Logger) *ourStack {
@@ -493,9 +506,10 @@ func startOurs(t *testing.T, p *pki, resolver resolve.Resolver, hub *hubStack, l
 	must(t, err)
 	proxyClientCert, proxyClientKey := p.client(t, "proxy-client")
 	return &ourStack{
-		srv: srv, user: user, addrs: srv.Addrs(), agent: a, allowed: allowed, userCert: pair, log: log,
-		userTLS:   p.clientTLS(t, "", ""),
-		clientTLS: p.clientTLS(t, proxyClientCert, proxyClientKey),
+		srv: srv, user: user, userOpts: userOpts, addrs: srv.Addrs(), agent: a, allowed: allowed, userCert: pair, log: log,
+		userTLS:      p.clientTLS(t, "", ""),
+		clientTLS:    p.clientTLS(t, proxyClientCert, proxyClientKey),
+		userCertFile: userCert, userKeyFile: userKey,
 	}
 }
 
@@ -506,8 +520,10 @@ type route struct {
 	header     http.Header
 	tls        *tls.Config
 	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
-	// tunnels counts the tunnels this route's dial opened; nil when it opens none itself.
+	// tunnels counts the tunnels this route's dial opened, or its user-server; nil when it opens none itself.
 	tunnels *atomic.Int64
+	// sent, when set, counts the requests made for this route (request), for a check that each was audited.
+	sent *atomic.Int64
 }
 
 // transport is the same HTTP/1.1 client shape in every mode: compression off, keep-alive with up to maxIdle idle
@@ -531,6 +547,9 @@ func (r *route) request(ctx context.Context, path string) *http.Request {
 	}
 	for k, v := range r.header {
 		req.Header[k] = v
+	}
+	if r.sent != nil {
+		r.sent.Add(1)
 	}
 	return req
 }
@@ -568,6 +587,7 @@ const (
 	keyDirectPool = "direct-pool"
 	keyHubUser    = "hub-user"
 	keyAggregated = "aggregated"
+	keyAudited    = "audited"
 )
 
 func (w *world) routes() map[string]*route {
@@ -595,6 +615,11 @@ func (w *world) routes() map[string]*route {
 			tls: w.ours.userTLS, dial: direct},
 	}
 	maps.Copy(routes, w.hubRoutes())
+	if a := w.audited; a != nil {
+		routes[keyAudited] = &route{key: keyAudited, label: "full path, audited (Metadata, file): the same with a user-server that audits",
+			base: "https://" + a.addr + servicePath, header: http.Header{"Authorization": {bearer}}, tls: w.ours.userTLS, dial: direct,
+			tunnels: a.tunnels, sent: a.sent}
+	}
 	return routes
 }
 
