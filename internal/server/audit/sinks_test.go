@@ -3,8 +3,10 @@ package audit
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,19 +47,51 @@ func TestBadOptionsFailNewNamingTheFlag(t *testing.T) {
 	}
 }
 
-// A log directory the proxy-server may not write fails New, naming the flag. (Root writes anywhere: the cases above,
-// a path under a file, fail for root too.)
+// A log directory the proxy-server may not write fails New, naming the flag. Root writes anywhere, so as root the
+// check runs again in a child of this test binary as the user nobody, as the proxy-server runs: not as root.
 func TestAReadOnlyLogDirectoryFailsNew(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root may write to a read-only directory")
+	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
+		_, err := New(Options{LogPath: filepath.Join(dir, "audit.log")})
+		NewWithT(t).Expect(err).To(MatchError(And(HavePrefix("--audit-log-path: "), ContainSubstring("permission denied"))))
+		return
 	}
-	dir := filepath.Join(t.TempDir(), "ro")
-	if err := os.Mkdir(dir, 0o500); err != nil {
+	parent, err := os.MkdirTemp("", "audit-ro-")
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(Options{LogPath: filepath.Join(dir, "audit.log")})
-	NewWithT(t).Expect(err).To(MatchError(And(HavePrefix("--audit-log-path: "), ContainSubstring("permission denied"))))
+	t.Cleanup(func() { _ = os.RemoveAll(parent) })
+	dir := filepath.Join(parent, "ro")
+	if err := os.Mkdir(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o755); err != nil { // the child's user reaches dir, and may not write in it
+		t.Fatal(err)
+	}
+	if os.Geteuid() != 0 {
+		t.Setenv(readOnlyDirEnv, dir)
+		TestAReadOnlyLogDirectoryFailsNew(t)
+		return
+	}
+	// The test binary's own folder is root's alone: the child runs a copy beside dir.
+	binary := filepath.Join(parent, "audit.test")
+	raw, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(binary, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "-test.run=^TestAReadOnlyLogDirectoryFailsNew$", "-test.count=1")
+	cmd.Env = append(os.Environ(), readOnlyDirEnv+"="+dir)
+	cmd.Dir = parent
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("as the user nobody: %v\n%s", err, out)
+	}
 }
+
+// readOnlyDirEnv hands the child of TestAReadOnlyLogDirectoryFailsNew the directory it may not write.
+const readOnlyDirEnv = "AUDIT_TEST_READ_ONLY_DIR"
 
 // The log file is created as kube-apiserver creates it: with its directory, readable by the owner alone.
 func TestTheLogFileIsCreatedPrivate(t *testing.T) {
